@@ -1,0 +1,126 @@
+//! Errors shared by stores, the journal actor and persistent actors.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A shareable, thread-safe source error (cheap to clone into every write of a failed batch).
+pub type BoxError = Arc<dyn StdError + Send + Sync + 'static>;
+
+/// A failure of the journal: the store could not complete an operation, or the journal could
+/// not get an answer from it.
+///
+/// A failed write means the events *may or may not* be stored (as Akka's `WriteMessageFailure`);
+/// a persistent actor that sees one stops, and its next incarnation recovers what is really
+/// stored.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// Another writer already stored this sequence number for this persistence id. The write
+    /// was refused and nothing was overwritten. Usually two live incarnations of one persistence
+    /// id: make sure only one runs at a time (e.g. with cluster sharding).
+    #[error(
+        "persistence id {persistence_id:?} already holds sequence number {seq_nr}: \
+         another writer stored it first"
+    )]
+    ConcurrentWrite {
+        /// The persistence id written to.
+        persistence_id: String,
+        /// The sequence number that was already taken.
+        seq_nr: u64,
+    },
+    /// The store failed (connection lost, disk full, constraint other than a concurrent write).
+    #[error("journal store failed during {operation}: {source}")]
+    Storage {
+        /// What the store was doing, e.g. `"write"`, `"replay"`.
+        operation: &'static str,
+        /// The store's own error.
+        #[source]
+        source: BoxError,
+    },
+    /// The store gave no answer within the journal's call timeout.
+    #[error("journal store did not answer {operation} within {} ms", timeout.as_millis())]
+    Timeout {
+        /// What the journal was waiting for.
+        operation: &'static str,
+        /// The call timeout that expired.
+        timeout: Duration,
+    },
+    /// The store returned a number of results different from the number of atomic writes it
+    /// was given. The journal fails the whole batch rather than guess which result is whose.
+    #[error("journal store returned {actual} results for {expected} atomic writes")]
+    ResultCountMismatch {
+        /// Number of atomic writes in the batch.
+        expected: usize,
+        /// Number of results the store returned.
+        actual: usize,
+    },
+    /// The journal actor stopped (or its reply was lost) before the operation was answered.
+    #[error("the journal actor stopped before it answered")]
+    JournalStopped,
+}
+
+impl JournalError {
+    /// Wraps a store's own error as [`JournalError::Storage`].
+    pub fn storage<E>(operation: &'static str, source: E) -> Self
+    where
+        E: StdError + Send + Sync + 'static,
+    {
+        JournalError::Storage {
+            operation,
+            source: Arc::new(source),
+        }
+    }
+}
+
+/// Why an atomic write was rejected: it was never stored, and the journal is healthy (as Akka's
+/// `WriteMessageRejected`). The persistent actor is told and goes on.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("write of persistence id {persistence_id:?} at sequence number {seq_nr} rejected: {reason}")]
+pub struct WriteRejection {
+    /// The persistence id of the rejected write.
+    pub persistence_id: String,
+    /// The sequence number of the first event of the rejected atomic write.
+    pub seq_nr: u64,
+    /// What was wrong with it, e.g. "event could not be serialized: ...".
+    pub reason: String,
+}
+
+/// Why one atomic write did not succeed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AtomicWriteError {
+    /// The write was refused before it was stored (bad payload); the actor continues.
+    #[error(transparent)]
+    Rejected(#[from] WriteRejection),
+    /// The store failed; the events may or may not be stored; the actor stops.
+    #[error(transparent)]
+    Failed(#[from] JournalError),
+}
+
+/// A persistence id that no journal can store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPersistenceId {
+    /// The empty string.
+    #[error("a persistence id must not be empty")]
+    Empty,
+    /// It holds a NUL character, which PostgreSQL text cannot store.
+    #[error("persistence id {0:?} holds a NUL character")]
+    HoldsNul(String),
+}
+
+/// Checks that `persistence_id` can be stored byte-exact by every journal.
+///
+/// Any non-empty UTF-8 string without NUL is valid, including `/`, `\`, quotes and non-ASCII;
+/// ids are compared byte for byte (case matters).
+///
+/// # Errors
+/// [`InvalidPersistenceId`] for the empty string or a string holding `\0`.
+pub fn validate_persistence_id(persistence_id: &str) -> Result<(), InvalidPersistenceId> {
+    if persistence_id.is_empty() {
+        Err(InvalidPersistenceId::Empty)
+    } else if persistence_id.contains('\0') {
+        Err(InvalidPersistenceId::HoldsNul(persistence_id.to_owned()))
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,25 @@
+//! The core of actix-persistence: persistent actors, the journal protocol, the journal actor
+//! with its resequencer actors, and the store traits plugins implement.
+//!
+//! Most users depend on the facade crate `actix-persistence`, which re-exports this crate.
+//! Store plugins depend on it with `default-features = false`: the [`store`] traits then pull
+//! in neither Actix nor a runtime.
+//!
+//! # Feature flags
+//! - `actor` (default): [`journal`], [`persistent`] and the Actix machinery.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod inmem;
+pub mod serialization;
+pub mod store;
+
+
+pub use error::{
+    validate_persistence_id, AtomicWriteError, BoxError, InvalidPersistenceId, JournalError,
+    WriteRejection,
+};
+pub use inmem::InMemoryJournal;
+pub use store::{
+    AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream, MAX_SEQ_NR,
+};

@@ -1,0 +1,81 @@
+//! Turning events into bytes and back: serde_json by default.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Serializer id of [`serde_json`], stored with every event it wrote.
+pub const JSON_SERIALIZER_ID: u32 = 1;
+
+/// An event that could not be turned into bytes, or bytes that could not be turned back.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SerializationError {
+    /// The serializer returned an error (or panicked) for this value.
+    #[error("event could not be serialized: {0}")]
+    Serialize(String),
+    /// The stored bytes do not decode to the actor's event type.
+    #[error("event at sequence number {seq_nr} could not be deserialized: {reason}")]
+    Deserialize {
+        /// Sequence number of the stored event.
+        seq_nr: u64,
+        /// The serializer's message.
+        reason: String,
+    },
+    /// The event was written by a serializer this actor does not know.
+    #[error("event at sequence number {seq_nr} was written by serializer {serializer_id}, expected {expected}")]
+    UnknownSerializer {
+        /// Sequence number of the stored event.
+        seq_nr: u64,
+        /// The serializer id stored with the event.
+        serializer_id: u32,
+        /// The serializer id this actor reads.
+        expected: u32,
+    },
+}
+
+/// Serializes `event` with serde_json. A panicking `Serialize` impl is caught and reported as
+/// an error, so one bad event type cannot take its actor down.
+///
+/// # Errors
+/// [`SerializationError::Serialize`] when serde_json fails or the impl panics.
+pub fn to_json<E: Serialize + ?Sized>(event: &E) -> Result<Vec<u8>, SerializationError> {
+    match catch_unwind(AssertUnwindSafe(|| serde_json::to_vec(event))) {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => Err(SerializationError::Serialize(e.to_string())),
+        Err(panic) => Err(SerializationError::Serialize(panic_message(&panic))),
+    }
+}
+
+/// Deserializes an event written by [`to_json`].
+///
+/// # Errors
+/// [`SerializationError::UnknownSerializer`] when `serializer_id` is not
+/// [`JSON_SERIALIZER_ID`]; [`SerializationError::Deserialize`] when the bytes do not decode.
+pub fn from_json<E: DeserializeOwned>(
+    seq_nr: u64,
+    serializer_id: u32,
+    bytes: &[u8],
+) -> Result<E, SerializationError> {
+    if serializer_id != JSON_SERIALIZER_ID {
+        return Err(SerializationError::UnknownSerializer {
+            seq_nr,
+            serializer_id,
+            expected: JSON_SERIALIZER_ID,
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| SerializationError::Deserialize {
+        seq_nr,
+        reason: e.to_string(),
+    })
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("serializer panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("serializer panicked: {s}")
+    } else {
+        "serializer panicked".to_owned()
+    }
+}

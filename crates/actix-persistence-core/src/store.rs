@@ -1,0 +1,189 @@
+//! The journal store trait: what a storage plugin implements.
+//!
+//! Depends on no actor runtime and no database crate: a plugin implements [`JournalStore`] with
+//! whatever async client it likes and hands it to the journal actor, which adds concurrency,
+//! timeouts and reply ordering on top. Shaped after Akka's `AsyncWriteJournal` and
+//! `AsyncRecovery`.
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::error::{AtomicWriteError, JournalError, WriteRejection};
+
+/// The highest possible sequence number, used as "no upper bound" in replays and deletes.
+pub const MAX_SEQ_NR: u64 = u64::MAX;
+
+/// One event as the journal stores it: the serialized payload and its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistentRepr {
+    /// The persistence id of the actor that wrote it (byte-exact).
+    pub persistence_id: String,
+    /// Sequence number within the persistence id, starting at 1.
+    pub seq_nr: u64,
+    /// Serialized event.
+    pub payload: Vec<u8>,
+    /// Which serializer produced `payload` (see [`crate::serialization`]).
+    pub serializer_id: u32,
+    /// Serializer-specific type hint for the payload; may be empty.
+    pub manifest: String,
+    /// Unique id of the incarnation that wrote the event.
+    pub writer_uuid: String,
+    /// Write time, milliseconds since the Unix epoch.
+    pub timestamp: i64,
+    /// Tags for queries by tag.
+    pub tags: Vec<String>,
+}
+
+/// Events that are stored all together or not at all (as Akka's `AtomicWrite`): one `persist`
+/// gives an atomic write of one event, one `persist_all` an atomic write of all its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtomicWrite {
+    /// Events of one persistence id with consecutive, ascending sequence numbers. Never empty.
+    pub events: Vec<PersistentRepr>,
+}
+
+impl AtomicWrite {
+    /// Builds an atomic write, checking its shape.
+    ///
+    /// # Errors
+    /// A [`WriteRejection`] when `events` is empty, mixes persistence ids, or has sequence
+    /// numbers that are not consecutive and ascending.
+    pub fn new(events: Vec<PersistentRepr>) -> Result<Self, WriteRejection> {
+        let write = AtomicWrite { events };
+        write.check_shape()?;
+        Ok(write)
+    }
+
+    /// The persistence id all events belong to (empty if there are no events).
+    pub fn persistence_id(&self) -> &str {
+        self.events
+            .first()
+            .map(|e| e.persistence_id.as_str())
+            .unwrap_or("")
+    }
+
+    /// Sequence number of the first event (0 if empty).
+    pub fn lowest_seq_nr(&self) -> u64 {
+        self.events.first().map(|e| e.seq_nr).unwrap_or(0)
+    }
+
+    /// Sequence number of the last event (0 if empty).
+    pub fn highest_seq_nr(&self) -> u64 {
+        self.events.last().map(|e| e.seq_nr).unwrap_or(0)
+    }
+
+    /// Checks the invariants stores rely on: non-empty, one persistence id, consecutive seq_nrs.
+    ///
+    /// # Errors
+    /// A [`WriteRejection`] naming the broken invariant.
+    pub fn check_shape(&self) -> Result<(), WriteRejection> {
+        let reject = |reason: &str| WriteRejection {
+            persistence_id: self.persistence_id().to_owned(),
+            seq_nr: self.lowest_seq_nr(),
+            reason: reason.to_owned(),
+        };
+        if self.events.is_empty() {
+            return Err(reject("an atomic write must hold at least one event"));
+        }
+        let pid = self.persistence_id();
+        let first = self.lowest_seq_nr();
+        if first == 0 {
+            return Err(reject("sequence numbers start at 1"));
+        }
+        for (i, event) in self.events.iter().enumerate() {
+            if event.persistence_id != pid {
+                return Err(reject("all events of an atomic write must share one persistence id"));
+            }
+            if Some(event.seq_nr) != first.checked_add(i as u64) {
+                return Err(reject("sequence numbers of an atomic write must be consecutive"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of one atomic write: stored, rejected (not stored, go on) or failed.
+pub type AtomicWriteResult = Result<(), AtomicWriteError>;
+
+/// A stream of replayed events, in ascending sequence-number order.
+pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>;
+
+/// Storage behind a journal. Implementations must be safe to call concurrently: the journal
+/// actor starts a write without waiting for the previous one.
+///
+/// Guarantees a store must give (the testkit's conformance suite checks them):
+/// - an atomic write is stored all or nothing;
+/// - the highest sequence number of a persistence id never decreases, not even after a delete;
+/// - a write of a sequence number that is already stored fails with
+///   [`JournalError::ConcurrentWrite`] and never overwrites;
+/// - once `write_messages` returned `Ok` for a write, the events are durable and visible to
+///   every later replay.
+#[async_trait]
+pub trait JournalStore: Send + Sync + 'static {
+    /// Stores a batch of atomic writes, possibly of many persistence ids.
+    ///
+    /// Returns exactly one result per atomic write, in the order given. `Err` fails the whole
+    /// batch (every write may or may not be stored).
+    ///
+    /// # Errors
+    /// [`JournalError`] when the batch as a whole could not be attempted or committed.
+    async fn write_messages(
+        &self,
+        writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<AtomicWriteResult>, JournalError>;
+
+    /// Replays the stored events of `persistence_id` with `from <= seq_nr <= to`, at most `max`
+    /// of them, ascending. The stream owns what it needs (`'static`) so it can outlive `&self`.
+    fn replay_messages(
+        &self,
+        persistence_id: &str,
+        from_seq_nr: u64,
+        to_seq_nr: u64,
+        max: u64,
+    ) -> ReplayStream;
+
+    /// The highest sequence number ever stored for `persistence_id` (0 if none), deleted
+    /// events included. `from_seq_nr` is a hint: the answer is at least the highest stored at
+    /// or above it.
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be read.
+    async fn read_highest_sequence_nr(
+        &self,
+        persistence_id: &str,
+        from_seq_nr: u64,
+    ) -> Result<u64, JournalError>;
+
+    /// Deletes the events of `persistence_id` with `seq_nr <= to_seq_nr`. The highest sequence
+    /// number is kept.
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be written.
+    async fn delete_messages_to(
+        &self,
+        persistence_id: &str,
+        to_seq_nr: u64,
+    ) -> Result<(), JournalError>;
+}
+
+#[async_trait]
+impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
+    async fn write_messages(
+        &self,
+        writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        (**self).write_messages(writes).await
+    }
+
+    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        (**self).replay_messages(pid, from, to, max)
+    }
+
+    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
+        (**self).read_highest_sequence_nr(pid, from).await
+    }
+
+    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+        (**self).delete_messages_to(pid, to).await
+    }
+}
