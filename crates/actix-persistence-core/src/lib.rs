@@ -14,6 +14,11 @@ pub mod inmem;
 pub mod serialization;
 pub mod store;
 
+#[cfg(feature = "actor")]
+pub mod journal;
+#[cfg(feature = "actor")]
+pub mod persistent;
+
 
 pub use error::{
     validate_persistence_id, AtomicWriteError, BoxError, InvalidPersistenceId, JournalError,

@@ -1,0 +1,236 @@
+//! The table of known settings: dotted keys, their kinds, sections, env var names and typo hints.
+
+/// Prefix of the environment variables that set individual settings.
+pub const ENV_PREFIX: &str = "ACTIX_PERSISTENCE__";
+
+/// Environment variable naming a user TOML file, read when the loader uses the process env
+/// (or when it appears among the variables given to [`SettingsLoader::env_vars`]).
+///
+/// [`SettingsLoader::env_vars`]: crate::SettingsLoader::env_vars
+pub const CONFIG_FILE_ENV: &str = "ACTIX_PERSISTENCE_CONFIG";
+
+/// What kind of value a setting holds, and so which rule it follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One of [`crate::JournalPlugin`]'s names.
+    Plugin,
+    /// An integer `>= 1` and `<= max`.
+    Count { max: u128 },
+    /// A humantime duration `> 0`.
+    Duration,
+    /// A non-empty string.
+    NonEmptyString,
+}
+
+impl Kind {
+    /// The rule a value of this kind must follow, as shown in a problem.
+    pub(crate) fn rule(self) -> String {
+        match self {
+            Kind::Plugin => format!(
+                "must be one of {}",
+                crate::JournalPlugin::ALL
+                    .iter()
+                    .map(|p| format!("\"{}\"", p.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Kind::Count { .. } => "must be an integer >= 1".to_owned(),
+            Kind::Duration => {
+                "must be a duration > 0, written as a string such as \"10s\" or \"500ms\"".to_owned()
+            }
+            Kind::NonEmptyString => "must be a non-empty string".to_owned(),
+        }
+    }
+}
+
+/// One known setting.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Key {
+    /// Dotted, kebab-case path: `journal.write-reply-ordering-groups`.
+    pub(crate) path: &'static str,
+    pub(crate) kind: Kind,
+}
+
+pub(crate) const GROUPS: &str = "journal.write-reply-ordering-groups";
+pub(crate) const MAX_GROUPS: &str = "journal.max-write-reply-ordering-groups";
+
+const USIZE_MAX: u128 = usize::MAX as u128;
+const U32_MAX: u128 = u32::MAX as u128;
+
+/// Every leaf setting, in the order of reference.toml.
+pub(crate) const KEYS: &[Key] = &[
+    Key { path: "journal.plugin", kind: Kind::Plugin },
+    Key { path: GROUPS, kind: Kind::Count { max: USIZE_MAX } },
+    Key { path: MAX_GROUPS, kind: Kind::Count { max: USIZE_MAX } },
+    Key { path: "journal.replay-batch-size", kind: Kind::Count { max: USIZE_MAX } },
+    Key { path: "journal.circuit-breaker.max-failures", kind: Kind::Count { max: U32_MAX } },
+    Key { path: "journal.circuit-breaker.call-timeout", kind: Kind::Duration },
+    Key { path: "journal.circuit-breaker.reset-timeout", kind: Kind::Duration },
+    Key { path: "journal.sqlite.url", kind: Kind::NonEmptyString },
+    Key { path: "journal.sqlite.max-connections", kind: Kind::Count { max: U32_MAX } },
+    Key { path: "journal.sqlite.busy-timeout", kind: Kind::Duration },
+];
+
+/// Every section (a TOML table holding settings).
+pub(crate) const SECTIONS: &[&str] = &["journal", "journal.circuit-breaker", "journal.sqlite"];
+
+pub(crate) fn key(path: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.path == path)
+}
+
+pub(crate) fn is_section(path: &str) -> bool {
+    SECTIONS.contains(&path)
+}
+
+/// Every known setting as a dotted, kebab-case key, in the order of `reference.toml`.
+///
+/// # Examples
+///
+/// ```
+/// let keys: Vec<_> = actix_persistence_config::keys().collect();
+/// assert!(keys.contains(&"journal.write-reply-ordering-groups"));
+/// assert!(keys.contains(&"journal.circuit-breaker.call-timeout"));
+/// ```
+pub fn keys() -> impl ExactSizeIterator<Item = &'static str> {
+    KEYS.iter().map(|k| k.path)
+}
+
+/// The environment variable that sets the known setting `key`, or `None` for an unknown key.
+///
+/// # Examples
+///
+/// ```
+/// use actix_persistence_config::env_var;
+///
+/// assert_eq!(
+///     env_var("journal.circuit-breaker.call-timeout").as_deref(),
+///     Some("ACTIX_PERSISTENCE__JOURNAL__CIRCUIT_BREAKER__CALL_TIMEOUT"),
+/// );
+/// assert_eq!(env_var("journal.no-such-key"), None);
+/// ```
+pub fn env_var(key: &str) -> Option<String> {
+    if self::key(key).is_some() {
+        Some(env_var_unchecked(key))
+    } else {
+        None
+    }
+}
+
+fn env_var_unchecked(path: &str) -> String {
+    let mut name = String::from(ENV_PREFIX);
+    let segments: Vec<String> = path
+        .split('.')
+        .map(|s| s.replace('-', "_").to_ascii_uppercase())
+        .collect();
+    name.push_str(&segments.join("__"));
+    name
+}
+
+/// Maps an environment variable name to a dotted key, if it carries the settings prefix
+/// (case-insensitive). The key may be unknown.
+pub(crate) fn key_of_env_var(name: &str) -> Option<String> {
+    let prefix = name.get(..ENV_PREFIX.len())?;
+    if !prefix.eq_ignore_ascii_case(ENV_PREFIX) {
+        return None;
+    }
+    let rest = name.get(ENV_PREFIX.len()..)?;
+    Some(
+        rest.split("__")
+            .map(|s| s.to_ascii_lowercase().replace('_', "-"))
+            .collect::<Vec<_>>()
+            .join("."),
+    )
+}
+
+fn parent(path: &str) -> &str {
+    path.rsplit_once('.').map_or("", |(p, _)| p)
+}
+
+fn last(path: &str) -> &str {
+    path.rsplit_once('.').map_or(path, |(_, l)| l)
+}
+
+fn known_paths() -> impl Iterator<Item = &'static str> {
+    SECTIONS.iter().copied().chain(KEYS.iter().map(|k| k.path))
+}
+
+/// The known key closest to the unknown `path`, if one is close enough to be a likely typo.
+pub(crate) fn closest(path: &str) -> Option<&'static str> {
+    let score = |a: &str, b: &str| strsim::normalized_damerau_levenshtein(a, b);
+    let best = |candidates: Vec<&'static str>, f: &dyn Fn(&str) -> f64, min: f64| {
+        candidates
+            .into_iter()
+            .map(|c| (c, f(c)))
+            .filter(|(_, s)| *s >= min)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(c, _)| c)
+    };
+    // A misspelt key in the right section.
+    let siblings: Vec<_> = known_paths().filter(|k| parent(k) == parent(path)).collect();
+    if let Some(hit) = best(siblings, &|c| score(last(c), last(path)), 0.5) {
+        return Some(hit);
+    }
+    // The right key in the wrong section.
+    let same_name: Vec<_> = known_paths().filter(|k| last(k) == last(path)).collect();
+    if let Some(hit) = same_name.first() {
+        return Some(hit);
+    }
+    // A misspelt section.
+    best(known_paths().collect(), &|c| score(c, path), 0.8)
+}
+
+/// The rule of a problem for the unknown key `path`; `env` adds the env var of the hint.
+pub(crate) fn unknown_rule(path: &str, env: bool) -> String {
+    match closest(path) {
+        Some(hit) if env && key(hit).is_some() => format!(
+            "is not a known setting; did you mean {hit} ({})?",
+            env_var_unchecked(hit)
+        ),
+        Some(hit) => format!("is not a known setting; did you mean {hit}?"),
+        None => {
+            let section = parent(path);
+            let siblings: Vec<_> = known_paths()
+                .filter(|k| parent(k) == section)
+                .map(last)
+                .collect();
+            if siblings.is_empty() {
+                "is not a known setting".to_owned()
+            } else if section.is_empty() {
+                format!(
+                    "is not a known setting; the known top-level keys are: {}",
+                    siblings.join(", ")
+                )
+            } else {
+                format!(
+                    "is not a known setting; the known keys of [{section}] are: {}",
+                    siblings.join(", ")
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_var_name_round_trips_to_key_for_every_key() {
+        for k in KEYS {
+            assert_eq!(key_of_env_var(&env_var_unchecked(k.path)).as_deref(), Some(k.path));
+        }
+    }
+
+    #[test]
+    fn prefix_check_does_not_split_multibyte_names() {
+        assert_eq!(key_of_env_var("ACTIX_PERSISTENCÉ__JOURNAL__PLUGIN"), None);
+        assert_eq!(key_of_env_var("é"), None);
+    }
+
+    #[test]
+    fn typo_in_section_is_hinted() {
+        assert_eq!(closest("jornal.plugin"), Some("journal.plugin"));
+        assert_eq!(closest("journal.busy-timeout"), Some("journal.sqlite.busy-timeout"));
+        assert_eq!(closest("journal.zzzzzzzz"), None);
+    }
+}

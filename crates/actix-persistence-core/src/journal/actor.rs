@@ -1,0 +1,214 @@
+use std::num::NonZeroUsize;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr, Context, Handler, ResponseFuture};
+use futures::FutureExt;
+use tracing::Instrument;
+
+use super::{
+    write_reply_ordering_group, DeleteMessagesTo, ReadHighestSequenceNr, Replay, ReplayMessages,
+    Resequence, Resequencer, WriteMessages, WriteMessagesReply,
+};
+use crate::error::JournalError;
+use crate::store::{AtomicWrite, JournalStore};
+
+/// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// Number of write-reply-ordering groups, one resequencer actor each (default 1).
+    pub write_reply_ordering_groups: NonZeroUsize,
+    /// How long a store call may take before the journal fails it (default 10 s).
+    pub call_timeout: Duration,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            write_reply_ordering_groups: NonZeroUsize::MIN,
+            call_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs writes, replays and deletes against a [`JournalStore`]; owns one [`Resequencer`] per
+/// write-reply-ordering group and talks to persistent actors.
+///
+/// Writes start as soon as they arrive, never waiting for an earlier one (as Akka's
+/// `AsyncWriteJournal`); their replies leave through the writer's group in arrival order.
+pub struct JournalActor {
+    store: Arc<dyn JournalStore>,
+    config: JournalConfig,
+    groups: Vec<Group>,
+}
+
+struct Group {
+    resequencer: Addr<Resequencer>,
+    next_seq: u64,
+}
+
+impl JournalActor {
+    /// A journal actor over `store`. Its resequencers are created when it starts.
+    pub fn new(store: Arc<dyn JournalStore>, config: JournalConfig) -> Self {
+        JournalActor {
+            store,
+            config,
+            groups: Vec::new(),
+        }
+    }
+
+    /// Starts a journal actor over `store` on the current arbiter.
+    pub fn start_with(store: Arc<dyn JournalStore>, config: JournalConfig) -> Addr<Self> {
+        Self::new(store, config).start()
+    }
+
+    fn call_timeout(&self) -> Duration {
+        self.config.call_timeout
+    }
+}
+
+impl Actor for JournalActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Context<Self>) {
+        let count = self.config.write_reply_ordering_groups.get();
+        self.groups = (0..count)
+            .map(|_| Group {
+                resequencer: Resequencer::new().start(),
+                next_seq: 0,
+            })
+            .collect();
+        tracing::debug!(write_reply_ordering_groups = count, "journal started");
+    }
+}
+
+impl Handler<WriteMessages> for JournalActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: WriteMessages, _: &mut Context<Self>) {
+        let group_index =
+            write_reply_ordering_group(msg.incarnation, self.config.write_reply_ordering_groups);
+        let group = &mut self.groups[group_index];
+        let seq = group.next_seq;
+        group.next_seq += 1;
+        let resequencer = group.resequencer.clone();
+        let store = Arc::clone(&self.store);
+        let timeout = self.call_timeout();
+        let span = tracing::debug_span!(
+            "journal_write",
+            group = group_index,
+            writes = msg.writes.len(),
+            persistence_id = msg.writes.first().map(|w| w.persistence_id()).unwrap_or(""),
+            from_seq_nr = msg.writes.first().map(|w| w.lowest_seq_nr()).unwrap_or(0),
+            to_seq_nr = msg.writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
+        );
+        let reply_to = msg.reply_to;
+        actix::spawn(
+            async move {
+                let reply = write_batch(&*store, msg.writes, timeout).await;
+                resequencer.do_send(Resequence {
+                    seq,
+                    reply,
+                    reply_to,
+                });
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Runs one batch against the store and turns every way it can end into a reply.
+async fn write_batch(
+    store: &dyn JournalStore,
+    writes: Vec<AtomicWrite>,
+    timeout: Duration,
+) -> WriteMessagesReply {
+    if writes.is_empty() {
+        return WriteMessagesReply::Completed(Vec::new());
+    }
+    let expected = writes.len();
+    let call = AssertUnwindSafe(store.write_messages(writes)).catch_unwind();
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => WriteMessagesReply::Failed(JournalError::Timeout {
+            operation: "write",
+            timeout,
+        }),
+        Ok(Err(_panic)) => WriteMessagesReply::Failed(JournalError::storage(
+            "write",
+            StorePanicked,
+        )),
+        Ok(Ok(Err(cause))) => WriteMessagesReply::Failed(cause),
+        Ok(Ok(Ok(results))) if results.len() != expected => {
+            WriteMessagesReply::Failed(JournalError::ResultCountMismatch {
+                expected,
+                actual: results.len(),
+            })
+        }
+        Ok(Ok(Ok(results))) => WriteMessagesReply::Completed(results),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the journal store panicked")]
+struct StorePanicked;
+
+/// Awaits a store call with the journal's call timeout.
+async fn with_timeout<T>(
+    operation: &'static str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, JournalError>>,
+) -> Result<T, JournalError> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or(Err(JournalError::Timeout { operation, timeout }))
+}
+
+impl Handler<ReplayMessages> for JournalActor {
+    type Result = ResponseFuture<Result<Replay, JournalError>>;
+
+    fn handle(&mut self, msg: ReplayMessages, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(&self.store);
+        let timeout = self.call_timeout();
+        Box::pin(async move {
+            let highest = with_timeout(
+                "read highest sequence number",
+                timeout,
+                store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr),
+            )
+            .await?;
+            let to = msg.to_seq_nr.min(highest);
+            let events = store.replay_messages(&msg.persistence_id, msg.from_seq_nr, to, msg.max);
+            Ok(Replay {
+                highest_seq_nr: highest,
+                events,
+            })
+        })
+    }
+}
+
+impl Handler<ReadHighestSequenceNr> for JournalActor {
+    type Result = ResponseFuture<Result<u64, JournalError>>;
+
+    fn handle(&mut self, msg: ReadHighestSequenceNr, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(&self.store);
+        let timeout = self.call_timeout();
+        Box::pin(async move {
+            let call = store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr);
+            with_timeout("read highest sequence number", timeout, call).await
+        })
+    }
+}
+
+impl Handler<DeleteMessagesTo> for JournalActor {
+    type Result = ResponseFuture<Result<(), JournalError>>;
+
+    fn handle(&mut self, msg: DeleteMessagesTo, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(&self.store);
+        let timeout = self.call_timeout();
+        Box::pin(async move {
+            let call = store.delete_messages_to(&msg.persistence_id, msg.to_seq_nr);
+            with_timeout("delete", timeout, call).await
+        })
+    }
+}

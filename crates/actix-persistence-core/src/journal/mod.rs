@@ -1,0 +1,22 @@
+//! The journal actor, its protocol, and the resequencer actors that order its replies.
+//!
+//! One persist's path: the persistent actor sends [`WriteMessages`] to the [`JournalActor`],
+//! which picks the write-reply-ordering group from the actor's [`Incarnation`]
+//! ([`write_reply_ordering_group`]), numbers the write within that group, and starts the store
+//! write at once (writes run concurrently). When the store answers, the reply goes to the
+//! group's [`Resequencer`], which releases replies strictly in the order the writes arrived in
+//! that group. A slow write therefore holds back only the later replies of its own group (as
+//! Akka's `AsyncWriteJournal` with `write-reply-ordering-groups`).
+
+mod actor;
+mod protocol;
+mod resequencer;
+mod routing;
+
+pub use actor::{JournalActor, JournalConfig};
+pub use protocol::{
+    DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages, WriteMessages,
+    WriteMessagesReply,
+};
+pub use resequencer::{Resequence, Resequencer};
+pub use routing::write_reply_ordering_group;

@@ -1,0 +1,171 @@
+//! Messages between persistent actors and the journal actor (as Akka's `JournalProtocol`).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix::Message;
+use tokio::sync::oneshot;
+
+use crate::error::{AtomicWriteError, JournalError};
+use crate::store::{AtomicWrite, AtomicWriteResult, ReplayStream};
+
+/// The identity of one incarnation of a persistent actor: unique within the process, so two
+/// incarnations of the same persistence id compare unequal. The journal routes write replies
+/// by it (see [`super::write_reply_ordering_group`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Incarnation(u64);
+
+static NEXT_INCARNATION: AtomicU64 = AtomicU64::new(1);
+
+impl Incarnation {
+    /// A fresh incarnation id, never handed out before in this process.
+    pub fn next() -> Self {
+        Incarnation(NEXT_INCARNATION.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// An incarnation with a chosen id (tests, or a caller that keeps its own ids unique).
+    pub fn from_raw(id: u64) -> Self {
+        Incarnation(id)
+    }
+
+    /// The id.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Debug for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Incarnation({})", self.0)
+    }
+}
+
+impl fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Store a batch of atomic writes of one actor incarnation; the answer goes to `reply_to`
+/// through the incarnation's resequencer (as Akka's `WriteMessages`).
+///
+/// Every `WriteMessages` is answered exactly once, also when the store fails, panics, times
+/// out or returns the wrong number of results. Replies to writes of the same
+/// write-reply-ordering group are sent in the order the journal received the writes.
+pub struct WriteMessages {
+    /// The atomic writes, in order. May be empty (answered without reaching the store).
+    pub writes: Vec<AtomicWrite>,
+    /// The writing incarnation: decides the write-reply-ordering group.
+    pub incarnation: Incarnation,
+    /// Where the reply goes.
+    pub reply_to: oneshot::Sender<WriteMessagesReply>,
+}
+
+impl Message for WriteMessages {
+    type Result = ();
+}
+
+impl fmt::Debug for WriteMessages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteMessages")
+            .field("writes", &self.writes.len())
+            .field("incarnation", &self.incarnation)
+            .finish()
+    }
+}
+
+/// The answer to [`WriteMessages`].
+#[derive(Debug, Clone)]
+pub enum WriteMessagesReply {
+    /// The batch was attempted: one result per atomic write, in order (as Akka's
+    /// `WriteMessagesSuccessful` followed by `WriteMessageSuccess`, `WriteMessageRejected` or
+    /// `WriteMessageFailure` per write).
+    Completed(Vec<AtomicWriteResult>),
+    /// The batch failed as a whole (as Akka's `WriteMessagesFailed`); every write may or may not
+    /// be stored.
+    Failed(JournalError),
+}
+
+impl WriteMessagesReply {
+    /// One result per atomic write: a whole-batch failure becomes that failure for each write.
+    /// `write_count` is the number of atomic writes that were sent; a mismatch fails them all.
+    pub fn into_results(self, write_count: usize) -> Vec<AtomicWriteResult> {
+        match self {
+            WriteMessagesReply::Completed(results) if results.len() == write_count => results,
+            WriteMessagesReply::Completed(results) => fail_all(
+                JournalError::ResultCountMismatch {
+                    expected: write_count,
+                    actual: results.len(),
+                },
+                write_count,
+            ),
+            WriteMessagesReply::Failed(cause) => fail_all(cause, write_count),
+        }
+    }
+}
+
+fn fail_all(cause: JournalError, count: usize) -> Vec<AtomicWriteResult> {
+    vec![Err(AtomicWriteError::Failed(cause)); count]
+}
+
+/// Replay the events of a persistence id with `from_seq_nr <= seq_nr <= to_seq_nr`, at most
+/// `max` of them (as Akka's `ReplayMessages`).
+#[derive(Debug, Clone)]
+pub struct ReplayMessages {
+    /// Whose events.
+    pub persistence_id: String,
+    /// Lowest sequence number to replay (inclusive).
+    pub from_seq_nr: u64,
+    /// Highest sequence number to replay (inclusive); `u64::MAX` for no bound.
+    pub to_seq_nr: u64,
+    /// At most this many events; `u64::MAX` for no bound.
+    pub max: u64,
+}
+
+impl Message for ReplayMessages {
+    type Result = Result<Replay, JournalError>;
+}
+
+/// The answer to [`ReplayMessages`]: the highest sequence number the journal ever stored for
+/// the id (never lowered by the replay's bounds or by deletes), and the events, streamed.
+pub struct Replay {
+    /// Highest sequence number ever stored for the persistence id (0 if none).
+    pub highest_seq_nr: u64,
+    /// The replayed events, ascending.
+    pub events: ReplayStream,
+}
+
+impl fmt::Debug for Replay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replay")
+            .field("highest_seq_nr", &self.highest_seq_nr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Read the highest sequence number ever stored for a persistence id, without replaying.
+#[derive(Debug, Clone)]
+pub struct ReadHighestSequenceNr {
+    /// Whose events.
+    pub persistence_id: String,
+    /// Hint: the caller knows nothing below this was written after its last look.
+    pub from_seq_nr: u64,
+}
+
+impl Message for ReadHighestSequenceNr {
+    type Result = Result<u64, JournalError>;
+}
+
+/// Delete the events of a persistence id up to and including `to_seq_nr`; the highest
+/// sequence number is kept (as Akka's `DeleteMessagesTo`).
+#[derive(Debug, Clone)]
+pub struct DeleteMessagesTo {
+    /// Whose events.
+    pub persistence_id: String,
+    /// Delete events with `seq_nr <= to_seq_nr`; `u64::MAX` deletes all.
+    pub to_seq_nr: u64,
+}
+
+impl Message for DeleteMessagesTo {
+    type Result = Result<(), JournalError>;
+}

@@ -1,0 +1,342 @@
+//! The future that runs a persistent actor's recovery and writes while its mailbox waits.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+
+use actix::{ActorContext, ActorFuture, AsyncContext, Context, MailboxError};
+use tokio::sync::oneshot;
+use tracing::Span;
+
+use super::state::{Invocation, PendingWrite};
+use super::{PersistError, PersistentActor, RecoveryError};
+use crate::error::{AtomicWriteError, JournalError};
+use crate::journal::{Replay, ReplayMessages, WriteMessages, WriteMessagesReply};
+use crate::serialization::from_json;
+use crate::store::{AtomicWriteResult, ReplayStream, MAX_SEQ_NR};
+
+/// Replayed events applied in one poll before the driver yields to other actors.
+const REPLAY_EVENTS_PER_POLL: usize = 1024;
+
+/// Queues an invocation of the command being handled, and installs the driver if it is not
+/// running. The batch is sent when the driver is next polled: after the handler returned.
+pub(crate) fn enqueue<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    invocation: Invocation<A>,
+) {
+    let state = act.persistence_mut();
+    state.batch.push(invocation);
+    if !state.driver_running {
+        state.driver_running = true;
+        ctx.wait(Driver::<A>::new(DriverState::Idle));
+    }
+}
+
+pub(crate) fn start_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
+    let state = act.persistence_mut();
+    state.driver_running = true;
+    let persistence_id = state.persistence_id().to_owned();
+    let span = tracing::debug_span!(
+        "recovery",
+        persistence_id = %persistence_id,
+        highest_seq_nr = tracing::field::Empty,
+        replayed = tracing::field::Empty,
+    );
+    let request = state.journal().send(ReplayMessages {
+        persistence_id,
+        from_seq_nr: 1,
+        to_seq_nr: MAX_SEQ_NR,
+        max: u64::MAX,
+    });
+    let recovery = Recovery {
+        request: Some(Box::pin(request)),
+        replay: None,
+        replayed: 0,
+        span,
+    };
+    ctx.wait(Driver::<A>::new(DriverState::Recovering(recovery)));
+}
+
+type ReplayRequest = Pin<Box<dyn Future<Output = Result<Result<Replay, JournalError>, MailboxError>>>>;
+
+struct Recovery {
+    request: Option<ReplayRequest>,
+    replay: Option<(u64, ReplayStream)>,
+    replayed: u64,
+    span: Span,
+}
+
+enum DriverState {
+    Recovering(Recovery),
+    Idle,
+    Awaiting {
+        reply: oneshot::Receiver<WriteMessagesReply>,
+        writes: usize,
+        span: Span,
+    },
+}
+
+/// Holds the actor's mailbox (via `ctx.wait`) while recovery or writes are outstanding, and
+/// runs their continuations in order.
+pub(crate) struct Driver<A> {
+    state: DriverState,
+    _actor: PhantomData<fn() -> A>,
+}
+
+impl<A> Driver<A> {
+    fn new(state: DriverState) -> Self {
+        Driver {
+            state,
+            _actor: PhantomData,
+        }
+    }
+}
+
+impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut A,
+        ctx: &mut Context<A>,
+        task: &mut TaskContext<'_>,
+    ) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.state {
+                DriverState::Recovering(recovery) => match poll_recovery(recovery, act, task) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(last_seq_nr)) => {
+                        let state = act.persistence_mut();
+                        state.last_seq_nr = last_seq_nr;
+                        state.recovered = true;
+                        this.state = DriverState::Idle;
+                        act.on_recovery_completed(last_seq_nr, ctx);
+                    }
+                    Poll::Ready(Err(cause)) => {
+                        act.on_recovery_failure(&cause, ctx);
+                        act.persistence_mut().driver_running = false;
+                        ctx.stop();
+                        return Poll::Ready(());
+                    }
+                },
+                DriverState::Idle => match send_batch(act) {
+                    None => {
+                        act.persistence_mut().driver_running = false;
+                        return Poll::Ready(());
+                    }
+                    Some(Sent::Nothing) => {
+                        if !deliver(act, ctx, Vec::new()) {
+                            return Poll::Ready(());
+                        }
+                    }
+                    Some(Sent::Writes {
+                        reply,
+                        writes,
+                        span,
+                    }) => {
+                        this.state = DriverState::Awaiting {
+                            reply,
+                            writes,
+                            span,
+                        }
+                    }
+                },
+                DriverState::Awaiting {
+                    reply,
+                    writes,
+                    span,
+                } => {
+                    let results = match Pin::new(reply).poll(task) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(reply)) => reply.into_results(*writes),
+                        Poll::Ready(Err(_)) => {
+                            WriteMessagesReply::Failed(JournalError::JournalStopped)
+                                .into_results(*writes)
+                        }
+                    };
+                    let span = span.clone();
+                    let _entered = span.enter();
+                    this.state = DriverState::Idle;
+                    if !deliver(act, ctx, results) {
+                        return Poll::Ready(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Replays events into the actor; yields the highest sequence number when done.
+fn poll_recovery<A: PersistentActor>(
+    recovery: &mut Recovery,
+    act: &mut A,
+    task: &mut TaskContext<'_>,
+) -> Poll<Result<u64, RecoveryError>> {
+    let _entered = recovery.span.clone().entered();
+    let journal_error = |act: &A, source| RecoveryError::Journal {
+        persistence_id: act.persistence_id().to_owned(),
+        source,
+    };
+    if let Some(request) = &mut recovery.request {
+        let replay = match request.as_mut().poll(task) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(Ok(replay))) => replay,
+            Poll::Ready(Ok(Err(e))) => return Poll::Ready(Err(journal_error(act, e))),
+            Poll::Ready(Err(_)) => {
+                return Poll::Ready(Err(journal_error(act, JournalError::JournalStopped)))
+            }
+        };
+        recovery.span.record("highest_seq_nr", replay.highest_seq_nr);
+        recovery.request = None;
+        recovery.replay = Some((replay.highest_seq_nr, replay.events));
+    }
+    let Some((highest, events)) = &mut recovery.replay else {
+        return Poll::Ready(Err(journal_error(act, JournalError::JournalStopped)));
+    };
+    let mut applied = 0;
+    loop {
+        match events.as_mut().poll_next(task) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(Ok(repr))) => {
+                let event = from_json::<A::Event>(repr.seq_nr, repr.serializer_id, &repr.payload)
+                    .map_err(|source| RecoveryError::Deserialize {
+                        persistence_id: act.persistence_id().to_owned(),
+                        source,
+                    });
+                match event {
+                    Ok(event) => act.apply(&event),
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+                act.persistence_mut().last_seq_nr = repr.seq_nr;
+                recovery.replayed += 1;
+                applied += 1;
+                if applied == REPLAY_EVENTS_PER_POLL {
+                    task.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(journal_error(act, e))),
+            Poll::Ready(None) => {
+                let last = (*highest).max(act.last_seq_nr());
+                recovery.span.record("replayed", recovery.replayed);
+                tracing::debug!(last_seq_nr = last, replayed = recovery.replayed, "recovery completed");
+                return Poll::Ready(Ok(last));
+            }
+        }
+    }
+}
+
+enum Sent {
+    /// Only defers or pre-rejected writes: nothing to wait for.
+    Nothing,
+    Writes {
+        reply: oneshot::Receiver<WriteMessagesReply>,
+        writes: usize,
+        span: Span,
+    },
+}
+
+/// Moves the command's invocations in flight and sends their atomic writes as one batch.
+/// `None` when there was nothing queued.
+fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
+    let state = act.persistence_mut();
+    if state.batch.is_empty() {
+        return None;
+    }
+    let mut writes = Vec::new();
+    for mut invocation in state.batch.drain(..) {
+        invocation.write = match std::mem::replace(&mut invocation.write, PendingWrite::None) {
+            PendingWrite::Ready(write) => {
+                writes.push(write);
+                PendingWrite::Sent
+            }
+            other => other,
+        };
+        state.in_flight.push_back(invocation);
+    }
+    if writes.is_empty() {
+        return Some(Sent::Nothing);
+    }
+    let span = tracing::debug_span!(
+        "persist",
+        persistence_id = %state.persistence_id(),
+        from_seq_nr = writes.first().map(|w| w.lowest_seq_nr()).unwrap_or(0),
+        to_seq_nr = writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
+        atomic_writes = writes.len(),
+    );
+    let (reply_to, reply) = oneshot::channel();
+    let count = writes.len();
+    state.journal().do_send(WriteMessages {
+        writes,
+        incarnation: state.incarnation(),
+        reply_to,
+    });
+    Some(Sent::Writes {
+        reply,
+        writes: count,
+        span,
+    })
+}
+
+/// Runs the in-flight invocations' continuations in order with their results. Returns false
+/// when a write failed and the actor is stopping.
+fn deliver<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    results: Vec<AtomicWriteResult>,
+) -> bool {
+    let mut results = results.into_iter();
+    while let Some(invocation) = act.persistence_mut().in_flight.pop_front() {
+        let Invocation {
+            events,
+            write,
+            then,
+        } = invocation;
+        let outcome: AtomicWriteResult = match write {
+            PendingWrite::None => Ok(()),
+            PendingWrite::Rejected(rejection) => Err(rejection.into()),
+            PendingWrite::Sent | PendingWrite::Ready(_) => {
+                results.next().unwrap_or(Err(AtomicWriteError::Failed(
+                    JournalError::JournalStopped,
+                )))
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                for event in &events {
+                    act.apply(event);
+                }
+                then(act, Ok(&events), ctx);
+            }
+            Err(AtomicWriteError::Rejected(rejection)) => {
+                act.on_persist_rejected(&rejection, ctx);
+                then(act, Err(PersistError::Rejected(rejection)), ctx);
+            }
+            Err(AtomicWriteError::Failed(cause)) => {
+                act.on_persist_failure(&cause, ctx);
+                then(act, Err(PersistError::Failed(cause)), ctx);
+                stop_after_failure(act, ctx);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Answers every waiting continuation with `ActorStopped` and stops the actor.
+fn stop_after_failure<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
+    let state = act.persistence_mut();
+    let waiting: Vec<_> = state
+        .in_flight
+        .drain(..)
+        .chain(state.batch.drain(..))
+        .collect();
+    state.driver_running = false;
+    for invocation in waiting {
+        (invocation.then)(act, Err(PersistError::ActorStopped), ctx);
+    }
+    ctx.stop();
+}

@@ -1,0 +1,189 @@
+//! Persistent actors: an Actix actor whose state is the fold of its persisted events.
+//!
+//! A persistent actor implements [`EventSourced`] (its event type and how an event changes its
+//! state) and [`PersistentActor`] (where its [`PersistenceState`] lives; derived with
+//! `#[derive(PersistentActor)]` from the facade crate). When it starts, it recovers: the
+//! journal replays its events through [`EventSourced::apply`] before any command is handled.
+//! A command handler then calls [`PersistentActor::persist`], [`PersistentActor::persist_all`]
+//! or [`PersistentActor::defer`] with a continuation.
+//!
+//! # Ordering and durability
+//! - Commands that arrive while a write is in flight wait in the mailbox until every
+//!   continuation of that write ran (the actor is in Actix's `ctx.wait`), then are handled in
+//!   arrival order. State never races the journal.
+//! - All `persist`/`persist_all`/`defer` calls of one command go to the journal as one batch,
+//!   one atomic write per `persist`/`persist_all`; their continuations run in call order.
+//! - When a continuation runs, its events are stored (the store acknowledged them) and were
+//!   applied to the actor's state with [`EventSourced::apply`].
+//! - A rejected write (e.g. an event that cannot be serialized) runs
+//!   [`EventSourced::on_persist_rejected`]; the actor goes on. A failed write runs
+//!   [`EventSourced::on_persist_failure`] and the actor stops (as Akka's `onPersistFailure`):
+//!   its next incarnation recovers what is really stored.
+
+mod driver;
+mod reply;
+mod state;
+
+use actix::{Actor, Context};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use reply::{PersistError, PersistReply, PersistResult};
+pub use state::PersistenceState;
+
+use crate::error::{JournalError, WriteRejection};
+use crate::serialization::SerializationError;
+use state::{Continuation, Invocation, PendingWrite};
+
+/// Why recovery failed. The actor stops after [`EventSourced::on_recovery_failure`] ran.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RecoveryError {
+    /// The journal could not replay.
+    #[error("recovery of {persistence_id:?} failed: {source}")]
+    Journal {
+        /// Whose recovery.
+        persistence_id: String,
+        /// The journal's error.
+        #[source]
+        source: JournalError,
+    },
+    /// A stored event could not be turned back into the actor's event type. Recovery stops
+    /// there: events are never skipped silently.
+    #[error("recovery of {persistence_id:?} failed: {source}")]
+    Deserialize {
+        /// Whose recovery.
+        persistence_id: String,
+        /// What could not be read.
+        #[source]
+        source: SerializationError,
+    },
+}
+
+/// The domain side of a persistent actor: its events and how they change its state.
+///
+/// The hooks have defaults that log through `tracing`.
+pub trait EventSourced: Actor<Context = Context<Self>> {
+    /// The events this actor persists; stored with serde_json.
+    type Event: Serialize + DeserializeOwned + 'static;
+
+    /// Applies one event to the state. Called for every replayed event during recovery, and
+    /// for every stored event before its continuation runs. Must not fail: validate commands
+    /// before persisting, not events after.
+    fn apply(&mut self, event: &Self::Event);
+
+    /// The manifest stored with `event` (a type hint for schema evolution); empty by default.
+    fn manifest(&self, _event: &Self::Event) -> String {
+        String::new()
+    }
+
+    /// Tags stored with `event`, for queries by tag; none by default.
+    fn tags(&self, _event: &Self::Event) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Runs once after recovery replayed every event, before the first command.
+    /// `last_seq_nr` is the highest sequence number stored for this persistence id.
+    fn on_recovery_completed(&mut self, _last_seq_nr: u64, _ctx: &mut Context<Self>) {}
+
+    /// Runs when recovery fails; the actor stops right after.
+    fn on_recovery_failure(&mut self, cause: &RecoveryError, _ctx: &mut Context<Self>) {
+        tracing::error!(error = %cause, "recovery failed; stopping the persistent actor");
+    }
+
+    /// Runs when the journal rejected a write (nothing was stored); the actor goes on.
+    fn on_persist_rejected(&mut self, cause: &WriteRejection, _ctx: &mut Context<Self>) {
+        tracing::warn!(error = %cause, "persist rejected");
+    }
+
+    /// Runs when a write failed (the events may or may not be stored); the actor stops right
+    /// after, and every continuation still waiting gets [`PersistError::ActorStopped`].
+    fn on_persist_failure(&mut self, cause: &JournalError, _ctx: &mut Context<Self>) {
+        tracing::error!(error = %cause, "persist failed; stopping the persistent actor");
+    }
+}
+
+/// A persistent actor: an [`EventSourced`] actor that holds a [`PersistenceState`].
+///
+/// Implement the two accessors (or `#[derive(PersistentActor)]`, which also implements
+/// `Actor` with recovery on start); the other methods are provided.
+pub trait PersistentActor: EventSourced {
+    /// The actor's persistence state.
+    fn persistence(&self) -> &PersistenceState<Self>;
+
+    /// The actor's persistence state, mutably.
+    fn persistence_mut(&mut self) -> &mut PersistenceState<Self>;
+
+    /// The persistence id.
+    fn persistence_id(&self) -> &str {
+        self.persistence().persistence_id()
+    }
+
+    /// The highest sequence number recovered or assigned so far.
+    fn last_seq_nr(&self) -> u64 {
+        self.persistence().last_seq_nr()
+    }
+
+    /// Persists `event` as one atomic write; once it is stored, applies it and runs `then`.
+    ///
+    /// The returned [`PersistReply`] yields `then`'s value, or why it did not run.
+    /// See the [module docs](self) for ordering and failure handling.
+    fn persist<R, F>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        event: Self::Event,
+        then: F,
+    ) -> PersistReply<R>
+    where
+        R: 'static,
+        F: FnOnce(&mut Self, &Self::Event, &mut Context<Self>) -> R + 'static,
+    {
+        self.persist_all(ctx, vec![event], move |act, events, ctx| {
+            then(act, &events[0], ctx)
+        })
+    }
+
+    /// Persists `events` as one atomic write (all stored or none); once stored, applies them in
+    /// order and runs `then` once with all of them. An empty `events` behaves as
+    /// [`defer`](Self::defer).
+    fn persist_all<R, F>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        events: Vec<Self::Event>,
+        then: F,
+    ) -> PersistReply<R>
+    where
+        R: 'static,
+        F: FnOnce(&mut Self, &[Self::Event], &mut Context<Self>) -> R + 'static,
+    {
+        let write = if events.is_empty() {
+            PendingWrite::None
+        } else {
+            let manifests = events.iter().map(|e| self.manifest(e)).collect();
+            let tags = events.iter().map(|e| self.tags(e)).collect();
+            self.persistence_mut()
+                .prepare_write(&events, manifests, tags)
+        };
+        let (tx, reply) = PersistReply::channel();
+        let then: Continuation<Self> = Box::new(move |act, outcome, ctx| {
+            let _ = tx.send(outcome.map(|events| then(act, events, ctx)));
+        });
+        driver::enqueue(self, ctx, Invocation { events, write, then });
+        reply
+    }
+
+    /// Runs `then` after every earlier `persist`/`persist_all` of this actor completed,
+    /// without storing anything (as Akka's `defer`). Never reaches the store.
+    fn defer<R, F>(&mut self, ctx: &mut Context<Self>, then: F) -> PersistReply<R>
+    where
+        R: 'static,
+        F: FnOnce(&mut Self, &mut Context<Self>) -> R + 'static,
+    {
+        self.persist_all(ctx, Vec::new(), move |act, _, ctx| then(act, ctx))
+    }
+}
+
+/// Starts recovery of `actor`: call it first thing in `Actor::started` (the derive does). The
+/// actor handles no command until recovery completed.
+pub fn start_recovery<A: PersistentActor>(actor: &mut A, ctx: &mut Context<A>) {
+    driver::start_recovery(actor, ctx);
+}

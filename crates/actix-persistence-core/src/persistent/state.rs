@@ -1,0 +1,172 @@
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix::{Addr, Context};
+
+use super::{EventSourced, PersistError};
+use crate::error::{validate_persistence_id, InvalidPersistenceId, WriteRejection};
+use crate::journal::{Incarnation, JournalActor};
+use crate::serialization::{to_json, JSON_SERIALIZER_ID};
+use crate::store::{AtomicWrite, PersistentRepr};
+
+/// A continuation: runs once with the stored events, or with why they were not stored.
+pub(crate) type Continuation<A> =
+    Box<dyn FnOnce(&mut A, Result<&[<A as EventSourced>::Event], PersistError>, &mut Context<A>)>;
+
+/// One `persist`, `persist_all` or `defer` call waiting for its turn.
+pub(crate) struct Invocation<A: EventSourced> {
+    pub(crate) events: Vec<A::Event>,
+    pub(crate) write: PendingWrite,
+    pub(crate) then: Continuation<A>,
+}
+
+/// Where an invocation's atomic write stands.
+pub(crate) enum PendingWrite {
+    /// A `defer`: nothing to store.
+    None,
+    /// Serialized, not sent yet.
+    Ready(AtomicWrite),
+    /// Sent to the journal; its result is the next unclaimed one of the batch.
+    Sent,
+    /// Refused before it was sent (an event could not be serialized).
+    Rejected(WriteRejection),
+}
+
+/// The persistence machinery of one persistent actor incarnation: its persistence id, its
+/// journal, its sequence numbers and the invocations waiting for write replies.
+///
+/// Every persistent actor holds one in a field (found by `#[derive(PersistentActor)]`).
+/// Creating it creates a new [`Incarnation`]: build a fresh one for every actor you start.
+pub struct PersistenceState<A: EventSourced> {
+    persistence_id: String,
+    journal: Addr<JournalActor>,
+    incarnation: Incarnation,
+    writer_uuid: String,
+    pub(crate) last_seq_nr: u64,
+    pub(crate) recovered: bool,
+    /// Invocations of the command being handled, not yet sent.
+    pub(crate) batch: Vec<Invocation<A>>,
+    /// Invocations sent (or due), in order, waiting for their replies.
+    pub(crate) in_flight: VecDeque<Invocation<A>>,
+    /// Whether the driver future is installed with `ctx.wait`.
+    pub(crate) driver_running: bool,
+}
+
+impl<A: EventSourced> PersistenceState<A> {
+    /// The persistence state of a new incarnation with `persistence_id`, writing to `journal`.
+    ///
+    /// # Errors
+    /// [`InvalidPersistenceId`] when the id is empty or holds NUL.
+    pub fn new(
+        journal: Addr<JournalActor>,
+        persistence_id: impl Into<String>,
+    ) -> Result<Self, InvalidPersistenceId> {
+        let persistence_id = persistence_id.into();
+        validate_persistence_id(&persistence_id)?;
+        Ok(PersistenceState {
+            persistence_id,
+            journal,
+            incarnation: Incarnation::next(),
+            writer_uuid: uuid::Uuid::new_v4().to_string(),
+            last_seq_nr: 0,
+            recovered: false,
+            batch: Vec::new(),
+            in_flight: VecDeque::new(),
+            driver_running: false,
+        })
+    }
+
+    /// The persistence id.
+    pub fn persistence_id(&self) -> &str {
+        &self.persistence_id
+    }
+
+    /// This incarnation's id: it decides the actor's write-reply-ordering group.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// The writer id stored with every event of this incarnation.
+    pub fn writer_uuid(&self) -> &str {
+        &self.writer_uuid
+    }
+
+    /// The journal this actor writes to.
+    pub fn journal(&self) -> &Addr<JournalActor> {
+        &self.journal
+    }
+
+    /// The highest sequence number this incarnation recovered or assigned (0 before any).
+    pub fn last_seq_nr(&self) -> u64 {
+        self.last_seq_nr
+    }
+
+    /// Whether recovery completed.
+    pub fn is_recovered(&self) -> bool {
+        self.recovered
+    }
+
+    /// Whether writes are in flight or queued (commands are then held back).
+    pub fn has_pending_writes(&self) -> bool {
+        !self.batch.is_empty() || !self.in_flight.is_empty()
+    }
+
+    /// Assigns sequence numbers to `events` and serializes them into one atomic write.
+    pub(crate) fn prepare_write(
+        &mut self,
+        events: &[A::Event],
+        manifests: Vec<String>,
+        tags: Vec<Vec<String>>,
+    ) -> PendingWrite {
+        let first = self.last_seq_nr + 1;
+        self.last_seq_nr += events.len() as u64;
+        let timestamp = now_millis();
+        let mut reprs = Vec::with_capacity(events.len());
+        for (((i, event), manifest), tags) in events.iter().enumerate().zip(manifests).zip(tags) {
+            let seq_nr = first + i as u64;
+            match to_json(event) {
+                Ok(payload) => reprs.push(PersistentRepr {
+                    persistence_id: self.persistence_id.clone(),
+                    seq_nr,
+                    payload,
+                    serializer_id: JSON_SERIALIZER_ID,
+                    manifest,
+                    writer_uuid: self.writer_uuid.clone(),
+                    timestamp,
+                    tags,
+                }),
+                Err(e) => {
+                    return PendingWrite::Rejected(WriteRejection {
+                        persistence_id: self.persistence_id.clone(),
+                        seq_nr,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
+        match AtomicWrite::new(reprs) {
+            Ok(write) => PendingWrite::Ready(write),
+            Err(rejection) => PendingWrite::Rejected(rejection),
+        }
+    }
+}
+
+impl<A: EventSourced> fmt::Debug for PersistenceState<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PersistenceState")
+            .field("persistence_id", &self.persistence_id)
+            .field("incarnation", &self.incarnation)
+            .field("last_seq_nr", &self.last_seq_nr)
+            .field("recovered", &self.recovered)
+            .field("pending", &(self.batch.len() + self.in_flight.len()))
+            .finish()
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
