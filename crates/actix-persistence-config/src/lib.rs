@@ -1,1 +1,274 @@
-//! Settings.
+//! Settings of actix-persistence: `reference.toml`, a user file and environment variables,
+//! validated once at startup.
+//!
+//! Every setting has a default in the annotated [`reference`] file (the root `reference.toml`
+//! of the repository, embedded here). A deployment overrides what it needs, later wins:
+//!
+//! 1. `reference.toml` (the defaults);
+//! 2. a user TOML file: the path given to [`SettingsLoader::file`], then the file named by the
+//!    environment variable `ACTIX_PERSISTENCE_CONFIG`;
+//! 3. inline TOML given to [`SettingsLoader::toml_str`];
+//! 4. environment variables `ACTIX_PERSISTENCE__<SECTION>__<KEY>`: segments split by a double
+//!    underscore, dashes written as underscores, case-insensitive.
+//!    `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=8` sets
+//!    `journal.write-reply-ordering-groups`; [`env_var`] gives the variable of any key.
+//!
+//! Validation runs once, on the merged configuration, and reports **every** problem in one
+//! [`ConfigError`]; each [`ConfigProblem`] names the setting, the value, the rule it breaks and
+//! where the value came from (the env var name, the file path). Unknown keys are errors, with a
+//! hint of the closest known key; they are never ignored.
+//!
+//! Values are read leniently in one documented way: a string that reads as the setting's type
+//! is accepted (`"4"` in a file and `4` from the environment are the integer 4, exactly as `4`),
+//! and whitespace around a number or a duration is trimmed (`" 4 "` is 4). Nothing else is
+//! trimmed or guessed: `4.5`, `"four"` and `""` are not integers.
+//!
+//! # Examples
+//!
+//! At startup, load the settings from `reference.toml`, the file named by
+//! `ACTIX_PERSISTENCE_CONFIG` and the process environment, and stop with every problem if the
+//! configuration is invalid:
+//!
+//! ```no_run
+//! use actix_persistence_config::Settings;
+//!
+//! let settings = match Settings::load() {
+//!     Ok(settings) => settings,
+//!     Err(err) => {
+//!         eprintln!("invalid configuration:\n{err}");
+//!         std::process::exit(2);
+//!     }
+//! };
+//! println!("{} ordering groups", settings.journal.write_reply_ordering_groups);
+//! ```
+//!
+//! Layers given in code, and problems as values:
+//!
+//! ```
+//! use actix_persistence_config::{ConfigSource, Settings};
+//!
+//! let err = Settings::loader()
+//!     .toml_str("app", "[journal]\nmax-write-reply-ordering-groups = 10")
+//!     .env_vars([("ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS", "12")])
+//!     .load()
+//!     .unwrap_err();
+//! let problem = &err.problems[0];
+//! assert_eq!(problem.setting, "journal.write-reply-ordering-groups");
+//! assert_eq!(problem.value, "\"12\"");
+//! assert_eq!(
+//!     problem.source,
+//!     ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS".into()),
+//! );
+//! assert!(problem.rule.starts_with("must be <= journal.max-write-reply-ordering-groups (10 from app)"));
+//! ```
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::time::Duration;
+
+mod error;
+mod keys;
+mod loader;
+
+pub use error::{ConfigError, ConfigProblem, ConfigSource};
+pub use keys::{env_var, keys, CONFIG_FILE_ENV, ENV_PREFIX};
+pub use loader::SettingsLoader;
+
+/// The text of the repository's `reference.toml`, embedded at build time: every setting with
+/// its default, meaning, rule and environment variable. Rendered in [`reference`].
+pub const REFERENCE_TOML: &str = include_str!("../../../reference.toml");
+
+#[doc = concat!(
+    "The annotated `reference.toml`: every setting, its default, meaning, rule and environment variable.\n\n",
+    "This is the file [`Settings::reference`] reads (see also [`REFERENCE_TOML`](crate::REFERENCE_TOML)).\n\n",
+    "```toml\n",
+    include_str!("../../../reference.toml"),
+    "```"
+)]
+pub mod reference {}
+
+/// All settings of actix-persistence, validated.
+///
+/// Build it with [`Settings::load`] (process environment), [`Settings::loader`] (layers chosen
+/// in code) or [`Settings::reference`] (the defaults). A `Settings` value always passed
+/// validation when it came from one of these; fields are public so tests and embedders can
+/// adjust a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `[journal]`: the event journal.
+    pub journal: JournalSettings,
+}
+
+/// `[journal]`: the event journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalSettings {
+    /// `journal.plugin`: which store holds the events. Default: [`JournalPlugin::Sqlite`].
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__PLUGIN`.
+    pub plugin: JournalPlugin,
+    /// `journal.write-reply-ordering-groups`: number of write-reply ordering groups. Default: 1.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS`.
+    ///
+    /// Ordering guarantee: within a group, replies to persistent actors are delivered in the
+    /// order the writes arrived, so one slow write delays the replies of every later write of
+    /// the same group (head-of-line blocking); writes of different groups never wait for each
+    /// other. An actor is assigned to a group by its incarnation id, not its persistence id, so a
+    /// restarted actor may land in another group. More groups mean less head-of-line blocking
+    /// but also less accidental backpressure towards an overloaded database. 1 is one global
+    /// order. Always `<=` [`max_write_reply_ordering_groups`](Self::max_write_reply_ordering_groups).
+    pub write_reply_ordering_groups: NonZeroUsize,
+    /// `journal.max-write-reply-ordering-groups`: upper limit for
+    /// [`write_reply_ordering_groups`](Self::write_reply_ordering_groups); each group is an actor
+    /// created at startup. Never raised silently. Default: 10000.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS`.
+    pub max_write_reply_ordering_groups: NonZeroUsize,
+    /// `journal.replay-batch-size`: events fetched per round trip during recovery. Default: 500.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__REPLAY_BATCH_SIZE`.
+    pub replay_batch_size: NonZeroUsize,
+    /// `[journal.circuit-breaker]`: the circuit breaker in front of the journal.
+    pub circuit_breaker: CircuitBreakerSettings,
+    /// `[journal.sqlite]`: the SQLite journal plugin.
+    pub sqlite: SqliteSettings,
+}
+
+/// `journal.plugin`: which store holds the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JournalPlugin {
+    /// `"sqlite"`: the embedded default; one database file, no server. See [`SqliteSettings`].
+    Sqlite,
+    /// `"inmem"`: in memory, for tests; nothing survives the process.
+    InMemory,
+}
+
+impl JournalPlugin {
+    /// Every plugin, in the order the rule lists them.
+    pub const ALL: &'static [JournalPlugin] = &[JournalPlugin::Sqlite, JournalPlugin::InMemory];
+
+    /// The name used in configuration: `"sqlite"`, `"inmem"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use actix_persistence_config::JournalPlugin;
+    ///
+    /// assert_eq!(JournalPlugin::InMemory.as_str(), "inmem");
+    /// assert_eq!(JournalPlugin::from_name("sqlite"), Some(JournalPlugin::Sqlite));
+    /// assert_eq!(JournalPlugin::from_name("SQLite"), None);
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JournalPlugin::Sqlite => "sqlite",
+            JournalPlugin::InMemory => "inmem",
+        }
+    }
+
+    /// The plugin with this configuration name (exact, case-sensitive), if any.
+    pub fn from_name(name: &str) -> Option<JournalPlugin> {
+        Self::ALL.iter().copied().find(|p| p.as_str() == name)
+    }
+}
+
+impl fmt::Display for JournalPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `[journal.circuit-breaker]`: after `max_failures` consecutive failed or timed-out journal
+/// calls the breaker opens and fails calls at once for `reset_timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CircuitBreakerSettings {
+    /// `journal.circuit-breaker.max-failures`: consecutive failures that open the breaker, >= 1.
+    /// Default: 10. Env: `ACTIX_PERSISTENCE__JOURNAL__CIRCUIT_BREAKER__MAX_FAILURES`.
+    pub max_failures: u32,
+    /// `journal.circuit-breaker.call-timeout`: time a journal call may take before it counts as
+    /// failed, > 0. Default: 10 s. Env: `ACTIX_PERSISTENCE__JOURNAL__CIRCUIT_BREAKER__CALL_TIMEOUT`.
+    pub call_timeout: Duration,
+    /// `journal.circuit-breaker.reset-timeout`: time the breaker stays open, > 0. Default: 30 s.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__CIRCUIT_BREAKER__RESET_TIMEOUT`.
+    pub reset_timeout: Duration,
+}
+
+/// `[journal.sqlite]`: the SQLite journal plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteSettings {
+    /// `journal.sqlite.url`: the database, non-empty. Default: `sqlite:actix-persistence.db`, a
+    /// file in the working directory, created when missing.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL`.
+    pub url: String,
+    /// `journal.sqlite.max-connections`: size of the connection pool. Default: 4.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__SQLITE__MAX_CONNECTIONS`.
+    pub max_connections: NonZeroU32,
+    /// `journal.sqlite.busy-timeout`: how long a connection waits for a lock, > 0. Default: 5 s.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__SQLITE__BUSY_TIMEOUT`.
+    pub busy_timeout: Duration,
+}
+
+impl Settings {
+    /// Loads the settings the way an application does at startup: `reference.toml`, then the
+    /// file named by `ACTIX_PERSISTENCE_CONFIG` (if set), then the `ACTIX_PERSISTENCE__*`
+    /// variables of the process environment.
+    ///
+    /// Same as `Settings::loader().load()`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] listing every problem: see [`SettingsLoader::load`].
+    pub fn load() -> Result<Settings, ConfigError> {
+        Self::loader().load()
+    }
+
+    /// A loader for choosing the layers in code: a user file, inline TOML, the environment.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use actix_persistence_config::Settings;
+    ///
+    /// let settings = Settings::loader()
+    ///     .toml_str("test", "[journal]\nplugin = \"inmem\"")
+    ///     .env_vars(Vec::<(String, String)>::new())
+    ///     .load()?;
+    /// assert_eq!(settings.journal.plugin.as_str(), "inmem");
+    /// # Ok::<(), actix_persistence_config::ConfigError>(())
+    /// ```
+    pub fn loader() -> SettingsLoader {
+        SettingsLoader::default()
+    }
+
+    /// The defaults: `reference.toml` alone, without any file or environment variable.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use actix_persistence_config::{JournalPlugin, Settings};
+    ///
+    /// let defaults = Settings::reference();
+    /// assert_eq!(defaults.journal.plugin, JournalPlugin::Sqlite);
+    /// assert_eq!(defaults.journal.write_reply_ordering_groups.get(), 1);
+    /// assert_eq!(defaults.journal.circuit_breaker.call_timeout, Duration::from_secs(10));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Only if the embedded `reference.toml` were invalid, which the crate's tests rule out
+    /// (`config_reference.rs`); nothing a user controls can make it panic.
+    pub fn reference() -> Settings {
+        match SettingsLoader::default()
+            .env_vars(Vec::<(String, String)>::new())
+            .load()
+        {
+            Ok(settings) => settings,
+            Err(err) => panic!("the embedded reference.toml is invalid (a build defect):\n{err}"),
+        }
+    }
+}
+
+impl Default for Settings {
+    /// The defaults, [`Settings::reference`].
+    fn default() -> Self {
+        Settings::reference()
+    }
+}

@@ -1,1 +1,120 @@
-//! Derive.
+//! `#[derive(PersistentActor)]` for actix-persistence.
+//!
+//! Use it through the facade crate: `use actix_persistence::PersistentActor;`.
+//!
+//! The derive finds the struct's [`PersistenceState`] field (the one marked `#[persistence]`,
+//! or else the one whose type is named `PersistenceState`) and generates:
+//! - `impl actix::Actor` with `Context<Self>` and a `started` that starts recovery, so no
+//!   command is handled before the actor's events were replayed;
+//! - `impl PersistentActor` with the two state accessors.
+//!
+//! The domain side, `EventSourced` (event type and `apply`), stays hand-written.
+//!
+//! [`PersistenceState`]: https://docs.rs/actix-persistence/latest/actix_persistence/struct.PersistenceState.html
+
+use proc_macro::TokenStream;
+use proc_macro2::TokenStream as TokenStream2;
+use quote::quote;
+use syn::spanned::Spanned;
+use syn::{parse_macro_input, Data, DeriveInput, Field, Fields, Member, Type};
+
+/// Derives `actix::Actor` (recovering on start) and `PersistentActor` for a struct holding a
+/// `PersistenceState<Self>` field.
+///
+/// Mark the field with `#[persistence]` when its type is behind an alias.
+#[proc_macro_derive(PersistentActor, attributes(persistence))]
+pub fn derive_persistent_actor(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand(&input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
+    let field = persistence_field(input)?;
+    let name = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    Ok(quote! {
+        impl #impl_generics ::actix_persistence::actix::Actor for #name #ty_generics #where_clause {
+            type Context = ::actix_persistence::actix::Context<Self>;
+
+            fn started(&mut self, ctx: &mut Self::Context) {
+                ::actix_persistence::start_recovery(self, ctx);
+            }
+        }
+
+        impl #impl_generics ::actix_persistence::PersistentActor for #name #ty_generics #where_clause {
+            fn persistence(&self) -> &::actix_persistence::PersistenceState<Self> {
+                &self.#field
+            }
+
+            fn persistence_mut(&mut self) -> &mut ::actix_persistence::PersistenceState<Self> {
+                &mut self.#field
+            }
+        }
+    })
+}
+
+/// The member holding the persistence state: the `#[persistence]` field, or the only field
+/// whose type is named `PersistenceState`.
+fn persistence_field(input: &DeriveInput) -> syn::Result<Member> {
+    let fields = match &input.data {
+        Data::Struct(data) => &data.fields,
+        _ => {
+            return Err(syn::Error::new(
+                input.ident.span(),
+                "#[derive(PersistentActor)] works on structs only",
+            ))
+        }
+    };
+    let members: Vec<(Member, &Field)> = match fields {
+        Fields::Named(named) => named
+            .named
+            .iter()
+            .filter_map(|f| f.ident.clone().map(|i| (Member::Named(i), f)))
+            .collect(),
+        Fields::Unnamed(unnamed) => unnamed
+            .unnamed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (Member::Unnamed(i.into()), f))
+            .collect(),
+        Fields::Unit => Vec::new(),
+    };
+    let marked: Vec<_> = members
+        .iter()
+        .filter(|(_, f)| f.attrs.iter().any(|a| a.path().is_ident("persistence")))
+        .collect();
+    let candidates = if marked.is_empty() {
+        members
+            .iter()
+            .filter(|(_, f)| is_persistence_state(&f.ty))
+            .collect()
+    } else {
+        marked
+    };
+    match candidates.as_slice() {
+        [(member, _)] => Ok(member.clone()),
+        [] => Err(syn::Error::new(
+            input.ident.span(),
+            "#[derive(PersistentActor)] needs a field of type `PersistenceState<Self>` \
+             (or one marked `#[persistence]`)",
+        )),
+        [_, (_, second), ..] => Err(syn::Error::new(
+            second.span(),
+            "#[derive(PersistentActor)] found more than one persistence state field; \
+             mark the one to use with `#[persistence]`",
+        )),
+    }
+}
+
+fn is_persistence_state(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "PersistenceState"),
+        _ => false,
+    }
+}

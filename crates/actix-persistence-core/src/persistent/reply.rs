@@ -39,6 +39,14 @@ pub struct PersistReply<R> {
 }
 
 impl<R> PersistReply<R> {
+    /// A reply that is already there: for a command handled without persisting (e.g. one the
+    /// actor refuses after validating it).
+    pub fn ready(value: R) -> Self {
+        let (tx, reply) = Self::channel();
+        let _ = tx.send(Ok(value));
+        reply
+    }
+
     pub(crate) fn channel() -> (oneshot::Sender<PersistResult<R>>, Self) {
         let (tx, rx) = oneshot::channel();
         (tx, PersistReply { rx })
