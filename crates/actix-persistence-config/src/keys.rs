@@ -36,7 +36,8 @@ impl Kind {
             ),
             Kind::Count { .. } => "must be an integer >= 1".to_owned(),
             Kind::Duration => {
-                "must be a duration > 0, written as a string such as \"10s\" or \"500ms\"".to_owned()
+                "must be a duration > 0, written as a string such as \"10s\" or \"500ms\""
+                    .to_owned()
             }
             Kind::NonEmptyString => "must be a non-empty string".to_owned(),
         }
@@ -59,16 +60,46 @@ const U32_MAX: u128 = u32::MAX as u128;
 
 /// Every leaf setting, in the order of reference.toml.
 pub(crate) const KEYS: &[Key] = &[
-    Key { path: "journal.plugin", kind: Kind::Plugin },
-    Key { path: GROUPS, kind: Kind::Count { max: USIZE_MAX } },
-    Key { path: MAX_GROUPS, kind: Kind::Count { max: USIZE_MAX } },
-    Key { path: "journal.replay-batch-size", kind: Kind::Count { max: USIZE_MAX } },
-    Key { path: "journal.circuit-breaker.max-failures", kind: Kind::Count { max: U32_MAX } },
-    Key { path: "journal.circuit-breaker.call-timeout", kind: Kind::Duration },
-    Key { path: "journal.circuit-breaker.reset-timeout", kind: Kind::Duration },
-    Key { path: "journal.sqlite.url", kind: Kind::NonEmptyString },
-    Key { path: "journal.sqlite.max-connections", kind: Kind::Count { max: U32_MAX } },
-    Key { path: "journal.sqlite.busy-timeout", kind: Kind::Duration },
+    Key {
+        path: "journal.plugin",
+        kind: Kind::Plugin,
+    },
+    Key {
+        path: GROUPS,
+        kind: Kind::Count { max: USIZE_MAX },
+    },
+    Key {
+        path: MAX_GROUPS,
+        kind: Kind::Count { max: USIZE_MAX },
+    },
+    Key {
+        path: "journal.replay-batch-size",
+        kind: Kind::Count { max: USIZE_MAX },
+    },
+    Key {
+        path: "journal.circuit-breaker.max-failures",
+        kind: Kind::Count { max: U32_MAX },
+    },
+    Key {
+        path: "journal.circuit-breaker.call-timeout",
+        kind: Kind::Duration,
+    },
+    Key {
+        path: "journal.circuit-breaker.reset-timeout",
+        kind: Kind::Duration,
+    },
+    Key {
+        path: "journal.sqlite.url",
+        kind: Kind::NonEmptyString,
+    },
+    Key {
+        path: "journal.sqlite.max-connections",
+        kind: Kind::Count { max: U32_MAX },
+    },
+    Key {
+        path: "journal.sqlite.busy-timeout",
+        kind: Kind::Duration,
+    },
 ];
 
 /// Every section (a TOML table holding settings).
@@ -166,7 +197,9 @@ pub(crate) fn closest(path: &str) -> Option<&'static str> {
             .map(|(c, _)| c)
     };
     // A misspelt key in the right section.
-    let siblings: Vec<_> = known_paths().filter(|k| parent(k) == parent(path)).collect();
+    let siblings: Vec<_> = known_paths()
+        .filter(|k| parent(k) == parent(path))
+        .collect();
     if let Some(hit) = best(siblings, &|c| score(last(c), last(path)), 0.5) {
         return Some(hit);
     }
@@ -217,7 +250,10 @@ mod tests {
     #[test]
     fn env_var_name_round_trips_to_key_for_every_key() {
         for k in KEYS {
-            assert_eq!(key_of_env_var(&env_var_unchecked(k.path)).as_deref(), Some(k.path));
+            assert_eq!(
+                key_of_env_var(&env_var_unchecked(k.path)).as_deref(),
+                Some(k.path)
+            );
         }
     }
 
@@ -230,7 +266,10 @@ mod tests {
     #[test]
     fn typo_in_section_is_hinted() {
         assert_eq!(closest("jornal.plugin"), Some("journal.plugin"));
-        assert_eq!(closest("journal.busy-timeout"), Some("journal.sqlite.busy-timeout"));
+        assert_eq!(
+            closest("journal.busy-timeout"),
+            Some("journal.sqlite.busy-timeout")
+        );
         assert_eq!(closest("journal.zzzzzzzz"), None);
     }
 }

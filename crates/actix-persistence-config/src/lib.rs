@@ -1,7 +1,7 @@
 //! Settings of actix-persistence: `reference.toml`, a user file and environment variables,
 //! validated once at startup.
 //!
-//! Every setting has a default in the annotated [`reference`] file (the root `reference.toml`
+//! Every setting has a default in the annotated [`reference`](mod@crate::reference) file (the root `reference.toml`
 //! of the repository, embedded here). A deployment overrides what it needs, later wins:
 //!
 //! 1. `reference.toml` (the defaults);
@@ -76,7 +76,7 @@ pub use keys::{env_var, keys, CONFIG_FILE_ENV, ENV_PREFIX};
 pub use loader::SettingsLoader;
 
 /// The text of the repository's `reference.toml`, embedded at build time: every setting with
-/// its default, meaning, rule and environment variable. Rendered in [`reference`].
+/// its default, meaning, rule and environment variable. Rendered in [`reference`](mod@crate::reference).
 pub const REFERENCE_TOML: &str = include_str!("../../../reference.toml");
 
 #[doc = concat!(

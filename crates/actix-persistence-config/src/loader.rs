@@ -50,6 +50,7 @@ use crate::{
 /// # Ok::<(), actix_persistence_config::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
+#[must_use = "a loader reads nothing until `.load()` is called"]
 pub struct SettingsLoader {
     files: Vec<PathBuf>,
     inline: Vec<(String, String)>,
@@ -155,7 +156,10 @@ impl SettingsLoader {
             // Metadata names are unique per layer, so a value's tag leads back to its source.
             let id = format!("{} (layer {i})", layer.source);
             sources.insert(id.clone(), layer.source.clone());
-            figment = figment.merge(LayerProvider { id, dict: layer.dict });
+            figment = figment.merge(LayerProvider {
+                id,
+                dict: layer.dict,
+            });
         }
         let merged = Merged { figment, sources };
         let settings = merged.validate(&mut problems);
@@ -410,7 +414,12 @@ fn env_layers(env: &[(String, String)], problems: &mut Vec<ConfigProblem>) -> Ve
         };
         let source = ConfigSource::Env(name.clone());
         let problem = |rule: String| ConfigProblem {
-            setting: path.clone(),
+            // `ACTIX_PERSISTENCE__` alone maps to no key at all: name the variable instead.
+            setting: if path.is_empty() {
+                name.clone()
+            } else {
+                path.clone()
+            },
             value: render_str(value),
             rule,
             source: source.clone(),

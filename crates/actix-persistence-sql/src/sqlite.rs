@@ -383,7 +383,10 @@ struct ReplayCursor {
 
 /// The events of one page (a failed page ends with its error), and the cursor for the next
 /// page if there may be one.
-type Page = (Vec<Result<PersistentRepr, JournalError>>, Option<ReplayCursor>);
+type Page = (
+    Vec<Result<PersistentRepr, JournalError>>,
+    Option<ReplayCursor>,
+);
 
 impl ReplayCursor {
     async fn next_page(mut self) -> Page {
@@ -449,8 +452,8 @@ fn decode_event(row: &SqliteRow) -> Result<(i64, PersistentRepr), JournalError> 
             },
         )
     };
-    let seq_nr = u64::try_from(stored_seq_nr)
-        .map_err(|_| corrupt("negative sequence number".to_owned()))?;
+    let seq_nr =
+        u64::try_from(stored_seq_nr).map_err(|_| corrupt("negative sequence number".to_owned()))?;
     let serializer_id: i64 = row.try_get("serializer_id").map_err(column_error)?;
     let serializer_id = u32::try_from(serializer_id)
         .map_err(|_| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
@@ -487,6 +490,9 @@ impl JournalStore for SqliteJournal {
     /// with [`JournalError::Storage`]. The other writes of the batch are unaffected.
     ///
     /// The whole batch fails only when the writer connection cannot be had.
+    ///
+    /// Cancel safety: dropping the returned future rolls back the atomic write in progress;
+    /// the writes before it stay committed, the ones after it are not attempted.
     async fn write_messages(
         &self,
         writes: Vec<AtomicWrite>,
@@ -523,12 +529,13 @@ impl JournalStore for SqliteJournal {
     /// Reads the highest sequence number from its own table (0 for an id that never wrote);
     /// `from` is not needed.
     async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
-        let highest: Option<i64> =
-            sqlx::query_scalar("SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = ?1")
-                .bind(pid)
-                .fetch_optional(&self.readers)
-                .await
-                .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        let highest: Option<i64> = sqlx::query_scalar(
+            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = ?1",
+        )
+        .bind(pid)
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
         match highest {
             None => Ok(0),
             Some(highest) => u64::try_from(highest).map_err(|_| {

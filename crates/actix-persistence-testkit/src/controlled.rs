@@ -45,15 +45,40 @@ enum Decision {
     Raw(Result<Vec<AtomicWriteResult>, JournalError>),
 }
 
+struct Decided {
+    decision: Decision,
+    answered: oneshot::Sender<()>,
+}
+
 /// A batch the journal handed to the store, waiting for the test's decision. Dropping it
 /// without a decision fails the batch (nothing waits forever).
 #[derive(Debug)]
 pub struct PendingWrite {
     writes: Vec<AtomicWrite>,
-    decide: oneshot::Sender<Decision>,
+    decide: oneshot::Sender<Decided>,
 }
 
-impl std::fmt::Debug for Decision {
+/// Resolves once the store handed the test's result back to the journal actor's write task.
+///
+/// On Actix's single-threaded arbiter, that task forwards the reply to its resequencer in the
+/// same poll, so after `.await` the reply is queued there: whatever the resequencer does with
+/// it next is decided by ordering, not by timing.
+#[derive(Debug)]
+#[must_use = "await it to know the journal has the answer, or drop it"]
+pub struct Answered(oneshot::Receiver<()>);
+
+impl std::future::Future for Answered {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|_| ())
+    }
+}
+
+impl std::fmt::Debug for Decided {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Decision")
     }
@@ -132,7 +157,11 @@ impl JournalStore for ControlledJournal {
             return Err(JournalError::storage("write", ControllerGone));
         }
         match decision.await {
-            Ok(decision) => self.apply(writes, decision).await,
+            Ok(Decided { decision, answered }) => {
+                let result = self.apply(writes, decision).await;
+                let _ = answered.send(());
+                result
+            }
             Err(_) => Err(JournalError::storage("write", ControllerGone)),
         }
     }
@@ -232,25 +261,31 @@ impl PendingWrite {
     }
 
     /// Stores every atomic write and acknowledges with the in-memory journal's results.
-    pub fn complete(self) {
+    pub fn complete(self) -> Answered {
         let outcomes = vec![Outcome::Store; self.writes.len()];
-        self.complete_with(outcomes);
+        self.complete_with(outcomes)
     }
 
     /// Completes each atomic write with the chosen outcome (one per write, in order; missing
     /// ones are stored).
-    pub fn complete_with(self, mut outcomes: Vec<Outcome>) {
+    pub fn complete_with(self, mut outcomes: Vec<Outcome>) -> Answered {
         outcomes.resize(self.writes.len(), Outcome::Store);
-        let _ = self.decide.send(Decision::Outcomes(outcomes));
+        self.decide_with(Decision::Outcomes(outcomes))
     }
 
     /// Fails the whole batch with `cause`; nothing is stored.
-    pub fn fail(self, cause: JournalError) {
-        let _ = self.decide.send(Decision::Raw(Err(cause)));
+    pub fn fail(self, cause: JournalError) -> Answered {
+        self.decide_with(Decision::Raw(Err(cause)))
     }
 
     /// Answers with exactly `result`, storing nothing: e.g. a wrong number of results.
-    pub fn reply_raw(self, result: Result<Vec<AtomicWriteResult>, JournalError>) {
-        let _ = self.decide.send(Decision::Raw(result));
+    pub fn reply_raw(self, result: Result<Vec<AtomicWriteResult>, JournalError>) -> Answered {
+        self.decide_with(Decision::Raw(result))
+    }
+
+    fn decide_with(self, decision: Decision) -> Answered {
+        let (answered, rx) = oneshot::channel();
+        let _ = self.decide.send(Decided { decision, answered });
+        Answered(rx)
     }
 }

@@ -9,5 +9,5 @@
 mod controlled;
 mod groups;
 
-pub use controlled::{ControlledJournal, Outcome, PendingWrite, WriteController};
+pub use controlled::{Answered, ControlledJournal, Outcome, PendingWrite, WriteController};
 pub use groups::persistence_state_in_group;

@@ -65,7 +65,10 @@ pub fn atomic(pid: &str, seq_nrs: RangeInclusive<u64>) -> AtomicWrite {
 /// Writes a batch and asserts that every atomic write of it succeeded.
 pub async fn write_all_ok(journal: &SqliteJournal, writes: Vec<AtomicWrite>) {
     let count = writes.len();
-    let results = journal.write_messages(writes).await.expect("batch succeeds");
+    let results = journal
+        .write_messages(writes)
+        .await
+        .expect("batch succeeds");
     assert_eq!(results.len(), count, "one result per atomic write");
     for (i, result) in results.iter().enumerate() {
         assert!(result.is_ok(), "atomic write {i} failed: {result:?}");

@@ -1,0 +1,402 @@
+//! Environment variables: `ACTIX_PERSISTENCE__<SECTION>__<KEY>` and `ACTIX_PERSISTENCE_CONFIG`.
+//! Every test passes its variables to the loader; none touches the process environment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use actix_persistence_config::{ConfigError, ConfigProblem, ConfigSource, Settings};
+
+const GROUPS: &str = "journal.write-reply-ordering-groups";
+const GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS";
+
+fn load_env(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    Settings::loader().env_vars(vars.iter().copied()).load()
+}
+
+fn only_problem(result: Result<Settings, ConfigError>) -> ConfigProblem {
+    let err = result.expect_err("the configuration must be rejected");
+    assert_eq!(
+        err.problems.len(),
+        1,
+        "expected exactly one problem, got:\n{err}"
+    );
+    err.problems[0].clone()
+}
+
+fn groups_env_problem(rendered: &str, rule: &str) -> ConfigProblem {
+    ConfigProblem {
+        setting: GROUPS.to_owned(),
+        value: rendered.to_owned(),
+        rule: rule.to_owned(),
+        source: ConfigSource::Env(GROUPS_VAR.to_owned()),
+    }
+}
+
+fn write_file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write test file");
+    path
+}
+
+#[test]
+fn env_value_4_gives_4_exactly_as_integer_4_in_a_file() {
+    let from_env = load_env(&[(GROUPS_VAR, "4")]).expect("valid");
+    assert_eq!(from_env.journal.write_reply_ordering_groups.get(), 4);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_file(
+        &dir,
+        "app.toml",
+        "[journal]\nwrite-reply-ordering-groups = 4\n",
+    );
+    let from_file = Settings::loader()
+        .file(path)
+        .env_vars(Vec::<(String, String)>::new())
+        .load()
+        .expect("valid");
+    assert_eq!(from_env, from_file);
+}
+
+#[test]
+fn env_value_0_fails_naming_setting_value_rule_and_variable() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "0")]));
+    assert_eq!(
+        problem,
+        groups_env_problem("\"0\"", "must be an integer >= 1")
+    );
+    assert_eq!(
+        problem.to_string(),
+        "journal.write-reply-ordering-groups = \"0\" (from env \
+         ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS): must be an integer >= 1"
+    );
+}
+
+#[test]
+fn env_value_minus_1_fails_naming_setting_value_rule_and_variable() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "-1")]));
+    assert_eq!(
+        problem,
+        groups_env_problem("\"-1\"", "must be an integer >= 1")
+    );
+}
+
+#[test]
+fn env_value_10001_fails_above_the_default_limit_naming_both_settings() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "10001")]));
+    assert_eq!(
+        problem,
+        groups_env_problem(
+            "\"10001\"",
+            "must be <= journal.max-write-reply-ordering-groups (10000 from reference.toml); \
+             raise the limit to use more groups",
+        )
+    );
+}
+
+#[test]
+fn env_value_four_fails_naming_setting_value_rule_and_variable() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "four")]));
+    assert_eq!(
+        problem,
+        groups_env_problem("\"four\"", "must be an integer >= 1")
+    );
+}
+
+#[test]
+fn env_value_4_5_fails_naming_setting_value_rule_and_variable() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "4.5")]));
+    assert_eq!(
+        problem,
+        groups_env_problem("\"4.5\"", "must be an integer >= 1")
+    );
+}
+
+#[test]
+fn env_value_empty_fails_naming_setting_value_rule_and_variable() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "")]));
+    assert_eq!(
+        problem,
+        groups_env_problem("\"\"", "must be an integer >= 1")
+    );
+    assert_eq!(
+        problem.to_string(),
+        "journal.write-reply-ordering-groups = \"\" (from env \
+         ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS): must be an integer >= 1"
+    );
+}
+
+#[test]
+fn whitespace_around_an_env_number_is_trimmed() {
+    for value in [" 4 ", "4 ", " 4", "\t4\n"] {
+        let settings = load_env(&[(GROUPS_VAR, value)]).expect("whitespace is trimmed");
+        assert_eq!(
+            settings.journal.write_reply_ordering_groups.get(),
+            4,
+            "{value:?}"
+        );
+    }
+}
+
+#[test]
+fn whitespace_inside_an_env_number_is_rejected() {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, "4 0")]));
+    assert_eq!(
+        problem,
+        groups_env_problem("\"4 0\"", "must be an integer >= 1")
+    );
+}
+
+#[test]
+fn whitespace_around_an_env_duration_is_trimmed() {
+    let settings = load_env(&[(
+        "ACTIX_PERSISTENCE__JOURNAL__CIRCUIT_BREAKER__CALL_TIMEOUT",
+        " 5s ",
+    )])
+    .expect("valid");
+    assert_eq!(
+        settings.journal.circuit_breaker.call_timeout,
+        Duration::from_secs(5)
+    );
+}
+
+#[test]
+fn env_var_overrides_the_user_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_file(
+        &dir,
+        "app.toml",
+        "[journal]\nwrite-reply-ordering-groups = 3\n",
+    );
+    let settings = Settings::loader()
+        .file(path)
+        .env_vars([(GROUPS_VAR, "8")])
+        .load()
+        .expect("valid");
+    assert_eq!(settings.journal.write_reply_ordering_groups.get(), 8);
+}
+
+#[test]
+fn env_var_overrides_an_inline_layer() {
+    let settings = Settings::loader()
+        .toml_str("inline", "[journal]\nwrite-reply-ordering-groups = 3\n")
+        .env_vars([(GROUPS_VAR, "8")])
+        .load()
+        .expect("valid");
+    assert_eq!(settings.journal.write_reply_ordering_groups.get(), 8);
+}
+
+#[test]
+fn env_var_names_are_matched_case_insensitively() {
+    let settings = load_env(&[(
+        "actix_persistence__Journal__write_reply_ordering_groups",
+        "6",
+    )])
+    .expect("valid");
+    assert_eq!(settings.journal.write_reply_ordering_groups.get(), 6);
+}
+
+#[test]
+fn env_var_problem_names_the_variable_as_spelt() {
+    let name = "actix_persistence__journal__write_reply_ordering_groups";
+    let problem = only_problem(load_env(&[(name, "0")]));
+    assert_eq!(problem.setting, GROUPS);
+    assert_eq!(problem.source, ConfigSource::Env(name.to_owned()));
+}
+
+#[test]
+fn double_underscore_env_var_sets_circuit_breaker_call_timeout() {
+    let settings = load_env(&[(
+        "ACTIX_PERSISTENCE__JOURNAL__CIRCUIT_BREAKER__CALL_TIMEOUT",
+        "5s",
+    )])
+    .expect("valid");
+    assert_eq!(
+        settings.journal.circuit_breaker.call_timeout,
+        Duration::from_secs(5)
+    );
+    assert_eq!(
+        settings.journal.circuit_breaker.reset_timeout,
+        Duration::from_secs(30),
+        "the sibling keeps its default"
+    );
+}
+
+#[test]
+fn env_var_sets_sqlite_url() {
+    let settings =
+        load_env(&[("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL", "sqlite::memory:")]).expect("valid");
+    assert_eq!(settings.journal.sqlite.url, "sqlite::memory:");
+}
+
+#[test]
+fn unknown_env_var_under_the_prefix_fails_with_a_hint_of_the_closest_key() {
+    let name = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUP";
+    let problem = only_problem(load_env(&[(name, "8")]));
+    assert_eq!(
+        problem,
+        ConfigProblem {
+            setting: "journal.write-reply-ordering-group".to_owned(),
+            value: "\"8\"".to_owned(),
+            rule: format!("is not a known setting; did you mean {GROUPS} ({GROUPS_VAR})?"),
+            source: ConfigSource::Env(name.to_owned()),
+        }
+    );
+}
+
+#[test]
+fn env_var_with_single_underscore_between_segments_is_unknown_with_a_hint() {
+    let name = "ACTIX_PERSISTENCE__JOURNAL_SQLITE__URL";
+    let problem = only_problem(load_env(&[(name, "sqlite:x.db")]));
+    assert_eq!(problem.setting, "journal-sqlite.url");
+    assert_eq!(problem.source, ConfigSource::Env(name.to_owned()));
+    assert_eq!(
+        problem.rule,
+        "is not a known setting; did you mean journal.sqlite.url \
+         (ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL)?"
+    );
+}
+
+#[test]
+fn env_var_naming_a_section_fails() {
+    let name = "ACTIX_PERSISTENCE__JOURNAL__SQLITE";
+    let problem = only_problem(load_env(&[(name, "x")]));
+    assert_eq!(problem.setting, "journal.sqlite");
+    assert_eq!(problem.source, ConfigSource::Env(name.to_owned()));
+    assert!(
+        problem
+            .rule
+            .starts_with("names the section [journal.sqlite], not a setting"),
+        "{}",
+        problem.rule
+    );
+}
+
+#[test]
+fn env_vars_without_the_prefix_are_ignored() {
+    let settings = load_env(&[
+        ("PATH", "/usr/bin"),
+        ("ACTIX_PERSISTENCE_FOO", "1"),
+        ("ACTIX_PERSISTENCE", "1"),
+    ])
+    .expect("unrelated variables are not settings");
+    assert_eq!(settings, Settings::reference());
+}
+
+#[test]
+fn two_spellings_of_one_setting_fail_naming_both_variables() {
+    let first = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS";
+    let second = "actix_persistence__journal__write_reply_ordering_groups";
+    let problem = only_problem(load_env(&[(first, "2"), (second, "3")]));
+    assert_eq!(problem.setting, GROUPS);
+    assert_eq!(problem.value, "\"3\"");
+    assert_eq!(problem.source, ConfigSource::Env(second.to_owned()));
+    assert_eq!(
+        problem.rule,
+        format!("is also set by env {first}; set it with one variable only")
+    );
+}
+
+#[test]
+fn a_variable_given_twice_keeps_its_last_value() {
+    let settings = Settings::loader()
+        .env_vars([(GROUPS_VAR, "0")])
+        .env_vars([(GROUPS_VAR, "5")])
+        .load()
+        .expect("the last value wins");
+    assert_eq!(settings.journal.write_reply_ordering_groups.get(), 5);
+}
+
+#[test]
+fn config_file_variable_selects_the_user_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_file(&dir, "app.toml", "[journal]\nplugin = \"inmem\"\n");
+    let path_str = path.to_str().expect("utf-8 temp path");
+    let settings = load_env(&[("ACTIX_PERSISTENCE_CONFIG", path_str)]).expect("valid");
+    assert_eq!(
+        settings.journal.plugin,
+        actix_persistence_config::JournalPlugin::InMemory
+    );
+}
+
+#[test]
+fn problems_in_the_file_selected_by_the_config_variable_name_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_file(
+        &dir,
+        "app.toml",
+        "[journal]\nwrite-reply-ordering-groups = 0\n",
+    );
+    let path_str = path.to_str().expect("utf-8 temp path");
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_CONFIG", path_str)]));
+    assert_eq!(problem.setting, GROUPS);
+    assert_eq!(problem.value, "0");
+    assert_eq!(problem.source, ConfigSource::File(path));
+}
+
+#[test]
+fn config_file_variable_naming_a_missing_file_fails_naming_the_variable_and_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("missing.toml");
+    let path_str = path.to_str().expect("utf-8 temp path");
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_CONFIG", path_str)]));
+    assert_eq!(problem.setting, "ACTIX_PERSISTENCE_CONFIG");
+    assert_eq!(problem.value, format!("{:?}", path_str));
+    assert_eq!(
+        problem.source,
+        ConfigSource::Env("ACTIX_PERSISTENCE_CONFIG".to_owned())
+    );
+    assert!(
+        problem
+            .rule
+            .starts_with("must name a readable TOML file: cannot read it: "),
+        "{}",
+        problem.rule
+    );
+}
+
+#[test]
+fn config_file_variable_set_empty_fails() {
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_CONFIG", "")]));
+    assert_eq!(problem.setting, "ACTIX_PERSISTENCE_CONFIG");
+    assert_eq!(problem.value, "\"\"");
+    assert_eq!(
+        problem.rule,
+        "must name a TOML file (unset it to use no file)"
+    );
+}
+
+#[test]
+fn file_of_config_variable_is_layered_above_the_file_given_in_code() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let code_file = write_file(
+        &dir,
+        "code.toml",
+        "[journal]\nwrite-reply-ordering-groups = 2\nreplay-batch-size = 7\n",
+    );
+    let env_file = write_file(
+        &dir,
+        "env.toml",
+        "[journal]\nwrite-reply-ordering-groups = 3\n",
+    );
+    let settings = Settings::loader()
+        .file(code_file)
+        .env_vars([(
+            "ACTIX_PERSISTENCE_CONFIG",
+            env_file.to_str().expect("utf-8"),
+        )])
+        .load()
+        .expect("valid");
+    assert_eq!(settings.journal.write_reply_ordering_groups.get(), 3);
+    assert_eq!(settings.journal.replay_batch_size.get(), 7);
+}
+
+#[test]
+fn bare_prefix_variable_fails_naming_the_variable() {
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE__", "1")]));
+    assert_eq!(problem.setting, "ACTIX_PERSISTENCE__");
+    assert_eq!(problem.value, "\"1\"");
+    assert_eq!(
+        problem.rule,
+        "is not a known setting; the known top-level keys are: journal"
+    );
+}

@@ -1,0 +1,316 @@
+//! A probe persistent actor that reports everything it sees, for ordering tests.
+#![allow(dead_code)]
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_persistence::actix::{Actor, ActorContext, Addr, Context, Handler, Message};
+use actix_persistence::journal::{JournalActor, JournalConfig};
+use actix_persistence::{
+    start_recovery, EventSourced, JournalError, PersistReply, PersistResult, PersistenceState,
+    PersistentActor, RecoveryError, WriteRejection,
+};
+use actix_persistence_testkit::{persistence_state_in_group, ControlledJournal, WriteController};
+use serde::{Deserialize, Serialize, Serializer};
+use tokio::sync::mpsc;
+
+/// An event: a name, or one whose serialization fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Evt {
+    Named(String),
+    #[serde(serialize_with = "refuse")]
+    Unserializable(String),
+}
+
+fn refuse<S: Serializer>(_: &String, _: S) -> Result<S::Ok, S::Error> {
+    Err(serde::ser::Error::custom("this event refuses to be serialized"))
+}
+
+pub fn named(s: &str) -> Evt {
+    Evt::Named(s.to_owned())
+}
+
+/// What a probe saw, in the order it saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seen {
+    Recovered { pid: String, last_seq_nr: u64, replayed: Vec<Evt> },
+    /// A command arrived; `applied` is how many events its state held then.
+    Command { pid: String, applied: usize },
+    Handler { pid: String, event: Evt, seq_nr: u64 },
+    Deferred { pid: String, tag: String },
+    Rejected { pid: String, seq_nr: u64 },
+    Failed { pid: String },
+    Stopped { pid: String },
+}
+
+pub struct Probe {
+    pub persistence: PersistenceState<Self>,
+    pub applied: Vec<Evt>,
+    pub log: mpsc::UnboundedSender<Seen>,
+}
+
+impl Probe {
+    fn pid(&self) -> String {
+        self.persistence_id().to_owned()
+    }
+
+    fn see(&self, seen: Seen) {
+        let _ = self.log.send(seen);
+    }
+}
+
+impl Actor for Probe {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        start_recovery(self, ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.see(Seen::Stopped { pid: self.pid() });
+    }
+}
+
+impl PersistentActor for Probe {
+    fn persistence(&self) -> &PersistenceState<Self> {
+        &self.persistence
+    }
+    fn persistence_mut(&mut self) -> &mut PersistenceState<Self> {
+        &mut self.persistence
+    }
+}
+
+impl EventSourced for Probe {
+    type Event = Evt;
+
+    fn apply(&mut self, event: &Evt) {
+        self.applied.push(event.clone());
+    }
+
+    fn on_recovery_completed(&mut self, last_seq_nr: u64, _: &mut Context<Self>) {
+        self.see(Seen::Recovered {
+            pid: self.pid(),
+            last_seq_nr,
+            replayed: self.applied.clone(),
+        });
+    }
+
+    fn on_recovery_failure(&mut self, _: &RecoveryError, _: &mut Context<Self>) {}
+
+    fn on_persist_rejected(&mut self, cause: &WriteRejection, _: &mut Context<Self>) {
+        self.see(Seen::Rejected {
+            pid: self.pid(),
+            seq_nr: cause.seq_nr,
+        });
+    }
+
+    fn on_persist_failure(&mut self, _: &JournalError, _: &mut Context<Self>) {
+        self.see(Seen::Failed { pid: self.pid() });
+    }
+}
+
+/// One `persist` per event, in order. Replies with the last continuation's seq_nr.
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+pub struct Persist(pub Vec<Evt>);
+
+/// One `persist_all` of all events.
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+pub struct PersistAll(pub Vec<Evt>);
+
+/// `persist` of each event, then `defer` with a tag.
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+pub struct PersistThenDefer(pub Vec<Evt>, pub String);
+
+/// Stop the actor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Stop;
+
+fn log_handler(act: &mut Probe, event: &Evt) -> u64 {
+    let seq_nr = act.last_seq_nr_of(event);
+    act.see(Seen::Handler {
+        pid: act.pid(),
+        event: event.clone(),
+        seq_nr,
+    });
+    seq_nr
+}
+
+impl Probe {
+    /// Position of `event` among the applied events (1-based): its seq_nr when nothing was
+    /// rejected.
+    fn last_seq_nr_of(&self, event: &Evt) -> u64 {
+        self.applied.iter().rposition(|e| e == event).map(|i| i as u64 + 1).unwrap_or(0)
+    }
+
+    fn command_seen(&self) {
+        self.see(Seen::Command {
+            pid: self.pid(),
+            applied: self.applied.len(),
+        });
+    }
+}
+
+impl Handler<Persist> for Probe {
+    type Result = PersistReply<u64>;
+
+    fn handle(&mut self, msg: Persist, ctx: &mut Context<Self>) -> Self::Result {
+        self.command_seen();
+        let mut last = PersistReply::ready(0);
+        for event in msg.0 {
+            last = self.persist(ctx, event, |act, event, _| log_handler(act, event));
+        }
+        last
+    }
+}
+
+impl Handler<PersistAll> for Probe {
+    type Result = PersistReply<u64>;
+
+    fn handle(&mut self, msg: PersistAll, ctx: &mut Context<Self>) -> Self::Result {
+        self.command_seen();
+        self.persist_all(ctx, msg.0, |act, events, _| {
+            events.iter().map(|e| log_handler(act, e)).last().unwrap_or(0)
+        })
+    }
+}
+
+impl Handler<PersistThenDefer> for Probe {
+    type Result = PersistReply<u64>;
+
+    fn handle(&mut self, msg: PersistThenDefer, ctx: &mut Context<Self>) -> Self::Result {
+        self.command_seen();
+        for event in msg.0 {
+            let _ = self.persist(ctx, event, |act, event, _| log_handler(act, event));
+        }
+        let tag = msg.1;
+        self.defer(ctx, move |act, _| {
+            act.see(Seen::Deferred {
+                pid: act.pid(),
+                tag,
+            });
+            act.applied.len() as u64
+        })
+    }
+}
+
+impl Handler<Stop> for Probe {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// A journal over a controlled store, and what tests need around it.
+pub struct Harness {
+    pub journal: Addr<JournalActor>,
+    pub control: WriteController,
+    pub groups: NonZeroUsize,
+    pub log_tx: mpsc::UnboundedSender<Seen>,
+    pub log: mpsc::UnboundedReceiver<Seen>,
+}
+
+impl Harness {
+    pub fn new(groups: usize) -> Self {
+        let groups = NonZeroUsize::new(groups).expect("a test uses at least one group");
+        let (store, control) = ControlledJournal::new();
+        let journal = JournalActor::start_with(
+            Arc::new(store),
+            JournalConfig {
+                write_reply_ordering_groups: groups,
+                call_timeout: Duration::from_secs(30),
+            },
+        );
+        let (log_tx, log) = mpsc::unbounded_channel();
+        Harness {
+            journal,
+            control,
+            groups,
+            log_tx,
+            log,
+        }
+    }
+
+    /// Starts a probe whose incarnation routes to `group`, and waits until it recovered.
+    pub async fn probe_in_group(&mut self, pid: &str, group: usize) -> Addr<Probe> {
+        let persistence = persistence_state_in_group(&self.journal, pid, group, self.groups)
+            .expect("valid persistence id");
+        let addr = Probe {
+            persistence,
+            applied: Vec::new(),
+            log: self.log_tx.clone(),
+        }
+        .start();
+        match self.next_seen().await {
+            Seen::Recovered { pid: p, .. } if p == pid => addr,
+            other => panic!("expected {pid} to recover first, saw {other:?}"),
+        }
+    }
+
+    /// The next thing any probe saw (fails the test after 10 s instead of hanging).
+    pub async fn next_seen(&mut self) -> Seen {
+        match tokio::time::timeout(Duration::from_secs(10), self.log.recv()).await {
+            Ok(Some(seen)) => seen,
+            Ok(None) => panic!("every probe is gone"),
+            Err(_) => panic!("no probe reported anything within 10 s"),
+        }
+    }
+
+    /// The next `n` things probes saw.
+    pub async fn next_seen_n(&mut self, n: usize) -> Vec<Seen> {
+        let mut seen = Vec::with_capacity(n);
+        for _ in 0..n {
+            seen.push(self.next_seen().await);
+        }
+        seen
+    }
+
+    /// Everything probes reported so far, without waiting.
+    pub fn seen_so_far(&mut self) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        while let Ok(s) = self.log.try_recv() {
+            seen.push(s);
+        }
+        seen
+    }
+}
+
+/// Lets every task that is ready run to its next await point, by a round trip through a fresh
+/// actor's mailbox queued behind them (the arbiter runs tasks in the order they were woken).
+pub async fn settle() {
+    struct Echo;
+    impl Actor for Echo {
+        type Context = Context<Self>;
+    }
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Ping;
+    impl Handler<Ping> for Echo {
+        type Result = ();
+        fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
+    }
+    let echo = Echo.start();
+    for _ in 0..3 {
+        let _ = echo.send(Ping).await;
+    }
+}
+
+pub fn handler(pid: &str, event: &str, seq_nr: u64) -> Seen {
+    Seen::Handler {
+        pid: pid.to_owned(),
+        event: named(event),
+        seq_nr,
+    }
+}
+
+pub fn command(pid: &str, applied: usize) -> Seen {
+    Seen::Command {
+        pid: pid.to_owned(),
+        applied,
+    }
+}
