@@ -7,7 +7,7 @@
 //! the journal.
 //!
 //! ```no_run
-//! use actix_persistence::actix::{Handler, Message};
+//! use actix_persistence::actix::{Actor, Handler, Message};
 //! use actix_persistence::{
 //!     EventSourced, Persistence, PersistenceState, PersistentActor, PersistReply, PersistResult,
 //! };
@@ -80,7 +80,7 @@ pub use actix_persistence_core::persistent::{
 #[doc(inline)]
 pub use actix_persistence_core::{
     journal, serialization, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
-    InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection,
+    InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.

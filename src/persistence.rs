@@ -112,12 +112,7 @@ impl Persistence {
 }
 
 fn plugin_name(plugin: &JournalPlugin) -> &'static str {
-    match plugin {
-        JournalPlugin::Sqlite => "sqlite",
-        JournalPlugin::InMemory => "inmem",
-        #[allow(unreachable_patterns)]
-        _ => "unknown",
-    }
+    plugin.as_str()
 }
 
 async fn open_store(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
@@ -127,7 +122,7 @@ async fn open_store(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartE
         #[allow(unreachable_patterns)]
         _ => Err(StartError::PluginNotCompiled {
             plugin: plugin_name(&settings.journal.plugin),
-            feature: "?",
+            feature: plugin_name(&settings.journal.plugin),
         }),
     }
 }
@@ -140,6 +135,8 @@ async fn open_sqlite(settings: &Settings) -> Result<Arc<dyn JournalStore>, Start
         url: sqlite.url.clone(),
         max_connections: sqlite.max_connections.get(),
         busy_timeout: sqlite.busy_timeout,
+        replay_batch_size: u32::try_from(settings.journal.replay_batch_size.get())
+            .unwrap_or(u32::MAX),
     };
     let store = SqliteJournal::connect(&options)
         .await
