@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use actix::Addr;
-use actix_persistence_config::{JournalPlugin, Settings};
+use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader};
 use actix_persistence_core::journal::{JournalActor, JournalConfig};
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
@@ -61,7 +61,16 @@ impl Persistence {
     /// [`StartError::Config`] naming every bad setting, its value and where it came from;
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start() -> Result<Self, StartError> {
-        Self::start_with(Settings::load()?).await
+        Self::start_from(Settings::loader()).await
+    }
+
+    /// As [`start`](Self::start), with layers chosen by the caller (a file given in code,
+    /// inline TOML, or environment variables passed explicitly).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn start_from(loader: SettingsLoader) -> Result<Self, StartError> {
+        Self::start_with(loader.load()?).await
     }
 
     /// As [`start`](Self::start), with settings loaded by the caller (see

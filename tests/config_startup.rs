@@ -1,0 +1,69 @@
+//! Bad settings fail `Persistence` startup, before any journal or persistent actor exists.
+
+use actix_persistence::config::ConfigSource;
+use actix_persistence::{Persistence, Settings, StartError};
+
+const GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS";
+
+fn inmem_loader() -> actix_persistence::config::SettingsLoader {
+    Settings::loader().toml_str("test", "[journal]\nplugin = \"inmem\"\n")
+}
+
+#[actix::test]
+async fn zero_write_reply_ordering_groups_fails_startup_naming_setting_value_and_env_var() {
+    let loader = inmem_loader().env_vars([(GROUPS_VAR, "0")]);
+    let error = match Persistence::start_from(loader).await {
+        Err(StartError::Config(error)) => error,
+        Ok(_) => panic!("a journal with 0 groups must not start"),
+        Err(other) => panic!("expected a config error, got {other}"),
+    };
+    assert_eq!(error.problems.len(), 1);
+    let problem = &error.problems[0];
+    assert_eq!(problem.setting, "journal.write-reply-ordering-groups");
+    assert_eq!(problem.value, "\"0\"");
+    assert_eq!(problem.source, ConfigSource::Env(GROUPS_VAR.to_owned()));
+    let message = error.to_string();
+    assert!(message.contains("journal.write-reply-ordering-groups"), "{message}");
+    assert!(message.contains(GROUPS_VAR), "{message}");
+    assert!(message.contains(">= 1"), "{message}");
+}
+
+#[actix::test]
+async fn groups_from_an_env_string_start_the_journal_with_that_many_groups() {
+    let loader = inmem_loader().env_vars([(GROUPS_VAR, "4")]);
+    let persistence = Persistence::start_from(loader).await.expect("\"4\" is 4");
+    assert_eq!(
+        persistence.settings().journal.write_reply_ordering_groups.get(),
+        4
+    );
+}
+
+#[actix::test]
+async fn groups_above_the_limit_fail_startup_naming_the_limit() {
+    let loader = inmem_loader().env_vars([
+        (GROUPS_VAR, "8"),
+        ("ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS", "4"),
+    ]);
+    let Err(StartError::Config(error)) = Persistence::start_from(loader).await else {
+        panic!("8 groups above a limit of 4 must not start");
+    };
+    let message = error.to_string();
+    assert!(message.contains("journal.max-write-reply-ordering-groups"), "{message}");
+    assert!(message.contains('8') && message.contains('4'), "{message}");
+}
+
+#[actix::test]
+async fn an_unopenable_sqlite_file_fails_startup_with_a_store_error() {
+    let loader = Settings::loader().toml_str(
+        "test",
+        "[journal]\nplugin = \"sqlite\"\n[journal.sqlite]\nurl = \"sqlite:/nonexistent-dir/x/journal.db\"\n",
+    );
+    match Persistence::start_from(loader).await {
+        Err(StartError::Store { plugin, source }) => {
+            assert_eq!(plugin, "sqlite");
+            assert!(source.to_string().contains("/nonexistent-dir/x/journal.db"), "{source}");
+        }
+        Ok(_) => panic!("a journal in a missing directory must not start"),
+        Err(other) => panic!("expected a store error, got {other}"),
+    }
+}
