@@ -23,7 +23,10 @@ async fn zero_write_reply_ordering_groups_fails_startup_naming_setting_value_and
     assert_eq!(problem.value, "\"0\"");
     assert_eq!(problem.source, ConfigSource::Env(GROUPS_VAR.to_owned()));
     let message = error.to_string();
-    assert!(message.contains("journal.write-reply-ordering-groups"), "{message}");
+    assert!(
+        message.contains("journal.write-reply-ordering-groups"),
+        "{message}"
+    );
     assert!(message.contains(GROUPS_VAR), "{message}");
     assert!(message.contains(">= 1"), "{message}");
 }
@@ -33,7 +36,11 @@ async fn groups_from_an_env_string_start_the_journal_with_that_many_groups() {
     let loader = inmem_loader().env_vars([(GROUPS_VAR, "4")]);
     let persistence = Persistence::start_from(loader).await.expect("\"4\" is 4");
     assert_eq!(
-        persistence.settings().journal.write_reply_ordering_groups.get(),
+        persistence
+            .settings()
+            .journal
+            .write_reply_ordering_groups
+            .get(),
         4
     );
 }
@@ -42,13 +49,19 @@ async fn groups_from_an_env_string_start_the_journal_with_that_many_groups() {
 async fn groups_above_the_limit_fail_startup_naming_the_limit() {
     let loader = inmem_loader().env_vars([
         (GROUPS_VAR, "8"),
-        ("ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS", "4"),
+        (
+            "ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS",
+            "4",
+        ),
     ]);
     let Err(StartError::Config(error)) = Persistence::start_from(loader).await else {
         panic!("8 groups above a limit of 4 must not start");
     };
     let message = error.to_string();
-    assert!(message.contains("journal.max-write-reply-ordering-groups"), "{message}");
+    assert!(
+        message.contains("journal.max-write-reply-ordering-groups"),
+        "{message}"
+    );
     assert!(message.contains('8') && message.contains('4'), "{message}");
 }
 
@@ -61,7 +74,10 @@ async fn an_unopenable_sqlite_file_fails_startup_with_a_store_error() {
     match Persistence::start_from(loader).await {
         Err(StartError::Store { plugin, source }) => {
             assert_eq!(plugin, "sqlite");
-            assert!(source.to_string().contains("/nonexistent-dir/x/journal.db"), "{source}");
+            assert!(
+                source.to_string().contains("/nonexistent-dir/x/journal.db"),
+                "{source}"
+            );
         }
         Ok(_) => panic!("a journal in a missing directory must not start"),
         Err(other) => panic!("expected a store error, got {other}"),

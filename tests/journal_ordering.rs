@@ -17,15 +17,22 @@ async fn reply_in_another_group_is_delivered_while_an_earlier_write_is_outstandi
     let write_a = h.control.next_write_for("o1-a").await;
     b.do_send(Persist(vec![named("b1")]));
     let write_b = h.control.next_write_for("o1-b").await;
-    assert_eq!(h.next_seen_n(2).await, vec![command("o1-a", 0), command("o1-b", 0)]);
+    assert_eq!(
+        h.next_seen_n(2).await,
+        vec![command("o1-a", 0), command("o1-b", 0)]
+    );
 
-    let _ = write_b.complete();
+    write_b.complete();
     // B's continuation runs although A's earlier write is still at the store.
     assert_eq!(h.next_seen().await, handler("o1-b", "b1", 1));
     settle().await;
-    assert_eq!(h.seen_so_far(), vec![], "A's handler must wait for A's write");
+    assert_eq!(
+        h.seen_so_far(),
+        vec![],
+        "A's handler must wait for A's write"
+    );
 
-    let _ = write_a.complete();
+    write_a.complete();
     assert_eq!(h.next_seen().await, handler("o1-a", "a1", 1));
 }
 
@@ -39,14 +46,21 @@ async fn reply_in_the_same_group_waits_for_the_earlier_write() {
     let write_a = h.control.next_write_for("o2-a").await;
     b.do_send(Persist(vec![named("b1")]));
     let write_b = h.control.next_write_for("o2-b").await;
-    assert_eq!(h.next_seen_n(2).await, vec![command("o2-a", 0), command("o2-b", 0)]);
+    assert_eq!(
+        h.next_seen_n(2).await,
+        vec![command("o2-a", 0), command("o2-b", 0)]
+    );
 
     // B's write is stored and its reply is with the resequencer, behind A's write.
-    write_b.complete().await;
+    write_b.complete().wait().await;
     settle().await;
-    assert_eq!(h.seen_so_far(), vec![], "B's handler must wait for A's earlier write");
+    assert_eq!(
+        h.seen_so_far(),
+        vec![],
+        "B's handler must wait for A's earlier write"
+    );
 
-    let _ = write_a.complete();
+    write_a.complete();
     assert_eq!(
         h.next_seen_n(2).await,
         vec![handler("o2-a", "a1", 1), handler("o2-b", "b1", 1)]
@@ -71,11 +85,15 @@ async fn persist_all_defer_and_failure_keep_their_own_order_in_three_groups() {
     let write_f = h.control.next_write_for("o3-f").await;
     assert_eq!(write_p.writes().len(), 1, "persist_all is one atomic write");
     assert_eq!(write_p.writes()[0].events.len(), 3);
-    assert_eq!(write_d.writes().len(), 1, "the defer never reaches the store");
+    assert_eq!(
+        write_d.writes().len(),
+        1,
+        "the defer never reaches the store"
+    );
     h.next_seen_n(4).await; // the four commands
 
     // F's failure is reported at once: nothing earlier is outstanding in group 2.
-    let _ = write_f.complete_with(vec![Outcome::Fail(JournalError::JournalStopped)]);
+    write_f.complete_with(vec![Outcome::Fail(JournalError::JournalStopped)]);
     assert_eq!(
         h.next_seen_n(2).await,
         vec![
@@ -85,12 +103,12 @@ async fn persist_all_defer_and_failure_keep_their_own_order_in_three_groups() {
     );
 
     // Q's write is done but Q is behind P in group 0.
-    write_q.complete().await;
+    write_q.complete().wait().await;
     settle().await;
     assert_eq!(h.seen_so_far(), vec![]);
 
     // D's handler, then its defer, without waiting for group 0.
-    let _ = write_d.complete();
+    write_d.complete();
     assert_eq!(
         h.next_seen_n(2).await,
         vec![
@@ -103,7 +121,7 @@ async fn persist_all_defer_and_failure_keep_their_own_order_in_three_groups() {
     );
 
     // P's three events in order, then Q, released by P.
-    let _ = write_p.complete();
+    write_p.complete();
     assert_eq!(
         h.next_seen_n(4).await,
         vec![
@@ -125,10 +143,13 @@ async fn commands_arriving_during_a_write_wait_until_its_handler_ran() {
     let first = h.control.next_write_for("wait-a").await;
     assert_eq!(h.next_seen().await, command("wait-a", 0));
     settle().await;
-    assert!(!h.control.has_waiting_write(), "the second command must not be handled yet");
+    assert!(
+        !h.control.has_waiting_write(),
+        "the second command must not be handled yet"
+    );
     assert_eq!(h.seen_so_far(), vec![]);
 
-    let _ = first.complete();
+    first.complete();
     // The second command sees the first event applied.
     assert_eq!(
         h.next_seen_n(2).await,
@@ -136,6 +157,6 @@ async fn commands_arriving_during_a_write_wait_until_its_handler_ran() {
     );
     let second = h.control.next_write_for("wait-a").await;
     assert_eq!(second.writes()[0].lowest_seq_nr(), 2);
-    let _ = second.complete();
+    second.complete();
     assert_eq!(h.next_seen().await, handler("wait-a", "a2", 2));
 }

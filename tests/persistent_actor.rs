@@ -4,9 +4,7 @@
 mod support;
 
 use actix_persistence::actix::Actor;
-use actix_persistence::{
-    AtomicWriteError, JournalError, JournalStore, PersistError, PersistentRepr, MAX_SEQ_NR,
-};
+use actix_persistence::{JournalError, JournalStore, PersistError, PersistentRepr, MAX_SEQ_NR};
 use actix_persistence_testkit::Outcome;
 use futures::StreamExt;
 use support::*;
@@ -36,12 +34,20 @@ async fn persist_all_is_one_atomic_write_with_one_completion_at_every_size() {
         let events: Vec<_> = (0..k).map(|i| named(&format!("k{k}-{i}"))).collect();
         let reply = a.send(PersistAll(events.clone()));
         let write = h.control.next_write_for("a1-sizes").await;
-        assert_eq!(write.writes().len(), 1, "one atomic write for persist_all of {k}");
+        assert_eq!(
+            write.writes().len(),
+            1,
+            "one atomic write for persist_all of {k}"
+        );
         assert_eq!(write.writes()[0].events.len(), k);
         assert_eq!(write.writes()[0].lowest_seq_nr(), next_seq);
-        let _ = write.complete();
+        write.complete();
         let last = reply.await.expect("mailbox").expect("stored");
-        assert_eq!(last, next_seq + k as u64 - 1, "one completion, after the last event");
+        assert_eq!(
+            last,
+            next_seq + k as u64 - 1,
+            "one completion, after the last event"
+        );
         h.next_seen().await; // the command
         let handlers = h.next_seen_n(k).await;
         let expected: Vec<_> = (0..k)
@@ -61,12 +67,19 @@ async fn persist_then_persist_all_in_one_command_is_one_batch_with_consecutive_s
     // persist_all done by the probe in sequence.
     let reply = a.send(Persist(vec![named("x"), named("y"), named("z")]));
     let write = h.control.next_write_for("a1-mixed").await;
-    assert_eq!(write.writes().len(), 3, "one batch holding three atomic writes");
+    assert_eq!(
+        write.writes().len(),
+        3,
+        "one batch holding three atomic writes"
+    );
     let seqs: Vec<_> = write.writes().iter().map(|w| w.lowest_seq_nr()).collect();
     assert_eq!(seqs, vec![1, 2, 3]);
-    let _ = write.complete();
+    write.complete();
     assert_eq!(reply.await.expect("mailbox").expect("stored"), 3);
-    assert!(!h.control.has_waiting_write(), "exactly one batch for one command");
+    assert!(
+        !h.control.has_waiting_write(),
+        "exactly one batch for one command"
+    );
     assert_eq!(
         payloads(&stored(&h, "a1-mixed").await),
         vec![
@@ -83,7 +96,7 @@ async fn a_store_returning_the_wrong_number_of_results_fails_the_batch_explicitl
     let a = h.probe_in_group("a1-count", 0).await;
     let reply = a.send(Persist(vec![named("x"), named("y")]));
     let write = h.control.next_write_for("a1-count").await;
-    let _ = write.reply_raw(Ok(vec![Ok(())])); // one result for two atomic writes
+    write.reply_raw(Ok(vec![Ok(())])); // one result for two atomic writes
     let answer = reply.await.expect("mailbox");
     assert!(
         matches!(answer, Err(PersistError::ActorStopped)),
@@ -109,19 +122,21 @@ async fn a_failing_write_in_persist_all_stores_nothing_and_the_next_incarnation_
     let mut h = Harness::new(1);
     let a = h.probe_in_group("a2", 0).await;
     let first = a.send(Persist(vec![named("e1"), named("e2"), named("e3")]));
-    let _ = h.control.next_write_for("a2").await.complete();
+    h.control.next_write_for("a2").await.complete();
     first.await.expect("mailbox").expect("stored");
 
     let failing = a.send(PersistAll(vec![named("e4"), named("e5"), named("e6")]));
     let write = h.control.next_write_for("a2").await;
-    let _ = write.complete_with(vec![Outcome::Fail(JournalError::JournalStopped)]);
+    write.complete_with(vec![Outcome::Fail(JournalError::JournalStopped)]);
     assert!(matches!(
         failing.await.expect("mailbox"),
         Err(PersistError::Failed(JournalError::JournalStopped))
     ));
     let seen = h.seen_so_far();
     assert!(
-        !seen.iter().any(|s| matches!(s, Seen::Handler { event, .. } if *event == named("e4"))),
+        !seen
+            .iter()
+            .any(|s| matches!(s, Seen::Handler { event, .. } if *event == named("e4"))),
         "no handler runs for a failed atomic write: {seen:?}"
     );
     assert!(seen.contains(&Seen::Failed { pid: "a2".into() }));
@@ -133,7 +148,7 @@ async fn a_failing_write_in_persist_all_stores_nothing_and_the_next_incarnation_
     let reply = b.send(Persist(vec![named("e4")]));
     let write = h.control.next_write_for("a2").await;
     assert_eq!(write.writes()[0].lowest_seq_nr(), 4);
-    let _ = write.complete();
+    write.complete();
     assert_eq!(reply.await.expect("mailbox").expect("stored"), 4);
 }
 
@@ -142,13 +157,13 @@ async fn recovery_replays_stored_events_in_order_and_reports_the_highest_seq_nr(
     let mut h = Harness::new(2);
     let a = h.probe_in_group("recover", 0).await;
     let reply = a.send(Persist(vec![named("r1"), named("r2")]));
-    let _ = h.control.next_write_for("recover").await.complete();
+    h.control.next_write_for("recover").await.complete();
     reply.await.expect("mailbox").expect("stored");
     a.send(Stop).await.expect("mailbox");
     h.seen_so_far();
 
-    let persistence = actix_persistence::PersistenceState::new(h.journal.clone(), "recover")
-        .expect("valid id");
+    let persistence =
+        actix_persistence::PersistenceState::new(h.journal.clone(), "recover").expect("valid id");
     Probe {
         persistence,
         applied: Vec::new(),
@@ -177,17 +192,23 @@ async fn an_unserializable_event_is_rejected_and_the_actor_goes_on() {
         Err(PersistError::Rejected(rejection)) => {
             assert_eq!(rejection.persistence_id, "h2-a");
             assert_eq!(rejection.seq_nr, 1);
-            assert!(rejection.reason.contains("refuses to be serialized"), "{rejection}");
+            assert!(
+                rejection.reason.contains("refuses to be serialized"),
+                "{rejection}"
+            );
         }
         other => panic!("expected a rejection, got {other:?}"),
     }
-    assert!(!h.control.has_waiting_write(), "a rejected write never reaches the store");
+    assert!(
+        !h.control.has_waiting_write(),
+        "a rejected write never reaches the store"
+    );
 
     // The actor goes on; so does another actor.
     let good = a.send(Persist(vec![named("a-ok")]));
     let other = b.send(Persist(vec![named("b-ok")]));
-    let _ = h.control.next_write_for("h2-a").await.complete();
-    let _ = h.control.next_write_for("h2-b").await.complete();
+    h.control.next_write_for("h2-a").await.complete();
+    h.control.next_write_for("h2-b").await.complete();
     assert_eq!(good.await.expect("mailbox").expect("stored"), 1);
     other.await.expect("mailbox").expect("stored");
     let seen = h.seen_so_far();
@@ -212,7 +233,7 @@ async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone() {
     let a = h.probe_in_group("j21", 0).await;
     let reply = a.send(Persist(vec![named("s6"), named("s7"), named("s8")]));
     let write = h.control.next_write_for("j21").await;
-    let _ = write.complete_with(vec![
+    write.complete_with(vec![
         Outcome::Store,
         Outcome::Reject("not today".into()),
         Outcome::Store,
@@ -247,7 +268,10 @@ async fn defer_only_commands_never_reach_the_store_and_run_in_order() {
     for reply in replies {
         reply.await.expect("mailbox").expect("deferred");
     }
-    assert!(!h.control.has_waiting_write(), "defer-only batches never reach the store");
+    assert!(
+        !h.control.has_waiting_write(),
+        "defer-only batches never reach the store"
+    );
     let seen: Vec<_> = h
         .seen_so_far()
         .into_iter()
@@ -260,7 +284,7 @@ async fn defer_only_commands_never_reach_the_store_and_run_in_order() {
     assert_eq!(seen, expected);
 
     let reply = a.send(PersistThenDefer(vec![named("e1")], "after".into()));
-    let _ = h.control.next_write_for("h3").await.complete();
+    h.control.next_write_for("h3").await.complete();
     reply.await.expect("mailbox").expect("stored");
     assert_eq!(
         h.seen_so_far(),
@@ -281,13 +305,17 @@ async fn a_failed_write_answers_every_waiting_continuation() {
     let a = h.probe_in_group("fail-all", 0).await;
     let reply = a.send(PersistThenDefer(vec![named("x")], "never".into()));
     let write = h.control.next_write_for("fail-all").await;
-    let _ = write.fail(JournalError::JournalStopped);
+    write.fail(JournalError::JournalStopped);
     assert!(matches!(
         reply.await.expect("mailbox"),
         Err(PersistError::ActorStopped)
     ));
     let seen = h.next_seen_n(3).await;
-    assert_eq!(seen[1], Seen::Failed { pid: "fail-all".into() });
+    assert_eq!(
+        seen[1],
+        Seen::Failed {
+            pid: "fail-all".into()
+        }
+    );
     assert!(!seen.iter().any(|s| matches!(s, Seen::Deferred { .. })));
-    let _ = AtomicWriteError::Failed(JournalError::JournalStopped);
 }

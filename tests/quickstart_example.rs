@@ -13,13 +13,19 @@ fn quickstart() -> PathBuf {
     let path = profile_dir
         .join("examples")
         .join(format!("quickstart{}", std::env::consts::EXE_SUFFIX));
-    assert!(path.exists(), "cargo test builds examples; missing {}", path.display());
+    assert!(
+        path.exists(),
+        "cargo test builds examples; missing {}",
+        path.display()
+    );
     path
 }
 
 fn run_in(dir: &std::path::Path, env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(quickstart());
-    command.current_dir(dir).env_remove("ACTIX_PERSISTENCE_CONFIG");
+    command
+        .current_dir(dir)
+        .env_remove("ACTIX_PERSISTENCE_CONFIG");
     for (key, _) in std::env::vars() {
         if key.starts_with("ACTIX_PERSISTENCE__") {
             command.env_remove(key);
@@ -41,9 +47,16 @@ fn last_line(output: &Output) -> String {
 fn second_run_recovers_exactly_what_the_first_persisted() {
     let dir = tempfile::tempdir().expect("temp dir");
     let first = run_in(dir.path(), &[]);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let line = last_line(&first);
-    assert!(line.starts_with("quickstart: recovered 0 events, persisted "), "{line}");
+    assert!(
+        line.starts_with("quickstart: recovered 0 events, persisted "),
+        "{line}"
+    );
     assert!(line.ends_with(", 5 accounts"), "{line}");
     let persisted: u64 = line
         .split("persisted ")
@@ -52,10 +65,17 @@ fn second_run_recovers_exactly_what_the_first_persisted() {
         .and_then(|n| n.parse().ok())
         .expect("a count of persisted events");
     assert!(persisted > 0);
-    assert!(dir.path().join("actix-persistence.db").exists(), "the default SQLite file");
+    assert!(
+        dir.path().join("actix-persistence.db").exists(),
+        "the default SQLite file"
+    );
 
     let second = run_in(dir.path(), &[]);
-    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
     let line = last_line(&second);
     assert!(
         line.starts_with(&format!("quickstart: recovered {persisted} events, ")),
@@ -82,9 +102,15 @@ fn a_bad_groups_setting_makes_the_quickstart_exit_with_the_config_error() {
         let output = run_in(dir.path(), &[(var, value)]);
         assert!(!output.status.success(), "{value} must fail");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("journal.write-reply-ordering-groups"), "{stderr}");
+        assert!(
+            stderr.contains("journal.write-reply-ordering-groups"),
+            "{stderr}"
+        );
         assert!(stderr.contains(&format!("\"{value}\"")), "{stderr}");
         assert!(stderr.contains(var), "{stderr}");
-        assert!(!dir.path().join("actix-persistence.db").exists(), "no store was opened");
+        assert!(
+            !dir.path().join("actix-persistence.db").exists(),
+            "no store was opened"
+        );
     }
 }

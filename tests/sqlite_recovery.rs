@@ -3,7 +3,7 @@
 
 use actix_persistence::actix::{Actor, Context, Handler, Message, System};
 use actix_persistence::{
-    EventSourced, Persistence, PersistenceState, PersistentActor, PersistReply, PersistResult,
+    EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
     Settings,
 };
 use serde::{Deserialize, Serialize};
@@ -92,10 +92,18 @@ fn state_persisted_on_sqlite_is_recovered_by_a_new_actor_system() {
             let book = notebook(&persistence, "notebook/1 ünïcode");
             let mut count = 0;
             for line in ["alpha", "beta", "gamma"] {
-                count = book.send(Append(line.into())).await.expect("mailbox").expect("stored");
+                count = book
+                    .send(Append(line.into()))
+                    .await
+                    .expect("mailbox")
+                    .expect("stored");
             }
             let other = notebook(&persistence, "notebook/2");
-            other.send(Append("elsewhere".into())).await.expect("mailbox").expect("stored");
+            other
+                .send(Append("elsewhere".into()))
+                .await
+                .expect("mailbox")
+                .expect("stored");
             count
         }
     });
@@ -110,7 +118,10 @@ fn state_persisted_on_sqlite_is_recovered_by_a_new_actor_system() {
             let book = notebook(&persistence, "notebook/1 ünïcode");
             let state = book.send(Read).await.expect("mailbox");
             // The next event continues the sequence.
-            book.send(Append("delta".into())).await.expect("mailbox").expect("stored");
+            book.send(Append("delta".into()))
+                .await
+                .expect("mailbox")
+                .expect("stored");
             let after = book.send(Read).await.expect("mailbox");
             assert_eq!(after.2, 4, "the next event gets seq_nr 4");
             state

@@ -24,7 +24,9 @@ pub enum Evt {
 }
 
 fn refuse<S: Serializer>(_: &String, _: S) -> Result<S::Ok, S::Error> {
-    Err(serde::ser::Error::custom("this event refuses to be serialized"))
+    Err(serde::ser::Error::custom(
+        "this event refuses to be serialized",
+    ))
 }
 
 pub fn named(s: &str) -> Evt {
@@ -34,14 +36,35 @@ pub fn named(s: &str) -> Evt {
 /// What a probe saw, in the order it saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
-    Recovered { pid: String, last_seq_nr: u64, replayed: Vec<Evt> },
+    Recovered {
+        pid: String,
+        last_seq_nr: u64,
+        replayed: Vec<Evt>,
+    },
     /// A command arrived; `applied` is how many events its state held then.
-    Command { pid: String, applied: usize },
-    Handler { pid: String, event: Evt, seq_nr: u64 },
-    Deferred { pid: String, tag: String },
-    Rejected { pid: String, seq_nr: u64 },
-    Failed { pid: String },
-    Stopped { pid: String },
+    Command {
+        pid: String,
+        applied: usize,
+    },
+    Handler {
+        pid: String,
+        event: Evt,
+        seq_nr: u64,
+    },
+    Deferred {
+        pid: String,
+        tag: String,
+    },
+    Rejected {
+        pid: String,
+        seq_nr: u64,
+    },
+    Failed {
+        pid: String,
+    },
+    Stopped {
+        pid: String,
+    },
 }
 
 pub struct Probe {
@@ -144,7 +167,11 @@ impl Probe {
     /// Position of `event` among the applied events (1-based): its seq_nr when nothing was
     /// rejected.
     fn last_seq_nr_of(&self, event: &Evt) -> u64 {
-        self.applied.iter().rposition(|e| e == event).map(|i| i as u64 + 1).unwrap_or(0)
+        self.applied
+            .iter()
+            .rposition(|e| e == event)
+            .map(|i| i as u64 + 1)
+            .unwrap_or(0)
     }
 
     fn command_seen(&self) {
@@ -174,7 +201,11 @@ impl Handler<PersistAll> for Probe {
     fn handle(&mut self, msg: PersistAll, ctx: &mut Context<Self>) -> Self::Result {
         self.command_seen();
         self.persist_all(ctx, msg.0, |act, events, _| {
-            events.iter().map(|e| log_handler(act, e)).last().unwrap_or(0)
+            events
+                .iter()
+                .map(|e| log_handler(act, e))
+                .last()
+                .unwrap_or(0)
         })
     }
 }
@@ -185,7 +216,7 @@ impl Handler<PersistThenDefer> for Probe {
     fn handle(&mut self, msg: PersistThenDefer, ctx: &mut Context<Self>) -> Self::Result {
         self.command_seen();
         for event in msg.0 {
-            let _ = self.persist(ctx, event, |act, event, _| log_handler(act, event));
+            self.persist(ctx, event, |act, event, _| log_handler(act, event));
         }
         let tag = msg.1;
         self.defer(ctx, move |act, _| {

@@ -76,7 +76,9 @@ impl JournalError {
 /// Why an atomic write was rejected: it was never stored, and the journal is healthy (as Akka's
 /// `WriteMessageRejected`). The persistent actor is told and goes on.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("write of persistence id {persistence_id:?} at sequence number {seq_nr} rejected: {reason}")]
+#[error(
+    "write of persistence id {persistence_id:?} at sequence number {seq_nr} rejected: {reason}"
+)]
 pub struct WriteRejection {
     /// The persistence id of the rejected write.
     pub persistence_id: String,

@@ -34,15 +34,23 @@ impl InMemoryJournal {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Events>> {
         // A panic while holding this lock cannot leave the map half-updated (every update is
         // a check followed by infallible inserts), so a poisoned lock is still consistent.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Stores one atomic write all or nothing.
     fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
         write.check_shape()?;
         let mut journal = self.lock();
-        let events = journal.entry(write.persistence_id().to_owned()).or_default();
-        if let Some(taken) = write.events.iter().find(|e| events.stored.contains_key(&e.seq_nr)) {
+        let events = journal
+            .entry(write.persistence_id().to_owned())
+            .or_default();
+        if let Some(taken) = write
+            .events
+            .iter()
+            .find(|e| events.stored.contains_key(&e.seq_nr))
+        {
             return Err(JournalError::ConcurrentWrite {
                 persistence_id: taken.persistence_id.clone(),
                 seq_nr: taken.seq_nr,

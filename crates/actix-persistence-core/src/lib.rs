@@ -19,7 +19,6 @@ pub mod journal;
 #[cfg(feature = "actor")]
 pub mod persistent;
 
-
 pub use error::{
     validate_persistence_id, AtomicWriteError, BoxError, InvalidPersistenceId, JournalError,
     WriteRejection,

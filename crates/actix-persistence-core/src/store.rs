@@ -92,10 +92,14 @@ impl AtomicWrite {
         }
         for (i, event) in self.events.iter().enumerate() {
             if event.persistence_id != pid {
-                return Err(reject("all events of an atomic write must share one persistence id"));
+                return Err(reject(
+                    "all events of an atomic write must share one persistence id",
+                ));
             }
             if Some(event.seq_nr) != first.checked_add(i as u64) {
-                return Err(reject("sequence numbers of an atomic write must be consecutive"));
+                return Err(reject(
+                    "sequence numbers of an atomic write must be consecutive",
+                ));
             }
         }
         Ok(())

@@ -2,8 +2,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, AtomicWriteResult, InMemoryJournal, JournalError,
-    JournalStore, ReplayStream, WriteRejection,
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, InMemoryJournal, JournalError, JournalStore,
+    ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -58,23 +58,19 @@ pub struct PendingWrite {
     decide: oneshot::Sender<Decided>,
 }
 
-/// Resolves once the store handed the test's result back to the journal actor's write task.
+/// Tells when the store handed the test's result back to the journal actor's write task.
 ///
 /// On Actix's single-threaded arbiter, that task forwards the reply to its resequencer in the
-/// same poll, so after `.await` the reply is queued there: whatever the resequencer does with
-/// it next is decided by ordering, not by timing.
+/// same poll, so after [`Answered::wait`] the reply is queued there: whatever the resequencer
+/// does with it next is decided by ordering, not by timing. Ignore it when that does not
+/// matter.
 #[derive(Debug)]
-#[must_use = "await it to know the journal has the answer, or drop it"]
 pub struct Answered(oneshot::Receiver<()>);
 
-impl std::future::Future for Answered {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|_| ())
+impl Answered {
+    /// Waits until the store answered the journal.
+    pub async fn wait(self) {
+        let _ = self.0.await;
     }
 }
 
@@ -257,7 +253,10 @@ impl PendingWrite {
 
     /// The persistence id of the batch's first write.
     pub fn persistence_id(&self) -> &str {
-        self.writes.first().map(|w| w.persistence_id()).unwrap_or("")
+        self.writes
+            .first()
+            .map(|w| w.persistence_id())
+            .unwrap_or("")
     }
 
     /// Stores every atomic write and acknowledges with the in-memory journal's results.

@@ -12,18 +12,26 @@ use actix_persistence_core::InvalidPersistenceId;
 /// [`InvalidPersistenceId`] for an invalid id.
 ///
 /// # Panics
-/// If `group >= groups` (a mistake in the test).
+/// If `group >= groups` (a mistake in the test), or if no incarnation routed to `group` within
+/// `1000 * groups` tries (the routing helper does not spread incarnations over the groups).
 pub fn persistence_state_in_group<A: EventSourced>(
     journal: &Addr<JournalActor>,
     persistence_id: &str,
     group: usize,
     groups: NonZeroUsize,
 ) -> Result<PersistenceState<A>, InvalidPersistenceId> {
-    assert!(group < groups.get(), "group {group} does not exist among {groups} groups");
-    loop {
+    assert!(
+        group < groups.get(),
+        "group {group} does not exist among {groups} groups"
+    );
+    for _ in 0..groups.get().saturating_mul(1000) {
         let state = PersistenceState::new(journal.clone(), persistence_id)?;
         if write_reply_ordering_group(state.incarnation(), groups) == group {
             return Ok(state);
         }
     }
+    panic!(
+        "no incarnation routed to group {group} of {groups} in {} tries",
+        groups.get() * 1000
+    );
 }

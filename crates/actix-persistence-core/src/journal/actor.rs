@@ -134,10 +134,9 @@ async fn write_batch(
             operation: "write",
             timeout,
         }),
-        Ok(Err(_panic)) => WriteMessagesReply::Failed(JournalError::storage(
-            "write",
-            StorePanicked,
-        )),
+        Ok(Err(_panic)) => {
+            WriteMessagesReply::Failed(JournalError::storage("write", StorePanicked))
+        }
         Ok(Ok(Err(cause))) => WriteMessagesReply::Failed(cause),
         Ok(Ok(Ok(results))) if results.len() != expected => {
             WriteMessagesReply::Failed(JournalError::ResultCountMismatch {

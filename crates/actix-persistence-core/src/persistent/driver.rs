@@ -59,7 +59,8 @@ pub(crate) fn start_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<
     ctx.wait(Driver::<A>::new(DriverState::Recovering(recovery)));
 }
 
-type ReplayRequest = Pin<Box<dyn Future<Output = Result<Result<Replay, JournalError>, MailboxError>>>>;
+type ReplayRequest =
+    Pin<Box<dyn Future<Output = Result<Result<Replay, JournalError>, MailboxError>>>>;
 
 struct Recovery {
     request: Option<ReplayRequest>,
@@ -189,7 +190,9 @@ fn poll_recovery<A: PersistentActor>(
                 return Poll::Ready(Err(journal_error(act, JournalError::JournalStopped)))
             }
         };
-        recovery.span.record("highest_seq_nr", replay.highest_seq_nr);
+        recovery
+            .span
+            .record("highest_seq_nr", replay.highest_seq_nr);
         recovery.request = None;
         recovery.replay = Some((replay.highest_seq_nr, replay.events));
     }
@@ -222,7 +225,11 @@ fn poll_recovery<A: PersistentActor>(
             Poll::Ready(None) => {
                 let last = (*highest).max(act.last_seq_nr());
                 recovery.span.record("replayed", recovery.replayed);
-                tracing::debug!(last_seq_nr = last, replayed = recovery.replayed, "recovery completed");
+                tracing::debug!(
+                    last_seq_nr = last,
+                    replayed = recovery.replayed,
+                    "recovery completed"
+                );
                 return Poll::Ready(Ok(last));
             }
         }
@@ -298,11 +305,9 @@ fn deliver<A: PersistentActor>(
         let outcome: AtomicWriteResult = match write {
             PendingWrite::None => Ok(()),
             PendingWrite::Rejected(rejection) => Err(rejection.into()),
-            PendingWrite::Sent | PendingWrite::Ready(_) => {
-                results.next().unwrap_or(Err(AtomicWriteError::Failed(
-                    JournalError::JournalStopped,
-                )))
-            }
+            PendingWrite::Sent | PendingWrite::Ready(_) => results
+                .next()
+                .unwrap_or(Err(AtomicWriteError::Failed(JournalError::JournalStopped))),
         };
         match outcome {
             Ok(()) => {

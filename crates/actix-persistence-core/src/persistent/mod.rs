@@ -28,7 +28,7 @@ use actix::{Actor, Context};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use reply::{PersistError, PersistReply, PersistResult};
+pub use reply::{PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use state::PersistenceState;
 
 use crate::error::{JournalError, WriteRejection};
@@ -167,7 +167,15 @@ pub trait PersistentActor: EventSourced {
         let then: Continuation<Self> = Box::new(move |act, outcome, ctx| {
             let _ = tx.send(outcome.map(|events| then(act, events, ctx)));
         });
-        driver::enqueue(self, ctx, Invocation { events, write, then });
+        driver::enqueue(
+            self,
+            ctx,
+            Invocation {
+                events,
+                write,
+                then,
+            },
+        );
         reply
     }
 

@@ -1,4 +1,4 @@
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
@@ -31,8 +31,8 @@ pub type PersistResult<R> = Result<R, PersistError>;
 ///
 /// Return it from an Actix handler whose message has `Result = Result<R, PersistError>`: the
 /// sender then gets the continuation's value after the events are stored and applied. It can
-/// also be awaited, or dropped when nobody needs the answer (the continuation still runs).
-#[must_use = "return it from the handler, await it, or drop it explicitly"]
+/// also be awaited (it is `IntoFuture`), or ignored when nobody needs the answer: the
+/// continuation runs either way.
 #[derive(Debug)]
 pub struct PersistReply<R> {
     rx: oneshot::Receiver<PersistResult<R>>,
@@ -53,7 +53,23 @@ impl<R> PersistReply<R> {
     }
 }
 
-impl<R> Future for PersistReply<R> {
+impl<R> IntoFuture for PersistReply<R> {
+    type Output = PersistResult<R>;
+    type IntoFuture = ReplyFuture<R>;
+
+    fn into_future(self) -> ReplyFuture<R> {
+        ReplyFuture { rx: self.rx }
+    }
+}
+
+/// The future of a [`PersistReply`]: resolves when the continuation ran, or with
+/// [`PersistError::ActorStopped`] when the actor stopped first.
+#[derive(Debug)]
+pub struct ReplyFuture<R> {
+    rx: oneshot::Receiver<PersistResult<R>>,
+}
+
+impl<R> Future for ReplyFuture<R> {
     type Output = PersistResult<R>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
