@@ -12,6 +12,7 @@
 pub mod error;
 pub mod inmem;
 pub mod serialization;
+pub mod snapshot;
 pub mod store;
 
 #[cfg(feature = "actor")]
@@ -24,6 +25,10 @@ pub use error::{
     WriteRejection,
 };
 pub use inmem::InMemoryJournal;
+pub use snapshot::{
+    InMemorySnapshotStore, SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria, SnapshotStore,
+};
 pub use store::{
     AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream, MAX_SEQ_NR,
 };

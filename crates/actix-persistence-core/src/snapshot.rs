@@ -1,0 +1,268 @@
+//! Snapshot stores: the newest snapshot of an actor's state shortens its recovery.
+//!
+//! Shaped after Akka's `SnapshotStore`: save, load the newest snapshot matching selection
+//! criteria, delete one, delete by criteria. Depends on no actor runtime and no database crate.
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::error::BoxError;
+use crate::serialization::{to_json, SerializationError, JSON_SERIALIZER_ID};
+
+/// Which snapshot a snapshot was: whose, taken after which event, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SnapshotMetadata {
+    /// The persistence id of the actor whose state it is.
+    pub persistence_id: String,
+    /// The sequence number of the last event the state includes.
+    pub seq_nr: u64,
+    /// When it was taken, milliseconds since the Unix epoch.
+    pub timestamp: i64,
+}
+
+/// A serialized snapshot and how to read it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerializedSnapshot {
+    /// The serialized state.
+    pub payload: Vec<u8>,
+    /// The serializer that produced `payload`.
+    pub serializer_id: u32,
+    /// Serializer-specific type hint; may be empty.
+    pub manifest: String,
+}
+
+impl SerializedSnapshot {
+    /// Serializes `state` with serde_json.
+    ///
+    /// # Errors
+    /// [`SerializationError::Serialize`] when serde_json fails or the `Serialize` impl panics.
+    pub fn json<T: Serialize + ?Sized>(state: &T) -> Result<Self, SerializationError> {
+        Ok(SerializedSnapshot {
+            payload: to_json(state)?,
+            serializer_id: JSON_SERIALIZER_ID,
+            manifest: String::new(),
+        })
+    }
+}
+
+/// A loaded snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectedSnapshot {
+    /// Whose and which.
+    pub metadata: SnapshotMetadata,
+    /// The state.
+    pub snapshot: SerializedSnapshot,
+}
+
+/// Bounds a snapshot must meet to be selected: all four must hold (as Akka's
+/// `SnapshotSelectionCriteria`). Timestamps in ms since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotSelectionCriteria {
+    /// Highest sequence number allowed (inclusive).
+    pub max_seq_nr: u64,
+    /// Latest timestamp allowed (inclusive).
+    pub max_timestamp: i64,
+    /// Lowest sequence number allowed (inclusive).
+    pub min_seq_nr: u64,
+    /// Earliest timestamp allowed (inclusive).
+    pub min_timestamp: i64,
+}
+
+impl SnapshotSelectionCriteria {
+    /// Any snapshot: the newest one is selected.
+    pub const fn latest() -> Self {
+        SnapshotSelectionCriteria {
+            max_seq_nr: u64::MAX,
+            max_timestamp: i64::MAX,
+            min_seq_nr: 0,
+            min_timestamp: 0,
+        }
+    }
+
+    /// No snapshot (recover from events only).
+    pub const fn none() -> Self {
+        SnapshotSelectionCriteria {
+            max_seq_nr: 0,
+            max_timestamp: 0,
+            min_seq_nr: 0,
+            min_timestamp: 0,
+        }
+    }
+
+    /// Snapshots up to `max_seq_nr`.
+    pub const fn up_to(max_seq_nr: u64) -> Self {
+        SnapshotSelectionCriteria {
+            max_seq_nr,
+            ..Self::latest()
+        }
+    }
+
+    /// Whether `metadata` meets all four bounds.
+    pub fn matches(&self, metadata: &SnapshotMetadata) -> bool {
+        metadata.seq_nr <= self.max_seq_nr
+            && metadata.timestamp <= self.max_timestamp
+            && metadata.seq_nr >= self.min_seq_nr
+            && metadata.timestamp >= self.min_timestamp
+    }
+}
+
+impl Default for SnapshotSelectionCriteria {
+    fn default() -> Self {
+        Self::latest()
+    }
+}
+
+/// A snapshot operation that did not succeed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The state could not be serialized; nothing was saved and earlier snapshots are intact.
+    #[error("snapshot of {persistence_id:?} at sequence number {seq_nr} not saved: {source}")]
+    Serialization {
+        /// Whose snapshot.
+        persistence_id: String,
+        /// At which sequence number.
+        seq_nr: u64,
+        /// The serializer's error.
+        #[source]
+        source: SerializationError,
+    },
+    /// The store failed.
+    #[error("snapshot store failed during {operation}: {source}")]
+    Storage {
+        /// What the store was doing: `"save"`, `"load"`, `"delete"`.
+        operation: &'static str,
+        /// The store's own error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl SnapshotError {
+    /// Wraps a store's own error as [`SnapshotError::Storage`].
+    pub fn storage<E>(operation: &'static str, source: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        SnapshotError::Storage {
+            operation,
+            source: Arc::new(source),
+        }
+    }
+}
+
+/// Storage for snapshots. Implementations must be safe to call concurrently.
+#[async_trait]
+pub trait SnapshotStore: Send + Sync + 'static {
+    /// The newest snapshot of `persistence_id` (highest seq_nr, then latest timestamp) that
+    /// matches `criteria`, if any.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Storage`] when the store cannot be read.
+    async fn load(
+        &self,
+        persistence_id: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError>;
+
+    /// Saves a snapshot; one already saved for the same persistence id and seq_nr is replaced.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Storage`] when the store cannot be written.
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError>;
+
+    /// Deletes the snapshot of `metadata.persistence_id` at `metadata.seq_nr` (a timestamp of 0
+    /// matches any; otherwise it must match too). Deleting a missing snapshot succeeds.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Storage`] when the store cannot be written.
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError>;
+
+    /// Deletes every snapshot of `persistence_id` matching `criteria`.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Storage`] when the store cannot be written.
+    async fn delete_matching(
+        &self,
+        persistence_id: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError>;
+}
+
+/// A [`SnapshotStore`] kept in memory, for tests. Clones share the same snapshots.
+#[derive(Debug, Clone, Default)]
+pub struct InMemorySnapshotStore {
+    inner: Arc<Mutex<HashMap<String, BTreeMap<u64, SelectedSnapshot>>>>,
+}
+
+impl InMemorySnapshotStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, BTreeMap<u64, SelectedSnapshot>>> {
+        // Every update is a single insert or retain: a poisoned map is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl SnapshotStore for InMemorySnapshotStore {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        Ok(self.lock().get(pid).and_then(|snapshots| {
+            snapshots
+                .values()
+                .rev()
+                .find(|s| criteria.matches(&s.metadata))
+                .cloned()
+        }))
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        self.lock()
+            .entry(metadata.persistence_id.clone())
+            .or_default()
+            .insert(metadata.seq_nr, SelectedSnapshot { metadata, snapshot });
+        Ok(())
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        if let Some(snapshots) = self.lock().get_mut(&metadata.persistence_id) {
+            let matches = snapshots.get(&metadata.seq_nr).is_some_and(|s| {
+                metadata.timestamp == 0 || s.metadata.timestamp == metadata.timestamp
+            });
+            if matches {
+                snapshots.remove(&metadata.seq_nr);
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        if let Some(snapshots) = self.lock().get_mut(pid) {
+            snapshots.retain(|_, s| !criteria.matches(&s.metadata));
+        }
+        Ok(())
+    }
+}
