@@ -8,6 +8,21 @@ use serde::Serialize;
 /// Serializer id of [`serde_json`], stored with every event it wrote.
 pub const JSON_SERIALIZER_ID: u32 = 1;
 
+/// An event in its stored form: bytes, the id of the serializer that wrote them, and a
+/// serializer-specific manifest (type hint).
+///
+/// Produced by [`crate::persistent::EventSourced::serialize_event`]; serde_json
+/// ([`JSON_SERIALIZER_ID`]) unless the actor plugs in another serializer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerializedEvent {
+    /// The serialized event.
+    pub payload: Vec<u8>,
+    /// Which serializer wrote `payload`; read back by the same one.
+    pub serializer_id: u32,
+    /// Type hint for the serializer; may be empty.
+    pub manifest: String,
+}
+
 /// An event that could not be turned into bytes, or bytes that could not be turned back.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SerializationError {

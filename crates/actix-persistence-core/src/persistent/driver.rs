@@ -13,7 +13,6 @@ use super::state::{Invocation, PendingWrite};
 use super::{PersistError, PersistentActor, RecoveryError};
 use crate::error::{AtomicWriteError, JournalError};
 use crate::journal::{Replay, ReplayMessages, WriteMessages, WriteMessagesReply};
-use crate::serialization::from_json;
 use crate::store::{AtomicWriteResult, ReplayStream, MAX_SEQ_NR};
 
 /// Replayed events applied in one poll before the driver yields to other actors.
@@ -204,11 +203,12 @@ fn poll_recovery<A: PersistentActor>(
         match events.as_mut().poll_next(task) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(Ok(repr))) => {
-                let event = from_json::<A::Event>(repr.seq_nr, repr.serializer_id, &repr.payload)
-                    .map_err(|source| RecoveryError::Deserialize {
-                        persistence_id: act.persistence_id().to_owned(),
-                        source,
-                    });
+                let event =
+                    act.deserialize_event(&repr)
+                        .map_err(|source| RecoveryError::Deserialize {
+                            persistence_id: act.persistence_id().to_owned(),
+                            source,
+                        });
                 match event {
                     Ok(event) => act.apply(&event),
                     Err(e) => return Poll::Ready(Err(e)),

@@ -32,7 +32,10 @@ pub use reply::{PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use state::PersistenceState;
 
 use crate::error::{JournalError, WriteRejection};
-use crate::serialization::SerializationError;
+use crate::serialization::{
+    from_json, to_json, SerializationError, SerializedEvent, JSON_SERIALIZER_ID,
+};
+use crate::store::PersistentRepr;
 use state::{Continuation, Invocation, PendingWrite};
 
 /// Why recovery failed. The actor stops after [`EventSourced::on_recovery_failure`] ran.
@@ -71,9 +74,33 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
     /// before persisting, not events after.
     fn apply(&mut self, event: &Self::Event);
 
-    /// The manifest stored with `event` (a type hint for schema evolution); empty by default.
+    /// The manifest stored with `event` by the default serializer (a type hint for schema
+    /// evolution); empty by default.
     fn manifest(&self, _event: &Self::Event) -> String {
         String::new()
+    }
+
+    /// Turns `event` into its stored form. serde_json by default; override it together with
+    /// [`deserialize_event`](Self::deserialize_event) to plug in another serializer (give it
+    /// its own serializer id). An error, or a panic, rejects only the atomic write holding the
+    /// event: the actor goes on.
+    ///
+    /// # Errors
+    /// [`SerializationError::Serialize`] when the event cannot be serialized.
+    fn serialize_event(&self, event: &Self::Event) -> Result<SerializedEvent, SerializationError> {
+        Ok(SerializedEvent {
+            payload: to_json(event)?,
+            serializer_id: JSON_SERIALIZER_ID,
+            manifest: self.manifest(event),
+        })
+    }
+
+    /// Turns a stored event back into `Self::Event` during recovery. serde_json by default.
+    ///
+    /// # Errors
+    /// A [`SerializationError`] fails recovery (events are never skipped).
+    fn deserialize_event(&self, repr: &PersistentRepr) -> Result<Self::Event, SerializationError> {
+        from_json(repr.seq_nr, repr.serializer_id, &repr.payload)
     }
 
     /// Tags stored with `event`, for queries by tag; none by default.
@@ -158,10 +185,9 @@ pub trait PersistentActor: EventSourced {
         let write = if events.is_empty() {
             PendingWrite::None
         } else {
-            let manifests = events.iter().map(|e| self.manifest(e)).collect();
+            let serialized = events.iter().map(|e| serialize_caught(self, e)).collect();
             let tags = events.iter().map(|e| self.tags(e)).collect();
-            self.persistence_mut()
-                .prepare_write(&events, manifests, tags)
+            self.persistence_mut().prepare_write(serialized, tags)
         };
         let (tx, reply) = PersistReply::channel();
         let then: Continuation<Self> = Box::new(move |act, outcome, ctx| {
@@ -188,6 +214,21 @@ pub trait PersistentActor: EventSourced {
     {
         self.persist_all(ctx, Vec::new(), move |act, _, ctx| then(act, ctx))
     }
+}
+
+/// Runs the actor's serializer, turning a panic into an error.
+fn serialize_caught<A: EventSourced>(
+    actor: &A,
+    event: &A::Event,
+) -> Result<SerializedEvent, SerializationError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        actor.serialize_event(event)
+    }))
+    .unwrap_or_else(|_| {
+        Err(SerializationError::Serialize(
+            "the event serializer panicked".to_owned(),
+        ))
+    })
 }
 
 /// Starts recovery of `actor`: call it first thing in `Actor::started` (the derive does). The

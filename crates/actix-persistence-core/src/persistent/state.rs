@@ -7,7 +7,7 @@ use actix::{Addr, Context};
 use super::{EventSourced, PersistError};
 use crate::error::{validate_persistence_id, InvalidPersistenceId, WriteRejection};
 use crate::journal::{Incarnation, JournalActor};
-use crate::serialization::{to_json, JSON_SERIALIZER_ID};
+use crate::serialization::{SerializationError, SerializedEvent};
 use crate::store::{AtomicWrite, PersistentRepr};
 
 /// A continuation: runs once with the stored events, or with why they were not stored.
@@ -112,26 +112,25 @@ impl<A: EventSourced> PersistenceState<A> {
         !self.batch.is_empty() || !self.in_flight.is_empty()
     }
 
-    /// Assigns sequence numbers to `events` and serializes them into one atomic write.
+    /// Assigns sequence numbers to serialized events and builds their atomic write; the first
+    /// serialization error rejects the whole atomic write.
     pub(crate) fn prepare_write(
         &mut self,
-        events: &[A::Event],
-        manifests: Vec<String>,
+        serialized: Vec<Result<SerializedEvent, SerializationError>>,
         tags: Vec<Vec<String>>,
     ) -> PendingWrite {
         let first = self.last_seq_nr + 1;
-        self.last_seq_nr += events.len() as u64;
+        self.last_seq_nr += serialized.len() as u64;
         let timestamp = now_millis();
-        let mut reprs = Vec::with_capacity(events.len());
-        for (((i, event), manifest), tags) in events.iter().enumerate().zip(manifests).zip(tags) {
-            let seq_nr = first + i as u64;
-            match to_json(event) {
-                Ok(payload) => reprs.push(PersistentRepr {
+        let mut reprs = Vec::with_capacity(serialized.len());
+        for ((seq_nr, event), tags) in (first..).zip(serialized).zip(tags) {
+            match event {
+                Ok(event) => reprs.push(PersistentRepr {
                     persistence_id: self.persistence_id.clone(),
                     seq_nr,
-                    payload,
-                    serializer_id: JSON_SERIALIZER_ID,
-                    manifest,
+                    payload: event.payload,
+                    serializer_id: event.serializer_id,
+                    manifest: event.manifest,
                     writer_uuid: self.writer_uuid.clone(),
                     timestamp,
                     tags,

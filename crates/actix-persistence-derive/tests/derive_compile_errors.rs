@@ -1,0 +1,7 @@
+//! What `#[derive(PersistentActor)]` refuses, and the message it gives.
+
+#[test]
+fn derive_refuses_structs_without_exactly_one_persistence_state() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui/*.rs");
+}

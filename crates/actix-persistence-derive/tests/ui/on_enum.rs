@@ -1,0 +1,8 @@
+use actix_persistence::PersistentActor;
+
+#[derive(PersistentActor)]
+enum Account {
+    Open,
+}
+
+fn main() {}
