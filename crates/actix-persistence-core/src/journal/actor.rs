@@ -104,7 +104,7 @@ impl Handler<WriteMessages> for JournalActor {
             to_seq_nr = msg.writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
         );
         let reply_to = msg.reply_to;
-        actix::spawn(
+        let mut write = Box::pin(
             async move {
                 let reply = write_batch(&*store, msg.writes, timeout).await;
                 resequencer.do_send(Resequence {
@@ -115,6 +115,11 @@ impl Handler<WriteMessages> for JournalActor {
             }
             .instrument(span),
         );
+        // A store that answers at once (in memory, or a failed precondition) needs no task of
+        // its own; any other write runs concurrently on the arbiter.
+        if (&mut write).now_or_never().is_none() {
+            actix::spawn(write);
+        }
     }
 }
 

@@ -191,7 +191,7 @@ pub trait PersistentActor: EventSourced {
         };
         let (tx, reply) = PersistReply::channel();
         let then: Continuation<Self> = Box::new(move |act, outcome, ctx| {
-            let _ = tx.send(outcome.map(|events| then(act, events, ctx)));
+            tx.send(outcome.map(|events| then(act, events, ctx)));
         });
         driver::enqueue(
             self,

@@ -1,10 +1,11 @@
+use std::cell::RefCell;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::task::{Context as TaskContext, Poll};
+use std::rc::Rc;
+use std::task::{Context as TaskContext, Poll, Waker};
 
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::{Actor, Message};
-use tokio::sync::oneshot;
 
 use crate::error::{JournalError, WriteRejection};
 
@@ -27,29 +28,86 @@ pub enum PersistError {
 /// did not run.
 pub type PersistResult<R> = Result<R, PersistError>;
 
+/// Where a continuation's outcome goes: nowhere yet, a waiting Actix sender, or an awaiting
+/// task. Lives on the actor's arbiter thread only.
+enum Slot<R> {
+    Empty,
+    Done(PersistResult<R>),
+    Forward(Box<dyn FnOnce(PersistResult<R>)>),
+    Awaited(Waker),
+    Taken,
+}
+
+type SharedSlot<R> = Rc<RefCell<Slot<R>>>;
+
+/// The continuation's end of a [`PersistReply`]. Dropping it unsent answers
+/// [`PersistError::ActorStopped`], so no reply waits forever.
+pub(crate) struct ReplySender<R> {
+    slot: Option<SharedSlot<R>>,
+}
+
+impl<R> ReplySender<R> {
+    pub(crate) fn send(mut self, outcome: PersistResult<R>) {
+        if let Some(slot) = self.slot.take() {
+            fill(&slot, outcome);
+        }
+    }
+}
+
+impl<R> Drop for ReplySender<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            fill(&slot, Err(PersistError::ActorStopped));
+        }
+    }
+}
+
+fn fill<R>(slot: &SharedSlot<R>, outcome: PersistResult<R>) {
+    let previous = std::mem::replace(&mut *slot.borrow_mut(), Slot::Taken);
+    match previous {
+        Slot::Forward(forward) => forward(outcome),
+        Slot::Awaited(waker) => {
+            *slot.borrow_mut() = Slot::Done(outcome);
+            waker.wake();
+        }
+        Slot::Empty => *slot.borrow_mut() = Slot::Done(outcome),
+        // Filled twice cannot happen: the sender is consumed by `send`.
+        Slot::Done(first) => *slot.borrow_mut() = Slot::Done(first),
+        Slot::Taken => {}
+    }
+}
+
 /// The eventual result of a `persist`, `persist_all` or `defer` continuation.
 ///
 /// Return it from an Actix handler whose message has `Result = Result<R, PersistError>`: the
 /// sender then gets the continuation's value after the events are stored and applied. It can
-/// also be awaited (it is `IntoFuture`), or ignored when nobody needs the answer: the
-/// continuation runs either way.
-#[derive(Debug)]
+/// also be awaited on the actor's arbiter (it is `IntoFuture`), or ignored when nobody needs
+/// the answer: the continuation runs either way.
 pub struct PersistReply<R> {
-    rx: oneshot::Receiver<PersistResult<R>>,
+    slot: SharedSlot<R>,
+}
+
+impl<R> std::fmt::Debug for PersistReply<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistReply").finish_non_exhaustive()
+    }
 }
 
 impl<R> PersistReply<R> {
     /// A reply that is already there: for a command handled without persisting (e.g. one the
     /// actor refuses after validating it).
     pub fn ready(value: R) -> Self {
-        let (tx, reply) = Self::channel();
-        let _ = tx.send(Ok(value));
-        reply
+        PersistReply {
+            slot: Rc::new(RefCell::new(Slot::Done(Ok(value)))),
+        }
     }
 
-    pub(crate) fn channel() -> (oneshot::Sender<PersistResult<R>>, Self) {
-        let (tx, rx) = oneshot::channel();
-        (tx, PersistReply { rx })
+    pub(crate) fn channel() -> (ReplySender<R>, Self) {
+        let slot = Rc::new(RefCell::new(Slot::Empty));
+        let sender = ReplySender {
+            slot: Some(Rc::clone(&slot)),
+        };
+        (sender, PersistReply { slot })
     }
 }
 
@@ -58,24 +116,40 @@ impl<R> IntoFuture for PersistReply<R> {
     type IntoFuture = ReplyFuture<R>;
 
     fn into_future(self) -> ReplyFuture<R> {
-        ReplyFuture { rx: self.rx }
+        ReplyFuture { slot: self.slot }
     }
 }
 
 /// The future of a [`PersistReply`]: resolves when the continuation ran, or with
 /// [`PersistError::ActorStopped`] when the actor stopped first.
-#[derive(Debug)]
 pub struct ReplyFuture<R> {
-    rx: oneshot::Receiver<PersistResult<R>>,
+    slot: SharedSlot<R>,
+}
+
+impl<R> std::fmt::Debug for ReplyFuture<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyFuture").finish_non_exhaustive()
+    }
 }
 
 impl<R> Future for ReplyFuture<R> {
     type Output = PersistResult<R>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|answer| answer.unwrap_or(Err(PersistError::ActorStopped)))
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let mut slot = self.slot.borrow_mut();
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Done(outcome) => Poll::Ready(outcome),
+            Slot::Empty | Slot::Awaited(_) => {
+                *slot = Slot::Awaited(cx.waker().clone());
+                Poll::Pending
+            }
+            Slot::Forward(forward) => {
+                // Already handed to an Actix sender: this future will not see it.
+                *slot = Slot::Forward(forward);
+                Poll::Ready(Err(PersistError::ActorStopped))
+            }
+            Slot::Taken => Poll::Ready(Err(PersistError::ActorStopped)),
+        }
     }
 }
 
@@ -86,12 +160,18 @@ where
     R: 'static,
 {
     fn handle(self, _: &mut A::Context, tx: Option<OneshotSender<M::Result>>) {
-        if let Some(tx) = tx {
-            // The actor's context is busy waiting for the write, so the answer is forwarded by
-            // a task of its own.
-            actix::spawn(async move {
-                let _ = tx.send(self.await);
-            });
+        let Some(tx) = tx else { return };
+        let mut slot = self.slot.borrow_mut();
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Done(outcome) => {
+                let _ = tx.send(outcome);
+            }
+            _ => {
+                // The continuation answers the sender directly when it runs.
+                *slot = Slot::Forward(Box::new(move |outcome| {
+                    let _ = tx.send(outcome);
+                }));
+            }
         }
     }
 }
