@@ -55,6 +55,13 @@ pub enum JournalError {
         /// Number of results the store returned.
         actual: usize,
     },
+    /// The journal's circuit breaker is open after repeated store failures: the call was not
+    /// attempted. Retry after `retry_in`.
+    #[error("journal circuit breaker is open after repeated failures; retry in {} ms", retry_in.as_millis())]
+    CircuitOpen {
+        /// Time until a trial call is allowed.
+        retry_in: Duration,
+    },
     /// The journal actor stopped (or its reply was lost) before the operation was answered.
     #[error("the journal actor stopped before it answered")]
     JournalStopped,

@@ -131,6 +131,23 @@ pub enum SnapshotError {
         #[source]
         source: SerializationError,
     },
+    /// The actor has no snapshot store, or does not implement
+    /// `EventSourced::snapshot`.
+    #[error("{persistence_id:?} cannot save snapshots: {reason}")]
+    NotSupported {
+        /// Whose snapshot.
+        persistence_id: String,
+        /// What is missing.
+        reason: &'static str,
+    },
+    /// The store did not answer within the call timeout.
+    #[error("snapshot store did not answer {operation} within {} ms", timeout.as_millis())]
+    Timeout {
+        /// What was asked.
+        operation: &'static str,
+        /// The timeout that expired.
+        timeout: std::time::Duration,
+    },
     /// The store failed.
     #[error("snapshot store failed during {operation}: {source}")]
     Storage {

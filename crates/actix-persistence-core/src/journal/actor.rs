@@ -7,11 +7,12 @@ use actix::{Actor, Addr, Context, Handler, ResponseFuture};
 use futures::FutureExt;
 use tracing::Instrument;
 
+use super::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use super::{
     write_reply_ordering_group, DeleteMessagesTo, ReadHighestSequenceNr, Replay, ReplayMessages,
     Resequence, Resequencer, WriteMessages, WriteMessagesReply,
 };
-use crate::error::JournalError;
+use crate::error::{AtomicWriteError, JournalError};
 use crate::store::{AtomicWrite, JournalStore};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
@@ -21,6 +22,8 @@ pub struct JournalConfig {
     pub write_reply_ordering_groups: NonZeroUsize,
     /// How long a store call may take before the journal fails it (default 10 s).
     pub call_timeout: Duration,
+    /// When to stop calling a failing store for a while.
+    pub circuit_breaker: CircuitBreakerConfig,
 }
 
 impl Default for JournalConfig {
@@ -28,6 +31,7 @@ impl Default for JournalConfig {
         JournalConfig {
             write_reply_ordering_groups: NonZeroUsize::MIN,
             call_timeout: Duration::from_secs(10),
+            circuit_breaker: CircuitBreakerConfig::default(),
         }
     }
 }
@@ -40,6 +44,7 @@ impl Default for JournalConfig {
 pub struct JournalActor {
     store: Arc<dyn JournalStore>,
     config: JournalConfig,
+    breaker: Arc<CircuitBreaker>,
     groups: Vec<Group>,
 }
 
@@ -53,6 +58,7 @@ impl JournalActor {
     pub fn new(store: Arc<dyn JournalStore>, config: JournalConfig) -> Self {
         JournalActor {
             store,
+            breaker: Arc::new(CircuitBreaker::new(config.circuit_breaker)),
             config,
             groups: Vec::new(),
         }
@@ -94,6 +100,7 @@ impl Handler<WriteMessages> for JournalActor {
         group.next_seq += 1;
         let resequencer = group.resequencer.clone();
         let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         let span = tracing::debug_span!(
             "journal_write",
@@ -106,7 +113,7 @@ impl Handler<WriteMessages> for JournalActor {
         let reply_to = msg.reply_to;
         let mut write = Box::pin(
             async move {
-                let reply = write_batch(&*store, msg.writes, timeout).await;
+                let reply = write_batch(&*store, &breaker, msg.writes, timeout).await;
                 resequencer.do_send(Resequence {
                     seq,
                     reply,
@@ -126,12 +133,40 @@ impl Handler<WriteMessages> for JournalActor {
 /// Runs one batch against the store and turns every way it can end into a reply.
 async fn write_batch(
     store: &dyn JournalStore,
+    breaker: &CircuitBreaker,
     writes: Vec<AtomicWrite>,
     timeout: Duration,
 ) -> WriteMessagesReply {
     if writes.is_empty() {
         return WriteMessagesReply::Completed(Vec::new());
     }
+    if let Err(open) = breaker.permit() {
+        return WriteMessagesReply::Failed(open);
+    }
+    let reply = call_store(store, writes, timeout).await;
+    breaker.record(store_was_healthy(&reply));
+    reply
+}
+
+/// A batch counts as a store failure for the circuit breaker when it failed as a whole or a
+/// write failed for another reason than a concurrent writer; rejections are not failures.
+fn store_was_healthy(reply: &WriteMessagesReply) -> bool {
+    match reply {
+        WriteMessagesReply::Failed(_) => false,
+        WriteMessagesReply::Completed(results) => results.iter().all(|r| {
+            !matches!(
+                r,
+                Err(AtomicWriteError::Failed(e)) if !matches!(e, JournalError::ConcurrentWrite { .. })
+            )
+        }),
+    }
+}
+
+async fn call_store(
+    store: &dyn JournalStore,
+    writes: Vec<AtomicWrite>,
+    timeout: Duration,
+) -> WriteMessagesReply {
     let expected = writes.len();
     let call = AssertUnwindSafe(store.write_messages(writes)).catch_unwind();
     match tokio::time::timeout(timeout, call).await {
@@ -157,15 +192,19 @@ async fn write_batch(
 #[error("the journal store panicked")]
 struct StorePanicked;
 
-/// Awaits a store call with the journal's call timeout.
+/// Awaits a store call with the journal's call timeout, through the circuit breaker.
 async fn with_timeout<T>(
+    breaker: &CircuitBreaker,
     operation: &'static str,
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, JournalError>>,
 ) -> Result<T, JournalError> {
-    tokio::time::timeout(timeout, call)
+    breaker.permit()?;
+    let result = tokio::time::timeout(timeout, call)
         .await
-        .unwrap_or(Err(JournalError::Timeout { operation, timeout }))
+        .unwrap_or(Err(JournalError::Timeout { operation, timeout }));
+    breaker.record(result.is_ok());
+    result
 }
 
 impl Handler<ReplayMessages> for JournalActor {
@@ -173,9 +212,11 @@ impl Handler<ReplayMessages> for JournalActor {
 
     fn handle(&mut self, msg: ReplayMessages, _: &mut Context<Self>) -> Self::Result {
         let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
             let highest = with_timeout(
+                &breaker,
                 "read highest sequence number",
                 timeout,
                 store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr),
@@ -196,10 +237,11 @@ impl Handler<ReadHighestSequenceNr> for JournalActor {
 
     fn handle(&mut self, msg: ReadHighestSequenceNr, _: &mut Context<Self>) -> Self::Result {
         let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
             let call = store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr);
-            with_timeout("read highest sequence number", timeout, call).await
+            with_timeout(&breaker, "read highest sequence number", timeout, call).await
         })
     }
 }
@@ -209,10 +251,11 @@ impl Handler<DeleteMessagesTo> for JournalActor {
 
     fn handle(&mut self, msg: DeleteMessagesTo, _: &mut Context<Self>) -> Self::Result {
         let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
             let call = store.delete_messages_to(&msg.persistence_id, msg.to_seq_nr);
-            with_timeout("delete", timeout, call).await
+            with_timeout(&breaker, "delete", timeout, call).await
         })
     }
 }

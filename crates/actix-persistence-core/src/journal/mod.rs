@@ -9,11 +9,13 @@
 //! Akka's `AsyncWriteJournal` with `write-reply-ordering-groups`).
 
 mod actor;
+mod breaker;
 mod protocol;
 mod resequencer;
 mod routing;
 
 pub use actor::{JournalActor, JournalConfig};
+pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages, WriteMessages,
     WriteMessagesReply,

@@ -5,18 +5,16 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use actix::{ActorContext, ActorFuture, AsyncContext, Context, MailboxError};
+use actix::{ActorContext, ActorFuture, AsyncContext, Context};
 use tokio::sync::oneshot;
 use tracing::Span;
 
+use super::recovery::{poll_recovery, Recovering};
 use super::state::{Invocation, PendingWrite};
-use super::{PersistError, PersistentActor, RecoveryError};
+use super::{PersistError, PersistentActor};
 use crate::error::{AtomicWriteError, JournalError};
-use crate::journal::{Replay, ReplayMessages, WriteMessages, WriteMessagesReply};
-use crate::store::{AtomicWriteResult, ReplayStream, MAX_SEQ_NR};
-
-/// Replayed events applied in one poll before the driver yields to other actors.
-const REPLAY_EVENTS_PER_POLL: usize = 1024;
+use crate::journal::{WriteMessages, WriteMessagesReply};
+use crate::store::AtomicWriteResult;
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
@@ -36,40 +34,12 @@ pub(crate) fn enqueue<A: PersistentActor>(
 pub(crate) fn start_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
     let state = act.persistence_mut();
     state.driver_running = true;
-    let persistence_id = state.persistence_id().to_owned();
-    let span = tracing::debug_span!(
-        "recovery",
-        persistence_id = %persistence_id,
-        highest_seq_nr = tracing::field::Empty,
-        replayed = tracing::field::Empty,
-    );
-    let request = state.journal().send(ReplayMessages {
-        persistence_id,
-        from_seq_nr: 1,
-        to_seq_nr: MAX_SEQ_NR,
-        max: u64::MAX,
-    });
-    let recovery = Recovery {
-        request: Some(Box::pin(request)),
-        replay: None,
-        replayed: 0,
-        span,
-    };
-    ctx.wait(Driver::<A>::new(DriverState::Recovering(recovery)));
-}
-
-type ReplayRequest =
-    Pin<Box<dyn Future<Output = Result<Result<Replay, JournalError>, MailboxError>>>>;
-
-struct Recovery {
-    request: Option<ReplayRequest>,
-    replay: Option<(u64, ReplayStream)>,
-    replayed: u64,
-    span: Span,
+    let recovering = Recovering::new(state.recovery_plan());
+    ctx.wait(Driver::<A>::new(DriverState::Recovering(Box::new(recovering))));
 }
 
 enum DriverState {
-    Recovering(Recovery),
+    Recovering(Box<Recovering>),
     Idle,
     Awaiting {
         reply: oneshot::Receiver<WriteMessagesReply>,
@@ -110,7 +80,7 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(last_seq_nr)) => {
                         let state = act.persistence_mut();
-                        state.last_seq_nr = last_seq_nr;
+                        state.set_recovered_seq_nr(last_seq_nr);
                         state.recovered = true;
                         this.state = DriverState::Idle;
                         act.on_recovery_completed(last_seq_nr, ctx);
@@ -164,73 +134,6 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                         return Poll::Ready(());
                     }
                 }
-            }
-        }
-    }
-}
-
-/// Replays events into the actor; yields the highest sequence number when done.
-fn poll_recovery<A: PersistentActor>(
-    recovery: &mut Recovery,
-    act: &mut A,
-    task: &mut TaskContext<'_>,
-) -> Poll<Result<u64, RecoveryError>> {
-    let _entered = recovery.span.clone().entered();
-    let journal_error = |act: &A, source| RecoveryError::Journal {
-        persistence_id: act.persistence_id().to_owned(),
-        source,
-    };
-    if let Some(request) = &mut recovery.request {
-        let replay = match request.as_mut().poll(task) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(Ok(replay))) => replay,
-            Poll::Ready(Ok(Err(e))) => return Poll::Ready(Err(journal_error(act, e))),
-            Poll::Ready(Err(_)) => {
-                return Poll::Ready(Err(journal_error(act, JournalError::JournalStopped)))
-            }
-        };
-        recovery
-            .span
-            .record("highest_seq_nr", replay.highest_seq_nr);
-        recovery.request = None;
-        recovery.replay = Some((replay.highest_seq_nr, replay.events));
-    }
-    let Some((highest, events)) = &mut recovery.replay else {
-        return Poll::Ready(Err(journal_error(act, JournalError::JournalStopped)));
-    };
-    let mut applied = 0;
-    loop {
-        match events.as_mut().poll_next(task) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(Ok(repr))) => {
-                let event =
-                    act.deserialize_event(&repr)
-                        .map_err(|source| RecoveryError::Deserialize {
-                            persistence_id: act.persistence_id().to_owned(),
-                            source,
-                        });
-                match event {
-                    Ok(event) => act.apply(&event),
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
-                act.persistence_mut().last_seq_nr = repr.seq_nr;
-                recovery.replayed += 1;
-                applied += 1;
-                if applied == REPLAY_EVENTS_PER_POLL {
-                    task.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-            }
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(journal_error(act, e))),
-            Poll::Ready(None) => {
-                let last = (*highest).max(act.last_seq_nr());
-                recovery.span.record("replayed", recovery.replayed);
-                tracing::debug!(
-                    last_seq_nr = last,
-                    replayed = recovery.replayed,
-                    "recovery completed"
-                );
-                return Poll::Ready(Ok(last));
             }
         }
     }
@@ -301,7 +204,9 @@ fn deliver<A: PersistentActor>(
             events,
             write,
             then,
+            highest_seq_nr,
         } = invocation;
+        let stored_seq_nr = (!events.is_empty()).then_some(highest_seq_nr);
         let outcome: AtomicWriteResult = match write {
             PendingWrite::None => Ok(()),
             PendingWrite::Rejected(rejection) => Err(rejection.into()),
@@ -314,7 +219,14 @@ fn deliver<A: PersistentActor>(
                 for event in &events {
                     act.apply(event);
                 }
+                if let Some(seq_nr) = stored_seq_nr {
+                    act.persistence_mut().confirm_seq_nr(seq_nr);
+                }
                 then(act, Ok(&events), ctx);
+                if let Some(seq_nr) = stored_seq_nr {
+                    let previous = seq_nr - events.len() as u64;
+                    super::snapshots::after_stored(act, ctx, previous, seq_nr);
+                }
             }
             Err(AtomicWriteError::Rejected(rejection)) => {
                 act.on_persist_rejected(&rejection, ctx);

@@ -21,7 +21,9 @@
 //!   its next incarnation recovers what is really stored.
 
 mod driver;
+mod recovery;
 mod reply;
+mod snapshots;
 mod state;
 
 use actix::{Actor, Context};
@@ -29,13 +31,17 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use reply::{PersistError, PersistReply, PersistResult, ReplyFuture};
+pub use recovery::{Recovery, RecoveryPermits};
+pub use snapshots::SnapshotPolicy;
 pub use state::PersistenceState;
 
 use crate::error::{JournalError, WriteRejection};
 use crate::serialization::{
     from_json, to_json, SerializationError, SerializedEvent, JSON_SERIALIZER_ID,
 };
+use crate::snapshot::{SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata};
 use crate::store::PersistentRepr;
+pub use snapshots::DeleteError;
 use state::{Continuation, Invocation, PendingWrite};
 
 /// Why recovery failed. The actor stops after [`EventSourced::on_recovery_failure`] ran.
@@ -49,6 +55,24 @@ pub enum RecoveryError {
         /// The journal's error.
         #[source]
         source: JournalError,
+    },
+    /// Recovery made no progress within its timeout (default 30 s): the snapshot store or the
+    /// journal did not answer, or the replay stalled.
+    #[error("recovery of {persistence_id:?} made no progress within {} ms", timeout.as_millis())]
+    Timeout {
+        /// Whose recovery.
+        persistence_id: String,
+        /// The recovery timeout.
+        timeout: std::time::Duration,
+    },
+    /// The snapshot could not be loaded or restored. Recovery fails rather than replaying
+    /// from the start, because events covered by the snapshot may have been deleted.
+    #[error("recovery of {persistence_id:?} failed at its snapshot: {reason}")]
+    Snapshot {
+        /// Whose recovery.
+        persistence_id: String,
+        /// What went wrong.
+        reason: String,
     },
     /// A stored event could not be turned back into the actor's event type. Recovery stops
     /// there: events are never skipped silently.
@@ -106,6 +130,43 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
     /// Tags stored with `event`, for queries by tag; none by default.
     fn tags(&self, _event: &Self::Event) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The actor's state as a snapshot, for [`PersistentActor::save_snapshot`] and the
+    /// snapshot policy. `None` (the default) means the actor takes no snapshots.
+    /// `SerializedSnapshot::json(&state)` is the usual body.
+    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
+        None
+    }
+
+    /// Restores the state from a snapshot during recovery, before the events after it are
+    /// replayed. An error fails recovery ([`RecoveryError::Snapshot`]): the documented rule,
+    /// since events covered by the snapshot may be deleted. The default refuses, so an actor
+    /// that saves snapshots must override it.
+    ///
+    /// # Errors
+    /// A [`SerializationError`] when the snapshot cannot be read.
+    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
+        Err(SerializationError::Deserialize {
+            seq_nr: snapshot.metadata.seq_nr,
+            reason: "this actor does not implement EventSourced::restore_snapshot".to_owned(),
+        })
+    }
+
+    /// Runs after a snapshot was saved.
+    fn on_snapshot_saved(&mut self, _metadata: &SnapshotMetadata, _ctx: &mut Context<Self>) {}
+
+    /// Runs when a snapshot could not be saved; the actor goes on.
+    fn on_snapshot_failure(&mut self, cause: &SnapshotError, _ctx: &mut Context<Self>) {
+        tracing::warn!(error = %cause, "snapshot not saved");
+    }
+
+    /// Runs after events up to `to_seq_nr` were deleted.
+    fn on_events_deleted(&mut self, _to_seq_nr: u64, _ctx: &mut Context<Self>) {}
+
+    /// Runs when deleting events failed; the actor goes on.
+    fn on_delete_failure(&mut self, cause: &DeleteError, _ctx: &mut Context<Self>) {
+        tracing::warn!(error = %cause, "events not deleted");
     }
 
     /// Runs once after recovery replayed every event, before the first command.
@@ -182,8 +243,8 @@ pub trait PersistentActor: EventSourced {
         R: 'static,
         F: FnOnce(&mut Self, &[Self::Event], &mut Context<Self>) -> R + 'static,
     {
-        let write = if events.is_empty() {
-            PendingWrite::None
+        let (write, highest_seq_nr) = if events.is_empty() {
+            (PendingWrite::None, 0)
         } else {
             let serialized = events.iter().map(|e| serialize_caught(self, e)).collect();
             let tags = events.iter().map(|e| self.tags(e)).collect();
@@ -200,9 +261,27 @@ pub trait PersistentActor: EventSourced {
                 events,
                 write,
                 then,
+                highest_seq_nr,
             },
         );
         reply
+    }
+
+    /// Saves [`EventSourced::snapshot`] as the snapshot at [`last_seq_nr`](Self::last_seq_nr)
+    /// in the background; [`EventSourced::on_snapshot_saved`] or
+    /// [`EventSourced::on_snapshot_failure`] runs when the store answered. Commands are not
+    /// held back meanwhile.
+    fn save_snapshot(&mut self, ctx: &mut Context<Self>) {
+        snapshots::save_snapshot(self, ctx);
+    }
+
+    /// Deletes this actor's events up to and including `to_seq_nr` (at most
+    /// [`last_seq_nr`](Self::last_seq_nr), or `u64::MAX` for all) in the background; the
+    /// highest sequence number is kept, so new events continue the sequence.
+    /// [`EventSourced::on_events_deleted`] or [`EventSourced::on_delete_failure`] runs when
+    /// the journal answered.
+    fn delete_events_to(&mut self, ctx: &mut Context<Self>, to_seq_nr: u64) {
+        snapshots::delete_events_to(self, ctx, to_seq_nr);
     }
 
     /// Runs `then` after every earlier `persist`/`persist_all` of this actor completed,

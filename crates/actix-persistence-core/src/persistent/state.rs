@@ -2,9 +2,15 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use actix::{Addr, Context};
 
+use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
+use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
+use crate::snapshot::SnapshotStore;
 use crate::error::{validate_persistence_id, InvalidPersistenceId, WriteRejection};
 use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
@@ -14,11 +20,16 @@ use crate::store::{AtomicWrite, PersistentRepr};
 pub(crate) type Continuation<A> =
     Box<dyn FnOnce(&mut A, Result<&[<A as EventSourced>::Event], PersistError>, &mut Context<A>)>;
 
+const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One `persist`, `persist_all` or `defer` call waiting for its turn.
 pub(crate) struct Invocation<A: EventSourced> {
     pub(crate) events: Vec<A::Event>,
     pub(crate) write: PendingWrite,
     pub(crate) then: Continuation<A>,
+    /// Sequence number of the last event (meaningless without events).
+    pub(crate) highest_seq_nr: u64,
 }
 
 /// Where an invocation's atomic write stands.
@@ -43,8 +54,17 @@ pub struct PersistenceState<A: EventSourced> {
     journal: Addr<JournalActor>,
     incarnation: Incarnation,
     writer_uuid: String,
-    pub(crate) last_seq_nr: u64,
+    /// Highest sequence number recovered or stored and applied.
+    last_seq_nr: u64,
+    /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
+    assigned_seq_nr: u64,
     pub(crate) recovered: bool,
+    recovery: Recovery,
+    recovery_timeout: Duration,
+    permits: Option<RecoveryPermits>,
+    pub(crate) snapshots: Option<Arc<dyn SnapshotStore>>,
+    pub(crate) snapshot_policy: SnapshotPolicy,
+    pub(crate) snapshot_timeout: Duration,
     /// Invocations of the command being handled, not yet sent.
     pub(crate) batch: Vec<Invocation<A>>,
     /// Invocations sent (or due), in order, waiting for their replies.
@@ -70,11 +90,49 @@ impl<A: EventSourced> PersistenceState<A> {
             incarnation: Incarnation::next(),
             writer_uuid: uuid::Uuid::new_v4().to_string(),
             last_seq_nr: 0,
+            assigned_seq_nr: 0,
             recovered: false,
+            recovery: Recovery::latest(),
+            recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
+            permits: None,
+            snapshots: None,
+            snapshot_policy: SnapshotPolicy::default(),
+            snapshot_timeout: DEFAULT_SNAPSHOT_TIMEOUT,
             batch: Vec::new(),
             in_flight: VecDeque::new(),
             driver_running: false,
         })
+    }
+
+    /// Recovers with `recovery` instead of [`Recovery::latest`].
+    pub fn with_recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery = recovery;
+        self
+    }
+
+    /// Fails recovery after `timeout` without progress (default 30 s).
+    pub fn with_recovery_timeout(mut self, timeout: Duration) -> Self {
+        self.recovery_timeout = timeout;
+        self
+    }
+
+    /// Waits for one of `permits` before recovering.
+    pub fn with_recovery_permits(mut self, permits: RecoveryPermits) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
+    /// Saves and loads snapshots in `store`; each call may take `timeout` (default 10 s).
+    pub fn with_snapshot_store(mut self, store: Arc<dyn SnapshotStore>, timeout: Duration) -> Self {
+        self.snapshots = Some(store);
+        self.snapshot_timeout = timeout;
+        self
+    }
+
+    /// Takes snapshots automatically by `policy` (needs a snapshot store).
+    pub fn with_snapshot_policy(mut self, policy: SnapshotPolicy) -> Self {
+        self.snapshot_policy = policy;
+        self
     }
 
     /// The persistence id.
@@ -97,9 +155,30 @@ impl<A: EventSourced> PersistenceState<A> {
         &self.journal
     }
 
-    /// The highest sequence number this incarnation recovered or assigned (0 before any).
+    /// The sequence number of the last event recovered, or stored and applied (0 before
+    /// any). Events still being written are not counted.
     pub fn last_seq_nr(&self) -> u64 {
         self.last_seq_nr
+    }
+
+    pub(crate) fn set_recovered_seq_nr(&mut self, seq_nr: u64) {
+        self.last_seq_nr = seq_nr;
+        self.assigned_seq_nr = seq_nr;
+    }
+
+    pub(crate) fn confirm_seq_nr(&mut self, seq_nr: u64) {
+        self.last_seq_nr = self.last_seq_nr.max(seq_nr);
+    }
+
+    pub(crate) fn recovery_plan(&self) -> RecoveryPlan {
+        RecoveryPlan {
+            persistence_id: self.persistence_id.clone(),
+            journal: self.journal.clone(),
+            snapshots: self.snapshots.clone(),
+            recovery: self.recovery,
+            permits: self.permits.clone(),
+            timeout: self.recovery_timeout,
+        }
     }
 
     /// Whether recovery completed.
@@ -118,9 +197,19 @@ impl<A: EventSourced> PersistenceState<A> {
         &mut self,
         serialized: Vec<Result<SerializedEvent, SerializationError>>,
         tags: Vec<Vec<String>>,
+    ) -> (PendingWrite, u64) {
+        let first = self.assigned_seq_nr + 1;
+        self.assigned_seq_nr += serialized.len() as u64;
+        let highest = self.assigned_seq_nr;
+        (self.build_write(first, serialized, tags), highest)
+    }
+
+    fn build_write(
+        &self,
+        first: u64,
+        serialized: Vec<Result<SerializedEvent, SerializationError>>,
+        tags: Vec<Vec<String>>,
     ) -> PendingWrite {
-        let first = self.last_seq_nr + 1;
-        self.last_seq_nr += serialized.len() as u64;
         let timestamp = now_millis();
         let mut reprs = Vec::with_capacity(serialized.len());
         for ((seq_nr, event), tags) in (first..).zip(serialized).zip(tags) {
@@ -163,7 +252,7 @@ impl<A: EventSourced> fmt::Debug for PersistenceState<A> {
     }
 }
 
-fn now_millis() -> i64 {
+pub(crate) fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

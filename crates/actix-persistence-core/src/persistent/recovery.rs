@@ -1,0 +1,271 @@
+//! Recovery options and the recovery part of the driver: newest matching snapshot, then the
+//! events after it, streamed, then the recovery-completed hook.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use actix::Addr;
+use futures::future::LocalBoxFuture;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{sleep, Instant, Sleep};
+use tracing::Span;
+
+use super::{PersistentActor, RecoveryError};
+use crate::error::JournalError;
+use crate::journal::{JournalActor, ReplayMessages};
+use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
+use crate::store::{ReplayStream, MAX_SEQ_NR};
+
+/// Replayed events applied in one poll before the driver yields to other actors.
+const REPLAY_EVENTS_PER_POLL: usize = 1024;
+
+/// What a persistent actor recovers when it starts (as Akka's `Recovery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Which snapshot to start from; [`SnapshotSelectionCriteria::none`] replays all events.
+    pub from_snapshot: SnapshotSelectionCriteria,
+    /// Replay events up to this sequence number (inclusive).
+    pub to_seq_nr: u64,
+    /// Replay at most this many events.
+    pub max_events: u64,
+}
+
+impl Recovery {
+    /// From the newest snapshot, then every event after it (the default).
+    pub const fn latest() -> Self {
+        Recovery {
+            from_snapshot: SnapshotSelectionCriteria::latest(),
+            to_seq_nr: MAX_SEQ_NR,
+            max_events: u64::MAX,
+        }
+    }
+
+    /// No snapshot and no event: the actor starts empty but continues the sequence numbers
+    /// (as Akka's `Recovery.none`).
+    pub const fn none() -> Self {
+        Recovery {
+            from_snapshot: SnapshotSelectionCriteria::none(),
+            to_seq_nr: 0,
+            max_events: 0,
+        }
+    }
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Self::latest()
+    }
+}
+
+/// Limits how many persistent actors recover at once; the others wait in arrival order.
+/// Share one between all actors of a journal (the facade does, from
+/// `journal.max-concurrent-recoveries`).
+#[derive(Debug, Clone)]
+pub struct RecoveryPermits(Arc<Semaphore>);
+
+impl RecoveryPermits {
+    /// At most `max` concurrent recoveries (at least 1).
+    pub fn new(max: usize) -> Self {
+        RecoveryPermits(Arc::new(Semaphore::new(max.max(1))))
+    }
+
+    /// Recoveries that could start now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// Everything recovery needs, taken from the actor's state when it starts.
+pub(crate) struct RecoveryPlan {
+    pub(crate) persistence_id: String,
+    pub(crate) journal: Addr<JournalActor>,
+    pub(crate) snapshots: Option<Arc<dyn SnapshotStore>>,
+    pub(crate) recovery: Recovery,
+    pub(crate) permits: Option<RecoveryPermits>,
+    pub(crate) timeout: Duration,
+}
+
+/// What the asynchronous first part of recovery found.
+struct Start {
+    snapshot: Option<SelectedSnapshot>,
+    highest_seq_nr: u64,
+    events: ReplayStream,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The recovery in progress.
+pub(crate) struct Recovering {
+    start: Option<LocalBoxFuture<'static, Result<Start, RecoveryError>>>,
+    replay: Option<(u64, ReplayStream)>,
+    _permit: Option<OwnedSemaphorePermit>,
+    idle: Pin<Box<Sleep>>,
+    timeout: Duration,
+    replayed: u64,
+    pub(crate) span: Span,
+}
+
+impl Recovering {
+    pub(crate) fn new(plan: RecoveryPlan) -> Self {
+        let span = tracing::debug_span!(
+            "recovery",
+            persistence_id = %plan.persistence_id,
+            snapshot_seq_nr = tracing::field::Empty,
+            highest_seq_nr = tracing::field::Empty,
+            replayed = tracing::field::Empty,
+        );
+        let timeout = plan.timeout;
+        Recovering {
+            start: Some(Box::pin(start(plan))),
+            replay: None,
+            _permit: None,
+            idle: Box::pin(sleep(timeout)),
+            timeout,
+            replayed: 0,
+            span,
+        }
+    }
+
+    fn made_progress(&mut self) {
+        self.idle.as_mut().reset(Instant::now() + self.timeout);
+    }
+}
+
+/// Waits for a permit (not counted against the timeout), then loads the snapshot and opens
+/// the replay, each within the timeout.
+async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
+    let permit = match &plan.permits {
+        Some(permits) => Arc::clone(&permits.0).acquire_owned().await.ok(),
+        None => None,
+    };
+    let pid = plan.persistence_id.clone();
+    let timed_out = || RecoveryError::Timeout {
+        persistence_id: pid.clone(),
+        timeout: plan.timeout,
+    };
+    let snapshot = match (&plan.snapshots, plan.recovery.from_snapshot) {
+        (Some(store), criteria) if criteria != SnapshotSelectionCriteria::none() => {
+            let criteria = SnapshotSelectionCriteria {
+                max_seq_nr: criteria.max_seq_nr.min(plan.recovery.to_seq_nr),
+                ..criteria
+            };
+            tokio::time::timeout(plan.timeout, store.load(&plan.persistence_id, criteria))
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(|source| RecoveryError::Snapshot {
+                    persistence_id: plan.persistence_id.clone(),
+                    reason: source.to_string(),
+                })?
+        }
+        _ => None,
+    };
+    let from = snapshot.as_ref().map(|s| s.metadata.seq_nr).unwrap_or(0) + 1;
+    let request = plan.journal.send(ReplayMessages {
+        persistence_id: plan.persistence_id.clone(),
+        from_seq_nr: from,
+        to_seq_nr: plan.recovery.to_seq_nr,
+        max: plan.recovery.max_events,
+    });
+    let replay = tokio::time::timeout(plan.timeout, request)
+        .await
+        .map_err(|_| timed_out())?
+        .unwrap_or(Err(JournalError::JournalStopped))
+        .map_err(|source| RecoveryError::Journal {
+            persistence_id: plan.persistence_id.clone(),
+            source,
+        })?;
+    Ok(Start {
+        snapshot,
+        highest_seq_nr: replay.highest_seq_nr,
+        events: replay.events,
+        permit,
+    })
+}
+
+/// Drives recovery one step; yields the last sequence number when done.
+pub(crate) fn poll_recovery<A: PersistentActor>(
+    recovery: &mut Recovering,
+    act: &mut A,
+    task: &mut TaskContext<'_>,
+) -> Poll<Result<u64, RecoveryError>> {
+    let span = recovery.span.clone();
+    let _entered = span.enter();
+    if let Some(start) = &mut recovery.start {
+        let found = match start.as_mut().poll(task) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(found) => found?,
+        };
+        recovery.start = None;
+        recovery._permit = found.permit;
+        let mut last = 0;
+        if let Some(snapshot) = found.snapshot {
+            last = snapshot.metadata.seq_nr;
+            recovery.span.record("snapshot_seq_nr", last);
+            act.restore_snapshot(&snapshot)
+                .map_err(|e| RecoveryError::Snapshot {
+                    persistence_id: act.persistence_id().to_owned(),
+                    reason: e.to_string(),
+                })?;
+        }
+        recovery.span.record("highest_seq_nr", found.highest_seq_nr);
+        act.persistence_mut().set_recovered_seq_nr(last);
+        recovery.replay = Some((found.highest_seq_nr.max(last), found.events));
+        recovery.made_progress();
+    }
+    let Some((highest, events)) = &mut recovery.replay else {
+        return Poll::Ready(Err(RecoveryError::Journal {
+            persistence_id: act.persistence_id().to_owned(),
+            source: JournalError::JournalStopped,
+        }));
+    };
+    let highest = *highest;
+    let mut applied = 0;
+    loop {
+        match events.as_mut().poll_next(task) {
+            Poll::Pending => {
+                if recovery.idle.as_mut().poll(task).is_ready() {
+                    return Poll::Ready(Err(RecoveryError::Timeout {
+                        persistence_id: act.persistence_id().to_owned(),
+                        timeout: recovery.timeout,
+                    }));
+                }
+                return Poll::Pending;
+            }
+            Poll::Ready(Some(Ok(repr))) => {
+                let event = act.deserialize_event(&repr).map_err(|source| {
+                    RecoveryError::Deserialize {
+                        persistence_id: act.persistence_id().to_owned(),
+                        source,
+                    }
+                })?;
+                act.apply(&event);
+                act.persistence_mut().set_recovered_seq_nr(repr.seq_nr);
+                recovery.replayed += 1;
+                applied += 1;
+                if applied == REPLAY_EVENTS_PER_POLL {
+                    recovery.made_progress();
+                    task.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+            Poll::Ready(Some(Err(source))) => {
+                return Poll::Ready(Err(RecoveryError::Journal {
+                    persistence_id: act.persistence_id().to_owned(),
+                    source,
+                }))
+            }
+            Poll::Ready(None) => {
+                let last = highest.max(act.last_seq_nr());
+                recovery.span.record("replayed", recovery.replayed);
+                tracing::debug!(
+                    last_seq_nr = last,
+                    replayed = recovery.replayed,
+                    "recovery completed"
+                );
+                return Poll::Ready(Ok(last));
+            }
+        }
+    }
+}

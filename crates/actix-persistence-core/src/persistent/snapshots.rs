@@ -1,0 +1,200 @@
+//! Snapshots and deletes from inside a persistent actor.
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use actix::{AsyncContext, Context, WrapFuture};
+use actix::fut::ActorFutureExt;
+
+use super::state::now_millis;
+use super::PersistentActor;
+use crate::error::JournalError;
+use crate::journal::DeleteMessagesTo;
+use crate::snapshot::{SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria};
+
+/// When a persistent actor takes snapshots by itself, and what it keeps (as Akka Typed's
+/// `RetentionCriteria.snapshotEvery`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    /// Take a snapshot each time the sequence number crosses a multiple of this; `None` (the
+    /// default) takes none automatically.
+    pub every: Option<NonZeroU64>,
+    /// Keep this many newest automatic snapshots, delete older ones; 0 keeps all.
+    pub keep: u32,
+    /// After a snapshot was saved, delete the events it covers.
+    pub delete_events: bool,
+}
+
+impl SnapshotPolicy {
+    /// A snapshot every `events` events, keeping the 2 newest, events kept.
+    pub fn every(events: NonZeroU64) -> Self {
+        SnapshotPolicy {
+            every: Some(events),
+            keep: 2,
+            delete_events: false,
+        }
+    }
+
+    /// Keeps the `snapshots` newest snapshots (0 keeps all).
+    pub fn keep(self, snapshots: u32) -> Self {
+        SnapshotPolicy {
+            keep: snapshots,
+            ..self
+        }
+    }
+
+    /// Deletes the events covered by each new snapshot.
+    pub fn delete_events(self, delete: bool) -> Self {
+        SnapshotPolicy {
+            delete_events: delete,
+            ..self
+        }
+    }
+}
+
+/// Why deleting events did not happen.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeleteError {
+    /// Asked to delete beyond the last sequence number (only `u64::MAX`, "all", may).
+    #[error(
+        "cannot delete events of {persistence_id:?} up to {to_seq_nr}: \
+         the last sequence number is {last_seq_nr}"
+    )]
+    BeyondLastSeqNr {
+        /// Whose events.
+        persistence_id: String,
+        /// The requested bound.
+        to_seq_nr: u64,
+        /// The actor's last sequence number.
+        last_seq_nr: u64,
+    },
+    /// The journal failed to delete.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
+    let persistence_id = act.persistence_id().to_owned();
+    let not_supported = |reason| SnapshotError::NotSupported {
+        persistence_id: persistence_id.clone(),
+        reason,
+    };
+    let Some(store) = act.persistence().snapshots.clone() else {
+        act.on_snapshot_failure(&not_supported("no snapshot store is configured"), ctx);
+        return;
+    };
+    let metadata = SnapshotMetadata {
+        persistence_id: persistence_id.clone(),
+        seq_nr: act.last_seq_nr(),
+        timestamp: now_millis(),
+    };
+    let snapshot = match act.snapshot() {
+        Some(Ok(snapshot)) => snapshot,
+        Some(Err(source)) => {
+            let error = SnapshotError::Serialization {
+                persistence_id,
+                seq_nr: metadata.seq_nr,
+                source,
+            };
+            act.on_snapshot_failure(&error, ctx);
+            return;
+        }
+        None => {
+            act.on_snapshot_failure(&not_supported("EventSourced::snapshot returns None"), ctx);
+            return;
+        }
+    };
+    let timeout = act.persistence().snapshot_timeout;
+    let save = async move {
+        let call = store.save(metadata.clone(), snapshot);
+        with_timeout("save", timeout, call).await.map(|()| metadata)
+    };
+    ctx.spawn(save.into_actor(act).map(|saved, act, ctx| match saved {
+        Ok(metadata) => {
+            act.on_snapshot_saved(&metadata, ctx);
+            apply_retention(act, ctx, &metadata);
+        }
+        Err(error) => act.on_snapshot_failure(&error, ctx),
+    }));
+}
+
+/// After a snapshot: drop snapshots beyond the kept ones, and the covered events if asked.
+fn apply_retention<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    saved: &SnapshotMetadata,
+) {
+    let policy = act.persistence().snapshot_policy;
+    if let (Some(every), Some(store)) = (policy.every, act.persistence().snapshots.clone()) {
+        let older = saved
+            .seq_nr
+            .saturating_sub(u64::from(policy.keep).saturating_mul(every.get()));
+        if policy.keep > 0 && older > 0 {
+            let pid = saved.persistence_id.clone();
+            let timeout = act.persistence().snapshot_timeout;
+            let delete = async move {
+                let call = store.delete_matching(&pid, SnapshotSelectionCriteria::up_to(older));
+                with_timeout("delete", timeout, call).await
+            };
+            ctx.spawn(delete.into_actor(act).map(|deleted, act, ctx| {
+                if let Err(error) = deleted {
+                    act.on_snapshot_failure(&error, ctx);
+                }
+            }));
+        }
+    }
+    if policy.delete_events {
+        delete_events_to(act, ctx, saved.seq_nr);
+    }
+}
+
+/// After a write stored events `previous + 1 ..= stored`: takes a snapshot when the policy's
+/// interval was crossed.
+pub(crate) fn after_stored<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    previous: u64,
+    stored: u64,
+) {
+    if let Some(every) = act.persistence().snapshot_policy.every {
+        if stored / every.get() > previous / every.get() {
+            save_snapshot(act, ctx);
+        }
+    }
+}
+
+pub(crate) fn delete_events_to<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    to_seq_nr: u64,
+) {
+    let last_seq_nr = act.last_seq_nr();
+    if to_seq_nr > last_seq_nr && to_seq_nr != u64::MAX {
+        let error = DeleteError::BeyondLastSeqNr {
+            persistence_id: act.persistence_id().to_owned(),
+            to_seq_nr,
+            last_seq_nr,
+        };
+        act.on_delete_failure(&error, ctx);
+        return;
+    }
+    let request = act.persistence().journal().send(DeleteMessagesTo {
+        persistence_id: act.persistence_id().to_owned(),
+        to_seq_nr,
+    });
+    let delete = async move { request.await.unwrap_or(Err(JournalError::JournalStopped)) };
+    ctx.spawn(delete.into_actor(act).map(move |deleted, act, ctx| match deleted {
+        Ok(()) => act.on_events_deleted(to_seq_nr, ctx),
+        Err(error) => act.on_delete_failure(&DeleteError::Journal(error), ctx),
+    }));
+}
+
+async fn with_timeout<T>(
+    operation: &'static str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, SnapshotError>>,
+) -> Result<T, SnapshotError> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or(Err(SnapshotError::Timeout { operation, timeout }))
+}
