@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::recovery::{poll_recovery, Recovering};
-use super::state::{Invocation, PendingWrite};
+use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor};
 use crate::error::{AtomicWriteError, JournalError};
 use crate::journal::{WriteMessages, WriteMessagesReply};
@@ -35,7 +35,9 @@ pub(crate) fn start_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<
     let state = act.persistence_mut();
     state.driver_running = true;
     let recovering = Recovering::new(state.recovery_plan());
-    ctx.wait(Driver::<A>::new(DriverState::Recovering(Box::new(recovering))));
+    ctx.wait(Driver::<A>::new(DriverState::Recovering(Box::new(
+        recovering,
+    ))));
 }
 
 enum DriverState {
@@ -88,6 +90,7 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                     Poll::Ready(Err(cause)) => {
                         act.on_recovery_failure(&cause, ctx);
                         act.persistence_mut().driver_running = false;
+                        act.persistence_mut().stop_reason = StopReason::RecoveryFailure;
                         ctx.stop();
                         return Poll::Ready(());
                     }
@@ -246,6 +249,7 @@ fn deliver<A: PersistentActor>(
 /// Answers every waiting continuation with `ActorStopped` and stops the actor.
 fn stop_after_failure<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
     let state = act.persistence_mut();
+    state.stop_reason = StopReason::PersistFailure;
     let waiting: Vec<_> = state
         .in_flight
         .drain(..)

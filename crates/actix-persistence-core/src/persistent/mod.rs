@@ -25,15 +25,17 @@ mod recovery;
 mod reply;
 mod snapshots;
 mod state;
+mod supervisor;
 
 use actix::{Actor, Context};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use reply::{PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use recovery::{Recovery, RecoveryPermits};
+pub use reply::{PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use snapshots::SnapshotPolicy;
-pub use state::PersistenceState;
+pub use state::{PersistenceState, StopReason};
+pub use supervisor::{Backoff, BackoffSupervisor, MAX_BUFFERED_COMMANDS};
 
 use crate::error::{JournalError, WriteRejection};
 use crate::serialization::{

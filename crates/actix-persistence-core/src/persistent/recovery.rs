@@ -234,12 +234,12 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
                 return Poll::Pending;
             }
             Poll::Ready(Some(Ok(repr))) => {
-                let event = act.deserialize_event(&repr).map_err(|source| {
-                    RecoveryError::Deserialize {
-                        persistence_id: act.persistence_id().to_owned(),
-                        source,
-                    }
-                })?;
+                let event =
+                    act.deserialize_event(&repr)
+                        .map_err(|source| RecoveryError::Deserialize {
+                            persistence_id: act.persistence_id().to_owned(),
+                            source,
+                        })?;
                 act.apply(&event);
                 act.persistence_mut().set_recovered_seq_nr(repr.seq_nr);
                 recovery.replayed += 1;

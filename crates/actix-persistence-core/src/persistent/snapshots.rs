@@ -3,8 +3,8 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use actix::{AsyncContext, Context, WrapFuture};
 use actix::fut::ActorFutureExt;
+use actix::{AsyncContext, Context, WrapFuture};
 
 use super::state::now_millis;
 use super::PersistentActor;
@@ -183,10 +183,14 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
         to_seq_nr,
     });
     let delete = async move { request.await.unwrap_or(Err(JournalError::JournalStopped)) };
-    ctx.spawn(delete.into_actor(act).map(move |deleted, act, ctx| match deleted {
-        Ok(()) => act.on_events_deleted(to_seq_nr, ctx),
-        Err(error) => act.on_delete_failure(&DeleteError::Journal(error), ctx),
-    }));
+    ctx.spawn(
+        delete
+            .into_actor(act)
+            .map(move |deleted, act, ctx| match deleted {
+                Ok(()) => act.on_events_deleted(to_seq_nr, ctx),
+                Err(error) => act.on_delete_failure(&DeleteError::Journal(error), ctx),
+            }),
+    );
 }
 
 async fn with_timeout<T>(

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Addr, Context};
+use tokio::sync::oneshot;
 
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
-use crate::snapshot::SnapshotStore;
 use crate::error::{validate_persistence_id, InvalidPersistenceId, WriteRejection};
 use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
+use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, PersistentRepr};
 
 /// A continuation: runs once with the stored events, or with why they were not stored.
@@ -71,6 +72,28 @@ pub struct PersistenceState<A: EventSourced> {
     pub(crate) in_flight: VecDeque<Invocation<A>>,
     /// Whether the driver future is installed with `ctx.wait`.
     pub(crate) driver_running: bool,
+    /// Why the actor stopped, told to a watching supervisor when this state is dropped.
+    pub(crate) stop_reason: StopReason,
+    stop_watch: Option<oneshot::Sender<StopReason>>,
+}
+
+/// Why a persistent actor stopped, as a supervisor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// It stopped by itself or was stopped (not a persistence failure).
+    Normal,
+    /// A write failed (`on_persist_failure` ran).
+    PersistFailure,
+    /// Recovery failed (`on_recovery_failure` ran).
+    RecoveryFailure,
+}
+
+impl<A: EventSourced> Drop for PersistenceState<A> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.stop_watch.take() {
+            let _ = watch.send(self.stop_reason.clone());
+        }
+    }
 }
 
 impl<A: EventSourced> PersistenceState<A> {
@@ -101,6 +124,8 @@ impl<A: EventSourced> PersistenceState<A> {
             batch: Vec::new(),
             in_flight: VecDeque::new(),
             driver_running: false,
+            stop_reason: StopReason::Normal,
+            stop_watch: None,
         })
     }
 
@@ -133,6 +158,14 @@ impl<A: EventSourced> PersistenceState<A> {
     pub fn with_snapshot_policy(mut self, policy: SnapshotPolicy) -> Self {
         self.snapshot_policy = policy;
         self
+    }
+
+    /// A receiver told why the actor stopped, once its state is dropped (used by
+    /// [`super::BackoffSupervisor`]). Replaces an earlier watch.
+    pub fn watch_stop(&mut self) -> oneshot::Receiver<StopReason> {
+        let (tx, rx) = oneshot::channel();
+        self.stop_watch = Some(tx);
+        rx
     }
 
     /// The persistence id.
