@@ -74,12 +74,13 @@ pub use actix_persistence_config::{ConfigError, Settings};
 
 #[doc(inline)]
 pub use actix_persistence_core::persistent::{
-    start_recovery, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
-    PersistentActor, RecoveryError,
+    start_recovery, Backoff, BackoffSupervisor, DeleteError, EventSourced, PersistError,
+    PersistReply, PersistResult, PersistenceState, PersistentActor, Recovery, RecoveryError,
+    RecoveryPermits, SnapshotPolicy, StopReason,
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, serialization, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
+    journal, serialization, snapshot, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
     InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and

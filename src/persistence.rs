@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use actix::Addr;
 use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader};
-use actix_persistence_core::journal::{JournalActor, JournalConfig};
+use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
 
@@ -86,9 +86,14 @@ impl Persistence {
     /// Starts the journal actor over a store of the caller's (a third-party plugin, or the
     /// testkit's controlled store). `settings.journal.plugin` is ignored.
     pub fn start_with_store(settings: Settings, store: Arc<dyn JournalStore>) -> Self {
+        let breaker = &settings.journal.circuit_breaker;
         let config = JournalConfig {
             write_reply_ordering_groups: settings.journal.write_reply_ordering_groups,
-            call_timeout: settings.journal.circuit_breaker.call_timeout,
+            call_timeout: breaker.call_timeout,
+            circuit_breaker: CircuitBreakerConfig {
+                max_failures: breaker.max_failures,
+                reset_timeout: breaker.reset_timeout,
+            },
         };
         let journal = JournalActor::start_with(store, config);
         Persistence {
@@ -146,6 +151,7 @@ async fn open_sqlite(settings: &Settings) -> Result<Arc<dyn JournalStore>, Start
         busy_timeout: sqlite.busy_timeout,
         replay_batch_size: u32::try_from(settings.journal.replay_batch_size.get())
             .unwrap_or(u32::MAX),
+        ..SqliteJournalOptions::default()
     };
     let store = SqliteJournal::connect(&options)
         .await

@@ -7,9 +7,13 @@ use std::time::Duration;
 
 use actix_persistence::actix::{Actor, ActorContext, Addr, Context, Handler, Message};
 use actix_persistence::journal::{JournalActor, JournalConfig};
+use actix_persistence::serialization::SerializationError;
+use actix_persistence::snapshot::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+};
 use actix_persistence::{
-    start_recovery, EventSourced, JournalError, PersistReply, PersistResult, PersistenceState,
-    PersistentActor, RecoveryError, WriteRejection,
+    start_recovery, DeleteError, EventSourced, JournalError, PersistReply, PersistResult,
+    PersistenceState, PersistentActor, RecoveryError, WriteRejection,
 };
 use actix_persistence_testkit::{persistence_state_in_group, ControlledJournal, WriteController};
 use serde::{Deserialize, Serialize, Serializer};
@@ -65,6 +69,31 @@ pub enum Seen {
     Stopped {
         pid: String,
     },
+    RecoveryFailed {
+        pid: String,
+        error: String,
+    },
+    SnapshotSaved {
+        pid: String,
+        seq_nr: u64,
+    },
+    SnapshotFailed {
+        pid: String,
+        error: String,
+    },
+    EventsDeleted {
+        pid: String,
+        to_seq_nr: u64,
+    },
+    DeleteFailed {
+        pid: String,
+        error: String,
+    },
+    /// A command that only noted its number (no persist).
+    Noted {
+        pid: String,
+        n: u64,
+    },
 }
 
 pub struct Probe {
@@ -119,7 +148,54 @@ impl EventSourced for Probe {
         });
     }
 
-    fn on_recovery_failure(&mut self, _: &RecoveryError, _: &mut Context<Self>) {}
+    fn on_recovery_failure(&mut self, cause: &RecoveryError, _: &mut Context<Self>) {
+        self.see(Seen::RecoveryFailed {
+            pid: self.pid(),
+            error: cause.to_string(),
+        });
+    }
+
+    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
+        Some(SerializedSnapshot::json(&self.applied))
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
+        self.applied = serde_json::from_slice(&snapshot.snapshot.payload).map_err(|e| {
+            SerializationError::Deserialize {
+                seq_nr: snapshot.metadata.seq_nr,
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(())
+    }
+
+    fn on_snapshot_saved(&mut self, metadata: &SnapshotMetadata, _: &mut Context<Self>) {
+        self.see(Seen::SnapshotSaved {
+            pid: self.pid(),
+            seq_nr: metadata.seq_nr,
+        });
+    }
+
+    fn on_snapshot_failure(&mut self, cause: &SnapshotError, _: &mut Context<Self>) {
+        self.see(Seen::SnapshotFailed {
+            pid: self.pid(),
+            error: cause.to_string(),
+        });
+    }
+
+    fn on_events_deleted(&mut self, to_seq_nr: u64, _: &mut Context<Self>) {
+        self.see(Seen::EventsDeleted {
+            pid: self.pid(),
+            to_seq_nr,
+        });
+    }
+
+    fn on_delete_failure(&mut self, cause: &DeleteError, _: &mut Context<Self>) {
+        self.see(Seen::DeleteFailed {
+            pid: self.pid(),
+            error: cause.to_string(),
+        });
+    }
 
     fn on_persist_rejected(&mut self, cause: &WriteRejection, _: &mut Context<Self>) {
         self.see(Seen::Rejected {
@@ -152,6 +228,62 @@ pub struct PersistThenDefer(pub Vec<Evt>, pub String);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Stop;
+
+/// Save a snapshot now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SaveSnapshot;
+
+/// Delete events up to a sequence number.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DeleteEventsTo(pub u64);
+
+/// Note a number without persisting (through `defer`, so it keeps its place behind writes).
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+pub struct Note(pub u64);
+
+/// The events the actor applied and its last sequence number.
+#[derive(Message)]
+#[rtype(result = "(Vec<Evt>, u64)")]
+pub struct Inspect;
+
+impl Handler<SaveSnapshot> for Probe {
+    type Result = ();
+
+    fn handle(&mut self, _: SaveSnapshot, ctx: &mut Context<Self>) {
+        self.save_snapshot(ctx);
+    }
+}
+
+impl Handler<DeleteEventsTo> for Probe {
+    type Result = ();
+
+    fn handle(&mut self, msg: DeleteEventsTo, ctx: &mut Context<Self>) {
+        self.delete_events_to(ctx, msg.0);
+    }
+}
+
+impl Handler<Note> for Probe {
+    type Result = PersistReply<u64>;
+
+    fn handle(&mut self, msg: Note, ctx: &mut Context<Self>) -> Self::Result {
+        let n = msg.0;
+        self.defer(ctx, move |act, _| {
+            act.see(Seen::Noted { pid: act.pid(), n });
+            n
+        })
+    }
+}
+
+impl Handler<Inspect> for Probe {
+    type Result = actix::MessageResult<Inspect>;
+
+    fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult((self.applied.clone(), self.last_seq_nr()))
+    }
+}
 
 fn log_handler(act: &mut Probe, event: &Evt) -> u64 {
     let seq_nr = act.last_seq_nr_of(event);
@@ -255,6 +387,7 @@ impl Harness {
             JournalConfig {
                 write_reply_ordering_groups: groups,
                 call_timeout: Duration::from_secs(30),
+                ..JournalConfig::default()
             },
         );
         let (log_tx, log) = mpsc::unbounded_channel();
@@ -269,17 +402,41 @@ impl Harness {
 
     /// Starts a probe whose incarnation routes to `group`, and waits until it recovered.
     pub async fn probe_in_group(&mut self, pid: &str, group: usize) -> Addr<Probe> {
-        let persistence = persistence_state_in_group(&self.journal, pid, group, self.groups)
-            .expect("valid persistence id");
-        let addr = Probe {
-            persistence,
-            applied: Vec::new(),
-            log: self.log_tx.clone(),
-        }
-        .start();
+        self.probe_with(pid, group, |state| state).await
+    }
+
+    /// Starts a probe whose state `configure` adjusted, and waits until it recovered.
+    pub async fn probe_with(
+        &mut self,
+        pid: &str,
+        group: usize,
+        configure: impl FnOnce(PersistenceState<Probe>) -> PersistenceState<Probe>,
+    ) -> Addr<Probe> {
+        let addr = self.start_probe(pid, group, configure);
         match self.next_seen().await {
             Seen::Recovered { pid: p, .. } if p == pid => addr,
             other => panic!("expected {pid} to recover first, saw {other:?}"),
+        }
+    }
+
+    /// Starts a probe without waiting for its recovery.
+    pub fn start_probe(
+        &self,
+        pid: &str,
+        group: usize,
+        configure: impl FnOnce(PersistenceState<Probe>) -> PersistenceState<Probe>,
+    ) -> Addr<Probe> {
+        let persistence = persistence_state_in_group(&self.journal, pid, group, self.groups)
+            .expect("valid persistence id");
+        self.probe(configure(persistence)).start()
+    }
+
+    /// A probe value (not started) over `persistence`, reporting to this harness.
+    pub fn probe(&self, persistence: PersistenceState<Probe>) -> Probe {
+        Probe {
+            persistence,
+            applied: Vec::new(),
+            log: self.log_tx.clone(),
         }
     }
 

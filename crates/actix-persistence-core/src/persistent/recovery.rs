@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix::Addr;
 use futures::future::LocalBoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{sleep, Instant, Sleep};
+use tokio::time::{sleep, sleep_until, Instant, Sleep};
 use tracing::Span;
 
 use super::{PersistentActor, RecoveryError};
@@ -101,7 +101,8 @@ pub(crate) struct Recovering {
     start: Option<LocalBoxFuture<'static, Result<Start, RecoveryError>>>,
     replay: Option<(u64, ReplayStream)>,
     _permit: Option<OwnedSemaphorePermit>,
-    idle: Pin<Box<Sleep>>,
+    /// Fires after `timeout` without progress; created on the first poll (inside the runtime).
+    idle: Option<Pin<Box<Sleep>>>,
     timeout: Duration,
     replayed: u64,
     pub(crate) span: Span,
@@ -121,7 +122,7 @@ impl Recovering {
             start: Some(Box::pin(start(plan))),
             replay: None,
             _permit: None,
-            idle: Box::pin(sleep(timeout)),
+            idle: None,
             timeout,
             replayed: 0,
             span,
@@ -129,7 +130,17 @@ impl Recovering {
     }
 
     fn made_progress(&mut self) {
-        self.idle.as_mut().reset(Instant::now() + self.timeout);
+        let deadline = Instant::now() + self.timeout;
+        match &mut self.idle {
+            Some(idle) => idle.as_mut().reset(deadline),
+            None => self.idle = Some(Box::pin(sleep_until(deadline))),
+        }
+    }
+
+    fn timed_out(&mut self, task: &mut TaskContext<'_>) -> bool {
+        let timeout = self.timeout;
+        let idle = self.idle.get_or_insert_with(|| Box::pin(sleep(timeout)));
+        idle.as_mut().poll(task).is_ready()
     }
 }
 
@@ -225,7 +236,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
     loop {
         match events.as_mut().poll_next(task) {
             Poll::Pending => {
-                if recovery.idle.as_mut().poll(task).is_ready() {
+                if recovery.timed_out(task) {
                     return Poll::Ready(Err(RecoveryError::Timeout {
                         persistence_id: act.persistence_id().to_owned(),
                         timeout: recovery.timeout,

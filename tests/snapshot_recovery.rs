@@ -1,0 +1,305 @@
+//! Snapshots in the persistent actor and recovery from them: Q2, Q3 of
+//! `conformance/persistent-actor.md`, the snapshot policy, and the rule for a snapshot that
+//! cannot be read.
+
+mod support;
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_persistence::snapshot::{
+    InMemorySnapshotStore, SerializedSnapshot, SnapshotMetadata, SnapshotSelectionCriteria,
+    SnapshotStore,
+};
+use actix_persistence::{
+    AtomicWrite, JournalStore, PersistentRepr, Recovery, SnapshotPolicy, MAX_SEQ_NR,
+};
+use futures::StreamExt;
+use support::*;
+
+fn event_repr(pid: &str, seq_nr: u64, name: &str) -> PersistentRepr {
+    PersistentRepr {
+        persistence_id: pid.to_owned(),
+        seq_nr,
+        payload: serde_json::to_vec(&named(name)).expect("json"),
+        serializer_id: actix_persistence::serialization::JSON_SERIALIZER_ID,
+        manifest: String::new(),
+        writer_uuid: "test-writer".to_owned(),
+        timestamp: 1,
+        tags: Vec::new(),
+    }
+}
+
+async fn store_events(h: &Harness, pid: &str, names: &[&str]) {
+    let writes = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| AtomicWrite::new(vec![event_repr(pid, i as u64 + 1, n)]).expect("shape"))
+        .collect();
+    let results = h.control.stored().write_messages(writes).await.expect("stored");
+    assert!(results.iter().all(Result::is_ok));
+}
+
+async fn save_snapshot(store: &InMemorySnapshotStore, pid: &str, seq_nr: u64, applied: &[Evt]) {
+    let metadata = SnapshotMetadata {
+        persistence_id: pid.to_owned(),
+        seq_nr,
+        timestamp: 1_000,
+    };
+    let snapshot = SerializedSnapshot::json(&applied.to_vec()).expect("json");
+    store.save(metadata, snapshot).await.expect("saved");
+}
+
+fn with_snapshots(
+    store: &InMemorySnapshotStore,
+) -> impl FnOnce(actix_persistence::PersistenceState<Probe>) -> actix_persistence::PersistenceState<Probe>
+{
+    let store: Arc<dyn SnapshotStore> = Arc::new(store.clone());
+    move |state| state.with_snapshot_store(store, Duration::from_secs(5))
+}
+
+async fn stored_seq_nrs(h: &Harness, pid: &str) -> Vec<u64> {
+    h.control
+        .stored()
+        .replay_messages(pid, 1, MAX_SEQ_NR, u64::MAX)
+        .map(|e| e.expect("replay").seq_nr)
+        .collect()
+        .await
+}
+
+#[actix::test]
+async fn snapshot_at_42_with_an_empty_journal_recovers_42_and_continues_at_43() {
+    let mut h = Harness::new(1);
+    let snapshots = InMemorySnapshotStore::new();
+    save_snapshot(&snapshots, "q2-a", 42, &[named("s42")]).await;
+
+    let addr = h.start_probe("q2-a", 0, with_snapshots(&snapshots));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "q2-a".into(),
+            last_seq_nr: 42,
+            replayed: vec![named("s42")],
+        }
+    );
+    addr.do_send(Persist(vec![named("e43")]));
+    let write = h.control.next_write_for("q2-a").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 43);
+}
+
+#[actix::test]
+async fn snapshot_at_4_then_exactly_events_5_and_6_are_replayed() {
+    let mut h = Harness::new(1);
+    let snapshots = InMemorySnapshotStore::new();
+    store_events(&h, "q2-b", &["e1", "e2", "e3", "e4", "e5", "e6"]).await;
+    save_snapshot(&snapshots, "q2-b", 4, &[named("snap4")]).await;
+
+    let _a = h.start_probe("q2-b", 0, with_snapshots(&snapshots));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "q2-b".into(),
+            last_seq_nr: 6,
+            replayed: vec![named("snap4"), named("e5"), named("e6")],
+        }
+    );
+}
+
+#[actix::test]
+async fn recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest() {
+    let mut h = Harness::new(1);
+    store_events(&h, "bounded", &["e1", "e2", "e3", "e4", "e5"]).await;
+    let _first = h.start_probe("bounded", 0, |s| {
+        s.with_recovery(Recovery {
+            to_seq_nr: 3,
+            ..Recovery::latest()
+        })
+    });
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "bounded".into(),
+            last_seq_nr: 5,
+            replayed: vec![named("e1"), named("e2"), named("e3")],
+        }
+    );
+    let _second = h.start_probe("bounded", 0, |s| {
+        s.with_recovery(Recovery {
+            max_events: 2,
+            ..Recovery::latest()
+        })
+    });
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "bounded".into(),
+            last_seq_nr: 5,
+            replayed: vec![named("e1"), named("e2")],
+        }
+    );
+}
+
+#[actix::test]
+async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts() {
+    let mut h = Harness::new(1);
+    let snapshots = InMemorySnapshotStore::new();
+    let a = h.probe_with("q3", 0, with_snapshots(&snapshots)).await;
+    let reply = a.send(Persist(["e1", "e2", "e3", "e4", "e5"].map(named).to_vec()));
+    h.control.next_write_for("q3").await.complete();
+    assert_eq!(reply.await.expect("mailbox").expect("stored"), 5);
+    h.seen_so_far();
+
+    a.do_send(SaveSnapshot);
+    assert_eq!(h.next_seen().await, Seen::SnapshotSaved { pid: "q3".into(), seq_nr: 5 });
+    a.do_send(DeleteEventsTo(5));
+    assert_eq!(h.next_seen().await, Seen::EventsDeleted { pid: "q3".into(), to_seq_nr: 5 });
+    assert_eq!(stored_seq_nrs(&h, "q3").await, Vec::<u64>::new());
+    assert_eq!(
+        h.control.stored().read_highest_sequence_nr("q3", 0).await.expect("read"),
+        5
+    );
+    a.send(Stop).await.expect("mailbox");
+    h.seen_so_far();
+
+    // Restart: state from the snapshot, next event gets 6.
+    let b = h.start_probe("q3", 0, with_snapshots(&snapshots));
+    let recovered = h.next_seen().await;
+    assert_eq!(
+        recovered,
+        Seen::Recovered {
+            pid: "q3".into(),
+            last_seq_nr: 5,
+            replayed: ["e1", "e2", "e3", "e4", "e5"].map(named).to_vec(),
+        }
+    );
+    let reply = b.send(Persist(vec![named("e6")]));
+    let write = h.control.next_write_for("q3").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 6);
+    write.complete();
+    reply.await.expect("mailbox").expect("stored");
+
+    // Full cleanup: every event and snapshot gone; the sequence still continues.
+    h.seen_so_far();
+    b.do_send(DeleteEventsTo(u64::MAX));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::EventsDeleted {
+            pid: "q3".into(),
+            to_seq_nr: u64::MAX
+        }
+    );
+    snapshots
+        .delete_matching("q3", SnapshotSelectionCriteria::latest())
+        .await
+        .expect("deleted");
+    b.send(Stop).await.expect("mailbox");
+    h.seen_so_far();
+    let c = h.start_probe("q3", 0, with_snapshots(&snapshots));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "q3".into(),
+            last_seq_nr: 6,
+            replayed: Vec::new(),
+        }
+    );
+    let reply = c.send(Persist(vec![named("e7")]));
+    let write = h.control.next_write_for("q3").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 7);
+    write.complete();
+    reply.await.expect("mailbox").expect("no conflict after a full cleanup");
+}
+
+#[actix::test]
+async fn a_snapshot_that_cannot_be_read_fails_recovery_instead_of_skipping_events() {
+    let mut h = Harness::new(1);
+    let snapshots = InMemorySnapshotStore::new();
+    store_events(&h, "bad-snap", &["e1", "e2", "e3"]).await;
+    let metadata = SnapshotMetadata {
+        persistence_id: "bad-snap".into(),
+        seq_nr: 2,
+        timestamp: 1,
+    };
+    let garbage = SerializedSnapshot {
+        payload: b"not json".to_vec(),
+        serializer_id: 1,
+        manifest: String::new(),
+    };
+    snapshots.save(metadata, garbage).await.expect("saved");
+
+    let _a = h.start_probe("bad-snap", 0, with_snapshots(&snapshots));
+    match h.next_seen().await {
+        Seen::RecoveryFailed { pid, error } => {
+            assert_eq!(pid, "bad-snap");
+            assert!(error.contains("snapshot"), "{error}");
+        }
+        other => panic!("expected a failed recovery, saw {other:?}"),
+    }
+    assert_eq!(h.next_seen().await, Seen::Stopped { pid: "bad-snap".into() });
+}
+
+#[actix::test]
+async fn snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_events() {
+    let mut h = Harness::new(1);
+    let snapshots = InMemorySnapshotStore::new();
+    let policy = SnapshotPolicy::every(NonZeroU64::new(3).expect("3"))
+        .keep(1)
+        .delete_events(true);
+    let a = h
+        .probe_with("policy", 0, |s| with_snapshots(&snapshots)(s).with_snapshot_policy(policy))
+        .await;
+    for i in 1..=7 {
+        let reply = a.send(Persist(vec![named(&format!("e{i}"))]));
+        h.control.next_write_for("policy").await.complete();
+        reply.await.expect("mailbox").expect("stored");
+    }
+    // Wait for the snapshots at 3 and 6 and the deletes they trigger.
+    let mut saved = Vec::new();
+    let mut deleted = Vec::new();
+    while saved.len() < 2 || deleted.len() < 2 {
+        match h.next_seen().await {
+            Seen::SnapshotSaved { seq_nr, .. } => saved.push(seq_nr),
+            Seen::EventsDeleted { to_seq_nr, .. } => deleted.push(to_seq_nr),
+            _ => {}
+        }
+    }
+    assert_eq!(saved, vec![3, 6]);
+    assert_eq!(deleted, vec![3, 6]);
+    assert_eq!(stored_seq_nrs(&h, "policy").await, vec![7]);
+    let newest = snapshots
+        .load("policy", SnapshotSelectionCriteria::latest())
+        .await
+        .expect("load")
+        .expect("a snapshot");
+    assert_eq!(newest.metadata.seq_nr, 6);
+    let older = snapshots
+        .load("policy", SnapshotSelectionCriteria::up_to(5))
+        .await
+        .expect("load");
+    assert_eq!(older, None, "keep(1) deleted the snapshot at 3");
+}
+
+#[actix::test]
+async fn saving_a_snapshot_without_a_store_tells_the_actor() {
+    let mut h = Harness::new(1);
+    let a = h.probe_in_group("no-store", 0).await;
+    a.do_send(SaveSnapshot);
+    match h.next_seen().await {
+        Seen::SnapshotFailed { error, .. } => {
+            assert!(error.contains("no snapshot store"), "{error}")
+        }
+        other => panic!("expected a snapshot failure, saw {other:?}"),
+    }
+}
+
+#[actix::test]
+async fn deleting_beyond_the_last_seq_nr_is_refused() {
+    let mut h = Harness::new(1);
+    let a = h.probe_in_group("del-beyond", 0).await;
+    a.do_send(DeleteEventsTo(3));
+    match h.next_seen().await {
+        Seen::DeleteFailed { error, .. } => assert!(error.contains("last sequence number is 0"), "{error}"),
+        other => panic!("expected a refused delete, saw {other:?}"),
+    }
+}
