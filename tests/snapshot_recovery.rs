@@ -37,7 +37,12 @@ async fn store_events(h: &Harness, pid: &str, names: &[&str]) {
         .enumerate()
         .map(|(i, n)| AtomicWrite::new(vec![event_repr(pid, i as u64 + 1, n)]).expect("shape"))
         .collect();
-    let results = h.control.stored().write_messages(writes).await.expect("stored");
+    let results = h
+        .control
+        .stored()
+        .write_messages(writes)
+        .await
+        .expect("stored");
     assert!(results.iter().all(Result::is_ok));
 }
 
@@ -151,12 +156,28 @@ async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts() 
     h.seen_so_far();
 
     a.do_send(SaveSnapshot);
-    assert_eq!(h.next_seen().await, Seen::SnapshotSaved { pid: "q3".into(), seq_nr: 5 });
+    assert_eq!(
+        h.next_seen().await,
+        Seen::SnapshotSaved {
+            pid: "q3".into(),
+            seq_nr: 5
+        }
+    );
     a.do_send(DeleteEventsTo(5));
-    assert_eq!(h.next_seen().await, Seen::EventsDeleted { pid: "q3".into(), to_seq_nr: 5 });
+    assert_eq!(
+        h.next_seen().await,
+        Seen::EventsDeleted {
+            pid: "q3".into(),
+            to_seq_nr: 5
+        }
+    );
     assert_eq!(stored_seq_nrs(&h, "q3").await, Vec::<u64>::new());
     assert_eq!(
-        h.control.stored().read_highest_sequence_nr("q3", 0).await.expect("read"),
+        h.control
+            .stored()
+            .read_highest_sequence_nr("q3", 0)
+            .await
+            .expect("read"),
         5
     );
     a.send(Stop).await.expect("mailbox");
@@ -208,7 +229,10 @@ async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts() 
     let write = h.control.next_write_for("q3").await;
     assert_eq!(write.writes()[0].lowest_seq_nr(), 7);
     write.complete();
-    reply.await.expect("mailbox").expect("no conflict after a full cleanup");
+    reply
+        .await
+        .expect("mailbox")
+        .expect("no conflict after a full cleanup");
 }
 
 #[actix::test]
@@ -236,7 +260,12 @@ async fn a_snapshot_that_cannot_be_read_fails_recovery_instead_of_skipping_event
         }
         other => panic!("expected a failed recovery, saw {other:?}"),
     }
-    assert_eq!(h.next_seen().await, Seen::Stopped { pid: "bad-snap".into() });
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Stopped {
+            pid: "bad-snap".into()
+        }
+    );
 }
 
 #[actix::test]
@@ -247,7 +276,9 @@ async fn snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_ev
         .keep(1)
         .delete_events(true);
     let a = h
-        .probe_with("policy", 0, |s| with_snapshots(&snapshots)(s).with_snapshot_policy(policy))
+        .probe_with("policy", 0, |s| {
+            with_snapshots(&snapshots)(s).with_snapshot_policy(policy)
+        })
         .await;
     for i in 1..=7 {
         let reply = a.send(Persist(vec![named(&format!("e{i}"))]));
@@ -299,7 +330,9 @@ async fn deleting_beyond_the_last_seq_nr_is_refused() {
     let a = h.probe_in_group("del-beyond", 0).await;
     a.do_send(DeleteEventsTo(3));
     match h.next_seen().await {
-        Seen::DeleteFailed { error, .. } => assert!(error.contains("last sequence number is 0"), "{error}"),
+        Seen::DeleteFailed { error, .. } => {
+            assert!(error.contains("last sequence number is 0"), "{error}")
+        }
         other => panic!("expected a refused delete, saw {other:?}"),
     }
 }

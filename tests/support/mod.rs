@@ -25,6 +25,12 @@ pub enum Evt {
     Named(String),
     #[serde(serialize_with = "refuse")]
     Unserializable(String),
+    #[serde(serialize_with = "explode")]
+    Panicking(String),
+}
+
+fn explode<S: Serializer>(_: &String, _: S) -> Result<S::Ok, S::Error> {
+    panic!("this event's serializer panics")
 }
 
 fn refuse<S: Serializer>(_: &String, _: S) -> Result<S::Ok, S::Error> {
@@ -456,6 +462,19 @@ impl Harness {
             seen.push(self.next_seen().await);
         }
         seen
+    }
+
+    /// Everything probes saw up to and including the first that `until` accepts.
+    pub async fn seen_until(&mut self, until: impl Fn(&Seen) -> bool) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        loop {
+            let next = self.next_seen().await;
+            let done = until(&next);
+            seen.push(next);
+            if done {
+                return seen;
+            }
+        }
     }
 
     /// Everything probes reported so far, without waiting.

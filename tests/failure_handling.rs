@@ -1,0 +1,330 @@
+//! Failure handling: the circuit breaker, recovery permits and timeout, the backoff
+//! supervisor, a panicking serializer, and commands queued behind a slow write (H2, H3 of
+//! `conformance/persistent-actor.md` and the failure rules of the recovery issue).
+//! Time is paused where a timeout is involved, so nothing here depends on the clock.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_persistence::actix::Actor;
+use actix_persistence::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
+use actix_persistence::snapshot::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria, SnapshotStore,
+};
+use actix_persistence::{
+    Backoff, BackoffSupervisor, JournalError, PersistError, PersistenceState, RecoveryPermits,
+};
+use actix_persistence_testkit::ControlledJournal;
+use async_trait::async_trait;
+use support::*;
+use tokio::sync::Notify;
+
+/// A snapshot store whose `load` waits until the test opens the gate.
+#[derive(Clone, Default)]
+struct GatedSnapshots {
+    gate: Arc<Notify>,
+}
+
+#[async_trait]
+impl SnapshotStore for GatedSnapshots {
+    async fn load(
+        &self,
+        _: &str,
+        _: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        self.gate.notified().await;
+        Ok(None)
+    }
+    async fn save(&self, _: SnapshotMetadata, _: SerializedSnapshot) -> Result<(), SnapshotError> {
+        Ok(())
+    }
+    async fn delete(&self, _: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        Ok(())
+    }
+    async fn delete_matching(
+        &self,
+        _: &str,
+        _: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        Ok(())
+    }
+}
+
+fn harness_with_breaker(max_failures: u32, reset_timeout: Duration) -> Harness {
+    let mut h = Harness::new(1);
+    let (store, control) = ControlledJournal::new();
+    h.journal = JournalActor::start_with(
+        Arc::new(store),
+        JournalConfig {
+            circuit_breaker: CircuitBreakerConfig {
+                max_failures,
+                reset_timeout,
+            },
+            ..JournalConfig::default()
+        },
+    );
+    h.control = control;
+    h
+}
+
+#[actix::test]
+async fn the_circuit_breaker_opens_after_repeated_failures_and_closes_after_a_trial() {
+    tokio::time::pause();
+    let mut h = harness_with_breaker(2, Duration::from_secs(30));
+    let failing = [
+        h.probe_in_group("cb-0", 0).await,
+        h.probe_in_group("cb-1", 0).await,
+    ];
+    let open = h.probe_in_group("cb-open", 0).await;
+    for (i, a) in failing.iter().enumerate() {
+        let reply = a.send(Persist(vec![named("x")]));
+        h.control
+            .next_write_for(&format!("cb-{i}"))
+            .await
+            .fail(JournalError::JournalStopped);
+        assert!(matches!(
+            reply.await.expect("mailbox"),
+            Err(PersistError::Failed(_))
+        ));
+    }
+
+    // Open: the write fails at once and never reaches the store.
+    let answer = open.send(Persist(vec![named("x")])).await.expect("mailbox");
+    assert!(
+        matches!(
+            answer,
+            Err(PersistError::Failed(JournalError::CircuitOpen { .. }))
+        ),
+        "{answer:?}"
+    );
+    assert!(!h.control.has_waiting_write());
+    h.seen_until(|s| matches!(s, Seen::Stopped { pid } if pid == "cb-open"))
+        .await;
+
+    // After the reset timeout one trial call passes (the next recovery); its success closes
+    // the breaker for the writes after it.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    h.seen_so_far();
+    let b = h.probe_in_group("cb-trial", 0).await;
+    let reply = b.send(Persist(vec![named("t1")]));
+    h.control.next_write_for("cb-trial").await.complete();
+    assert_eq!(reply.await.expect("mailbox").expect("stored"), 1);
+    let reply = b.send(Persist(vec![named("t2")]));
+    h.control.next_write_for("cb-trial").await.complete();
+    assert_eq!(reply.await.expect("mailbox").expect("stored"), 2);
+}
+
+#[actix::test]
+async fn defer_only_commands_never_count_as_failures_for_the_circuit_breaker() {
+    tokio::time::pause();
+    let mut h = harness_with_breaker(1, Duration::from_secs(30));
+    let a = h.probe_in_group("cb-defer", 0).await;
+    for i in 0..50 {
+        a.send(Note(i)).await.expect("mailbox").expect("deferred");
+    }
+    let reply = a.send(Persist(vec![named("e1")]));
+    h.control.next_write_for("cb-defer").await.complete();
+    assert_eq!(reply.await.expect("mailbox").expect("stored"), 1);
+}
+
+#[actix::test]
+async fn a_panicking_serializer_rejects_only_that_write_and_the_actor_goes_on() {
+    let mut h = Harness::new(1);
+    let a = h.probe_in_group("h2-panic", 0).await;
+    let answer = a
+        .send(Persist(vec![Evt::Panicking("boom".into())]))
+        .await
+        .expect("mailbox");
+    match answer {
+        Err(PersistError::Rejected(rejection)) => {
+            assert!(rejection.reason.contains("panicked"), "{rejection}")
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    let reply = a.send(Persist(vec![named("after")]));
+    let write = h.control.next_write_for("h2-panic").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 2);
+    write.complete();
+    reply.await.expect("mailbox").expect("stored");
+}
+
+#[actix::test]
+async fn recovery_without_progress_fails_after_the_recovery_timeout() {
+    tokio::time::pause();
+    let mut h = Harness::new(1);
+    let gated: Arc<dyn SnapshotStore> = Arc::new(GatedSnapshots::default());
+    let _a = h.start_probe("stuck", 0, |s| {
+        s.with_snapshot_store(gated, Duration::from_secs(5))
+            .with_recovery_timeout(Duration::from_secs(3))
+    });
+    match h.next_seen().await {
+        Seen::RecoveryFailed { pid, error } => {
+            assert_eq!(pid, "stuck");
+            assert!(error.contains("no progress within 3000 ms"), "{error}");
+        }
+        other => panic!("expected a recovery timeout, saw {other:?}"),
+    }
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Stopped {
+            pid: "stuck".into()
+        }
+    );
+}
+
+#[actix::test]
+async fn recovery_permits_let_one_actor_recover_at_a_time_in_order() {
+    let mut h = Harness::new(1);
+    let permits = RecoveryPermits::new(1);
+    let gated = GatedSnapshots::default();
+    let gate = Arc::clone(&gated.gate);
+    let store: Arc<dyn SnapshotStore> = Arc::new(gated);
+    let (p1, s1) = (permits.clone(), Arc::clone(&store));
+    let _first = h.start_probe("permit-1", 0, move |s| {
+        s.with_recovery_permits(p1)
+            .with_snapshot_store(s1, Duration::from_secs(30))
+    });
+    let p2 = permits.clone();
+    let _second = h.start_probe("permit-2", 0, move |s| s.with_recovery_permits(p2));
+    settle().await;
+    assert_eq!(permits.available(), 0);
+    assert_eq!(
+        h.seen_so_far(),
+        vec![],
+        "the second recovery waits for the permit"
+    );
+
+    gate.notify_one();
+    let order: Vec<_> = h
+        .next_seen_n(2)
+        .await
+        .into_iter()
+        .map(|s| match s {
+            Seen::Recovered { pid, .. } => pid,
+            other => panic!("expected recoveries, saw {other:?}"),
+        })
+        .collect();
+    assert_eq!(order, vec!["permit-1", "permit-2"]);
+    settle().await;
+    assert_eq!(
+        permits.available(),
+        1,
+        "permits are released after recovery"
+    );
+}
+
+#[actix::test]
+async fn five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order() {
+    let mut h = Harness::new(1);
+    let a = h.probe_in_group("queued", 0).await;
+    a.do_send(Persist(vec![named("slow")]));
+    let slow = h.control.next_write_for("queued").await;
+    for n in 0..5_000 {
+        a.do_send(Note(n));
+    }
+    settle().await;
+    assert_eq!(h.seen_so_far(), vec![command("queued", 0)]);
+
+    slow.complete();
+    assert_eq!(h.next_seen().await, handler("queued", "slow", 1));
+    let noted: Vec<u64> = h
+        .next_seen_n(5_000)
+        .await
+        .into_iter()
+        .map(|s| match s {
+            Seen::Noted { n, .. } => n,
+            other => panic!("expected notes, saw {other:?}"),
+        })
+        .collect();
+    assert_eq!(noted, (0..5_000).collect::<Vec<_>>());
+}
+
+#[actix::test]
+async fn the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_continues() {
+    let mut h = Harness::new(1);
+    let journal = h.journal.clone();
+    let log = h.log_tx.clone();
+    let backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(5),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(60),
+    };
+    let supervisor = BackoffSupervisor::new(backoff, move || Probe {
+        persistence: PersistenceState::new(journal.clone(), "supervised").expect("valid id"),
+        applied: Vec::new(),
+        log: log.clone(),
+    })
+    .start();
+    assert!(matches!(
+        h.next_seen().await,
+        Seen::Recovered { last_seq_nr: 0, .. }
+    ));
+
+    let first = supervisor.send(Persist(vec![named("e1")]));
+    h.control.next_write_for("supervised").await.complete();
+    assert_eq!(first.await.expect("mailbox").expect("stored"), 1);
+
+    let failing = supervisor.send(Persist(vec![named("e2")]));
+    h.control
+        .next_write_for("supervised")
+        .await
+        .fail(JournalError::JournalStopped);
+    assert!(matches!(
+        failing.await.expect("mailbox"),
+        Err(PersistError::Failed(_))
+    ));
+
+    // Sent while the child is down or restarting: kept, then handled by the new incarnation.
+    let after = supervisor.send(Persist(vec![named("e3")]));
+    let seen = h.seen_until(|s| matches!(s, Seen::Recovered { .. })).await;
+    let n = seen.len();
+    assert!(n >= 3, "{seen:?}");
+    assert_eq!(
+        seen[n - 3],
+        Seen::Failed {
+            pid: "supervised".into()
+        }
+    );
+    assert_eq!(
+        seen[n - 2],
+        Seen::Stopped {
+            pid: "supervised".into()
+        }
+    );
+    assert_eq!(
+        seen[n - 1],
+        Seen::Recovered {
+            pid: "supervised".into(),
+            last_seq_nr: 1,
+            replayed: vec![named("e1")],
+        }
+    );
+    let write = h.control.next_write_for("supervised").await;
+    assert_eq!(
+        write.writes()[0].lowest_seq_nr(),
+        2,
+        "recovered from the store"
+    );
+    write.complete();
+    assert_eq!(after.await.expect("mailbox").expect("stored"), 2);
+}
+
+#[test]
+fn backoff_doubles_from_min_up_to_max_plus_the_random_share() {
+    let backoff = Backoff {
+        min: Duration::from_millis(100),
+        max: Duration::from_secs(1),
+        random_factor: 0.5,
+        reset_after: Duration::from_secs(60),
+    };
+    assert_eq!(backoff.delay(0, 0.0), Duration::from_millis(100));
+    assert_eq!(backoff.delay(1, 0.0), Duration::from_millis(200));
+    assert_eq!(backoff.delay(3, 0.0), Duration::from_millis(800));
+    assert_eq!(backoff.delay(4, 0.0), Duration::from_secs(1));
+    assert_eq!(backoff.delay(40, 0.0), Duration::from_secs(1));
+    assert_eq!(backoff.delay(1, 1.0), Duration::from_millis(300));
+}
