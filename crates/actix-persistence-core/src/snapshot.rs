@@ -214,6 +214,37 @@ pub trait SnapshotStore: Send + Sync + 'static {
     ) -> Result<(), SnapshotError>;
 }
 
+#[async_trait]
+impl<S: SnapshotStore + ?Sized> SnapshotStore for Arc<S> {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        (**self).load(pid, criteria).await
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        (**self).save(metadata, snapshot).await
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        (**self).delete(metadata).await
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        (**self).delete_matching(pid, criteria).await
+    }
+}
+
 /// A [`SnapshotStore`] kept in memory, for tests. Clones share the same snapshots.
 #[derive(Debug, Clone, Default)]
 pub struct InMemorySnapshotStore {

@@ -1,0 +1,1115 @@
+//! The journal conformance cases J1-J26 of `conformance/journal.md`, plus the model check.
+//!
+//! Every case drives the store through the real [`JournalActor`]: writes as
+//! [`WriteMessages`] (checking the batch-level answer and one result per atomic write, routed
+//! back on the writer's own reply channel), replays as [`ReplayMessages`] (checking the events,
+//! byte-exact, and the highest sequence number), deletes as [`DeleteMessagesTo`].
+//!
+//! # Setup before every case
+//! A fresh persistence id `p-<uuid>` and writer id; events 1..5 with payloads `"a-1"`..`"a-5"`
+//! (JSON strings) written as one [`WriteMessages`] of four atomic writes: `[1]`, `[2]`, `[3]`,
+//! `[4, 5]`. Meanwhile another writer writes one event of another id through the same journal.
+//! The batch must succeed with four successes, in order, on the first writer's reply channel,
+//! and one on the other's.
+//!
+//! Each case function panics (as an assertion does) with the case number and what differed.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use actix::{Actor, Addr};
+use actix_persistence_core::journal::{
+    DeleteMessagesTo, Incarnation, JournalActor, JournalConfig, ReadHighestSequenceNr,
+    ReplayMessages, WriteMessages, WriteMessagesReply,
+};
+use actix_persistence_core::persistent::{PersistError, PersistenceState};
+use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
+use actix_persistence_core::{
+    AtomicWrite, AtomicWriteError, JournalError, JournalStore, PersistentRepr, WriteRejection,
+    MAX_SEQ_NR,
+};
+use futures::future::LocalBoxFuture;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::oneshot;
+
+use super::journal_actor::{CaseEvent, Observe, Observed, PersistEach, Persister, REFUSAL};
+use super::recording::RecordingStore;
+use super::{failure_report, fresh_pid, now_millis, panic_message, run_in_system, within};
+
+const MAX: u64 = MAX_SEQ_NR;
+
+// ---------------------------------------------------------------------------------------------
+// The harness: a journal actor over the store under test, writers, and replays as values.
+
+/// A [`JournalActor`] over the store under test.
+pub(crate) struct JournalUnderTest {
+    pub(crate) store: Arc<dyn JournalStore>,
+    pub(crate) actor: Addr<JournalActor>,
+}
+
+/// The outcome of one replay: the events, and the highest sequence number reported with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Replayed {
+    pub(crate) events: Vec<PersistentRepr>,
+    pub(crate) highest: u64,
+}
+
+impl JournalUnderTest {
+    /// Starts a journal actor (default settings) over `store` in the current Actix system.
+    pub(crate) fn start(store: Arc<dyn JournalStore>) -> Self {
+        let actor = JournalActor::start_with(Arc::clone(&store), JournalConfig::default());
+        JournalUnderTest { store, actor }
+    }
+
+    /// Sends one [`WriteMessages`] and returns where its reply will arrive, so that several
+    /// can be in flight at once.
+    pub(crate) fn send_write(
+        &self,
+        incarnation: Incarnation,
+        writes: Vec<AtomicWrite>,
+    ) -> oneshot::Receiver<WriteMessagesReply> {
+        let (reply_to, reply) = oneshot::channel();
+        self.actor.do_send(WriteMessages {
+            writes,
+            incarnation,
+            reply_to,
+        });
+        reply
+    }
+
+    /// Writes one batch and waits for its reply.
+    pub(crate) async fn write(
+        &self,
+        what: &str,
+        incarnation: Incarnation,
+        writes: Vec<AtomicWrite>,
+    ) -> WriteMessagesReply {
+        await_reply(what, self.send_write(incarnation, writes)).await
+    }
+
+    /// `replay(from, to, max)` through [`ReplayMessages`], collected.
+    pub(crate) async fn replay(&self, pid: &str, from: u64, to: u64, max: u64) -> Replayed {
+        let what = format!("replay({from}, {to}, {max}) of {pid:?}");
+        let request = self.actor.send(ReplayMessages {
+            persistence_id: pid.to_owned(),
+            from_seq_nr: from,
+            to_seq_nr: to,
+            max,
+        });
+        let replay = match within(&what, request).await {
+            Ok(Ok(replay)) => replay,
+            Ok(Err(e)) => panic!("{what} failed: {e}"),
+            Err(e) => panic!("{what}: the journal actor is gone: {e}"),
+        };
+        let highest = replay.highest_seq_nr;
+        let items: Vec<_> = within(&what, replay.events.collect()).await;
+        let events = items
+            .into_iter()
+            .map(|item| item.unwrap_or_else(|e| panic!("{what}: the event stream failed: {e}")))
+            .collect();
+        Replayed { events, highest }
+    }
+
+    /// The highest sequence number through [`ReadHighestSequenceNr`].
+    pub(crate) async fn highest(&self, pid: &str, from_seq_nr: u64) -> u64 {
+        let what = format!("read highest sequence number of {pid:?}");
+        let request = self.actor.send(ReadHighestSequenceNr {
+            persistence_id: pid.to_owned(),
+            from_seq_nr,
+        });
+        match within(&what, request).await {
+            Ok(Ok(highest)) => highest,
+            Ok(Err(e)) => panic!("{what} failed: {e}"),
+            Err(e) => panic!("{what}: the journal actor is gone: {e}"),
+        }
+    }
+
+    /// Deletes up to `to` through [`DeleteMessagesTo`], expecting success.
+    pub(crate) async fn delete(&self, pid: &str, to: u64) {
+        let what = format!("delete up to {to} of {pid:?}");
+        let request = self.actor.send(DeleteMessagesTo {
+            persistence_id: pid.to_owned(),
+            to_seq_nr: to,
+        });
+        match within(&what, request).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("{what} failed: {e}"),
+            Err(e) => panic!("{what}: the journal actor is gone: {e}"),
+        }
+    }
+}
+
+/// Waits for the reply of one [`WriteMessages`].
+pub(crate) async fn await_reply(
+    what: &str,
+    reply: oneshot::Receiver<WriteMessagesReply>,
+) -> WriteMessagesReply {
+    match within(what, reply).await {
+        Ok(reply) => reply,
+        Err(_) => panic!("{what}: the journal dropped the reply channel without answering"),
+    }
+}
+
+/// One writer: a persistence id, a writer id and an incarnation (as one persistent actor).
+#[derive(Debug, Clone)]
+pub(crate) struct Writer {
+    pub(crate) pid: String,
+    pub(crate) writer_uuid: String,
+    pub(crate) incarnation: Incarnation,
+}
+
+impl Writer {
+    /// A new writer (a new incarnation with a new writer id) of `pid`.
+    pub(crate) fn new(pid: impl Into<String>) -> Self {
+        Writer {
+            pid: pid.into(),
+            writer_uuid: uuid::Uuid::new_v4().to_string(),
+            incarnation: Incarnation::next(),
+        }
+    }
+
+    /// Event `seq_nr` with `payload` as a JSON string.
+    pub(crate) fn event(&self, seq_nr: u64, payload: &str) -> PersistentRepr {
+        PersistentRepr {
+            persistence_id: self.pid.clone(),
+            seq_nr,
+            payload: json_string(payload),
+            serializer_id: JSON_SERIALIZER_ID,
+            manifest: String::new(),
+            writer_uuid: self.writer_uuid.clone(),
+            timestamp: now_millis(),
+            tags: Vec::new(),
+        }
+    }
+
+    /// Events `seq_nrs` with payloads `<prefix>-<seq_nr>`.
+    pub(crate) fn events(
+        &self,
+        prefix: &str,
+        seq_nrs: impl IntoIterator<Item = u64>,
+    ) -> Vec<PersistentRepr> {
+        seq_nrs
+            .into_iter()
+            .map(|seq_nr| self.event(seq_nr, &format!("{prefix}-{seq_nr}")))
+            .collect()
+    }
+}
+
+/// `value` serialized as a JSON string, as the persistent actor stores a `String` event.
+pub(crate) fn json_string(value: &str) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_else(|e| panic!("a string serializes as JSON: {e}"))
+}
+
+/// An atomic write of `events` (the suite builds only well-formed ones).
+pub(crate) fn atomic(events: Vec<PersistentRepr>) -> AtomicWrite {
+    AtomicWrite::new(events)
+        .unwrap_or_else(|e| panic!("the suite built a malformed atomic write: {e}"))
+}
+
+/// How one atomic write ended.
+#[derive(Debug)]
+pub(crate) enum WriteOutcome {
+    Stored,
+    Rejected(WriteRejection),
+    Failed(JournalError),
+}
+
+/// One outcome per atomic write of a reply to `writes` atomic writes; a batch-level failure is
+/// a failure of each.
+///
+/// # Panics
+/// When a completed reply holds a number of results other than `writes`.
+pub(crate) fn outcomes(what: &str, reply: WriteMessagesReply, writes: usize) -> Vec<WriteOutcome> {
+    match reply {
+        WriteMessagesReply::Completed(results) => {
+            assert_eq!(
+                results.len(),
+                writes,
+                "{what}: exactly one result per atomic write (never one per event)"
+            );
+            results
+                .into_iter()
+                .map(|result| match result {
+                    Ok(()) => WriteOutcome::Stored,
+                    Err(AtomicWriteError::Rejected(r)) => WriteOutcome::Rejected(r),
+                    Err(AtomicWriteError::Failed(e)) => WriteOutcome::Failed(e),
+                })
+                .collect()
+        }
+        WriteMessagesReply::Failed(e) => (0..writes)
+            .map(|_| WriteOutcome::Failed(e.clone()))
+            .collect(),
+    }
+}
+
+/// Whether a reply is a batch-level success with one success per atomic write; `Err` says
+/// what it was instead.
+pub(crate) fn all_stored(
+    what: &str,
+    reply: WriteMessagesReply,
+    writes: usize,
+) -> Result<(), String> {
+    match reply {
+        WriteMessagesReply::Completed(results) => {
+            if results.len() != writes {
+                return Err(format!(
+                    "{what}: {} results for {writes} atomic writes; there must be exactly one \
+                     result per atomic write (never one per event)",
+                    results.len()
+                ));
+            }
+            match results
+                .into_iter()
+                .enumerate()
+                .find_map(|(i, r)| r.err().map(|e| (i, e)))
+            {
+                Some((i, e)) => Err(format!("{what}: atomic write #{i} was not stored: {e}")),
+                None => Ok(()),
+            }
+        }
+        WriteMessagesReply::Failed(e) => Err(format!("{what}: the whole batch failed: {e}")),
+    }
+}
+
+/// Checks a reply is a batch-level success with one success per atomic write.
+pub(crate) fn expect_all_stored(what: &str, reply: WriteMessagesReply, writes: usize) {
+    if let Err(message) = all_stored(what, reply, writes) {
+        panic!("{message}");
+    }
+}
+
+/// Checks the one atomic write of a reply failed: not stored, not rejected.
+fn expect_failed(what: &str, reply: WriteMessagesReply) -> JournalError {
+    match outcomes(what, reply, 1).pop() {
+        Some(WriteOutcome::Failed(e)) => e,
+        Some(WriteOutcome::Stored) => panic!("{what}: must fail, but the store reported success"),
+        Some(WriteOutcome::Rejected(r)) => {
+            panic!("{what}: must be a failure (the store could not store it), not a rejection: {r}")
+        }
+        None => unreachable!("outcomes() checked there is one result"),
+    }
+}
+
+fn seq_nrs(events: &[PersistentRepr]) -> Vec<u64> {
+    events.iter().map(|e| e.seq_nr).collect()
+}
+
+/// Checks a replay gave exactly `want` (byte-exact) and reported `highest`.
+pub(crate) fn check_replay(what: &str, got: &Replayed, want: &[PersistentRepr], highest: u64) {
+    assert_eq!(
+        seq_nrs(&got.events),
+        seq_nrs(want),
+        "{what}: sequence numbers of the replayed events"
+    );
+    assert_eq!(
+        got.events, want,
+        "{what}: replayed events must be byte-exact copies of those written"
+    );
+    assert_eq!(
+        got.highest, highest,
+        "{what}: highest sequence number reported with the replay"
+    );
+}
+
+/// The journal and the id every case starts from: events 1..5 stored.
+pub(crate) struct Fixture {
+    pub(crate) journal: JournalUnderTest,
+    pub(crate) writer: Writer,
+    /// Events 1..5 as written (index 0 holds seq 1).
+    written: Vec<PersistentRepr>,
+}
+
+impl Fixture {
+    pub(crate) fn pid(&self) -> &str {
+        &self.writer.pid
+    }
+
+    /// The setup's events with these sequence numbers, as written.
+    pub(crate) fn written(&self, seq_nrs: impl IntoIterator<Item = u64>) -> Vec<PersistentRepr> {
+        seq_nrs
+            .into_iter()
+            .map(|s| self.written[(s - 1) as usize].clone())
+            .collect()
+    }
+
+    /// `replay(from, to, max)` of the case's id.
+    async fn replay(&self, from: u64, to: u64, max: u64) -> Replayed {
+        self.journal.replay(self.pid(), from, to, max).await
+    }
+
+    /// Checks `replay(from, to, max)` gives the setup's events `want` and highest `highest`.
+    async fn expect_replay(
+        &self,
+        case: &str,
+        (from, to, max): (u64, u64, u64),
+        want: impl IntoIterator<Item = u64>,
+        highest: u64,
+    ) {
+        let got = self.replay(from, to, max).await;
+        let what = format!("{case} replay({}, {}, {})", arg(from), arg(to), arg(max));
+        check_replay(&what, &got, &self.written(want), highest);
+    }
+}
+
+fn arg(n: u64) -> String {
+    if n == MAX {
+        "MAX".to_owned()
+    } else {
+        n.to_string()
+    }
+}
+
+/// The setup of every case (see the [module docs](self)).
+pub(crate) async fn setup(store: Arc<dyn JournalStore>) -> Fixture {
+    let journal = JournalUnderTest::start(store);
+    let writer = Writer::new(fresh_pid());
+    let written = writer.events("a", 1..=5);
+    let writes = vec![
+        atomic(written[0..1].to_vec()),
+        atomic(written[1..2].to_vec()),
+        atomic(written[2..3].to_vec()),
+        atomic(written[3..5].to_vec()),
+    ];
+    let other = Writer::new(fresh_pid());
+    let ours = journal.send_write(writer.incarnation, writes);
+    let theirs = journal.send_write(other.incarnation, vec![atomic(other.events("o", [1]))]);
+    expect_all_stored(
+        "setup: writing 1..5 as [1], [2], [3], [4, 5]",
+        await_reply("setup write", ours).await,
+        4,
+    );
+    expect_all_stored(
+        "setup: another actor's write in the same journal",
+        await_reply("setup: another actor's write", theirs).await,
+        1,
+    );
+    Fixture {
+        journal,
+        writer,
+        written,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// J1-J20: replay bounds, highest sequence numbers and deletes.
+
+/// J1: replay(1, MAX, MAX) gives events 1..5, then highest 5.
+pub async fn j01_replay_all(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J1", (1, MAX, MAX), 1..=5, 5).await;
+}
+
+/// J2: replay(3, MAX, MAX) gives 3..5, highest 5.
+pub async fn j02_replay_from_lower_bound(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J2", (3, MAX, MAX), 3..=5, 5).await;
+}
+
+/// J3: replay(1, 3, MAX) gives 1..3, highest 5 (the bound never lowers the highest).
+pub async fn j03_replay_to_upper_bound(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J3", (1, 3, MAX), 1..=3, 5).await;
+}
+
+/// J4: replay(1, MAX, 3) gives 1..3, highest 5.
+pub async fn j04_replay_with_max(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J4", (1, MAX, 3), 1..=3, 5).await;
+}
+
+/// J5: replay(2, 3, MAX) gives 2..3, highest 5.
+pub async fn j05_replay_between_bounds(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J5", (2, 3, MAX), 2..=3, 5).await;
+}
+
+/// J6: replay(2, 5, 2) gives 2..3, highest 5.
+pub async fn j06_replay_between_bounds_with_max(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J6", (2, 5, 2), 2..=3, 5).await;
+}
+
+/// J7: replay(2, 2, MAX) gives 2, highest 5.
+pub async fn j07_replay_single_event(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J7", (2, 2, MAX), [2], 5).await;
+}
+
+/// J8: replay(2, 4, 1) gives 2, highest 5.
+pub async fn j08_replay_max_one(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J8", (2, 4, 1), [2], 5).await;
+}
+
+/// J9: replay(2, 4, 0) gives nothing, highest 5.
+pub async fn j09_replay_max_zero(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J9", (2, 4, 0), [], 5).await;
+}
+
+/// J10: replay(3, 2, MAX) (from above to) gives nothing, highest 5.
+pub async fn j10_replay_empty_range(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J10", (3, 2, MAX), [], 5).await;
+}
+
+/// J11: a replay of an id that never wrote gives nothing, highest 0.
+pub async fn j11_replay_unknown_id(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let never = fresh_pid();
+    let got = f.journal.replay(&never, 1, MAX, MAX).await;
+    check_replay("J11 replay of an id that never wrote", &got, &[], 0);
+    assert_eq!(
+        f.journal.highest(&never, 0).await,
+        0,
+        "J11: highest sequence number of an id that never wrote"
+    );
+}
+
+/// J12: reading the highest sequence number without replaying gives 5 (whatever the hint up
+/// to it), and delivers no event.
+pub async fn j12_read_highest_without_replay(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    for hint in [0, 1, 3, 5] {
+        assert_eq!(
+            f.journal.highest(f.pid(), hint).await,
+            5,
+            "J12: highest sequence number read with hint {hint}"
+        );
+    }
+}
+
+/// J13: delete up to 3 succeeds; replay(1, MAX, MAX) gives 4, 5, highest 5.
+pub async fn j13_delete_then_replay(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J13 after delete up to 3:", (1, MAX, MAX), 4..=5, 5)
+        .await;
+}
+
+/// J14: replay 1..5, delete up to 3, replay again: 4, 5, highest 5 (a delete never resets the
+/// highest).
+pub async fn j14_delete_keeps_highest(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.expect_replay("J14 before the delete:", (1, MAX, MAX), 1..=5, 5)
+        .await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J14 after delete up to 3:", (1, MAX, MAX), 4..=5, 5)
+        .await;
+    assert_eq!(
+        f.journal.highest(f.pid(), 0).await,
+        5,
+        "J14: highest sequence number after delete up to 3"
+    );
+}
+
+/// J15: delete up to MAX; replay gives nothing, highest 5.
+pub async fn j15_delete_all(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), MAX).await;
+    f.expect_replay("J15 after delete up to MAX:", (1, MAX, MAX), [], 5)
+        .await;
+    assert_eq!(
+        f.journal.highest(f.pid(), 0).await,
+        5,
+        "J15: highest sequence number after delete up to MAX"
+    );
+}
+
+/// J16: delete up to 3; replay(3, MAX, MAX) gives 4, 5, highest 5.
+pub async fn j16_delete_then_replay_from_deleted(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J16 after delete up to 3:", (3, MAX, MAX), 4..=5, 5)
+        .await;
+}
+
+/// J17: delete up to 3; replay(1, 2, MAX) gives nothing, highest 5.
+pub async fn j17_delete_then_replay_deleted_range(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J17 after delete up to 3:", (1, 2, MAX), [], 5)
+        .await;
+}
+
+/// J18: delete up to 3; replay(1, 3, MAX) gives nothing, highest 5.
+pub async fn j18_delete_then_replay_up_to_deleted(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J18 after delete up to 3:", (1, 3, MAX), [], 5)
+        .await;
+}
+
+/// J19: delete up to 3; replay(4, MAX, MAX) gives 4, 5, highest 5.
+pub async fn j19_delete_then_replay_after_deleted(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J19 after delete up to 3:", (4, MAX, MAX), 4..=5, 5)
+        .await;
+}
+
+/// J20: delete up to 3; replay(1, 4, MAX) gives 4, highest 5.
+pub async fn j20_delete_then_replay_across_deleted(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    f.expect_replay("J20 after delete up to 3:", (1, 4, MAX), [4], 5)
+        .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// J21-J26: rejections, atomicity, second writers, ids and metadata.
+
+/// J21: a persistent actor persists 6, an unserializable 7 and 8 with three `persist` calls in
+/// one command: 6 succeeds, 7 is rejected, 8 succeeds, all in one batch that succeeds (7 never
+/// reaches the store); the actor goes on; 7 is not stored and the highest is 8.
+pub async fn j21_unserializable_event_is_rejected(store: Arc<dyn JournalStore>) {
+    let (recording, log) = RecordingStore::new(store);
+    let f = setup(Arc::new(recording)).await;
+    let batches_before = log.writes().len();
+
+    let state = |f: &Fixture| {
+        PersistenceState::new(f.journal.actor.clone(), f.pid())
+            .unwrap_or_else(|e| panic!("J21: the suite's persistence id is valid: {e}"))
+    };
+    let persister = Persister {
+        persistence: state(&f),
+        applied: Vec::new(),
+        rejected: Vec::new(),
+        failures: 0,
+    }
+    .start();
+    let named = |s: &str| CaseEvent::Named(s.to_owned());
+    let command = PersistEach(vec![
+        named("a-6"),
+        CaseEvent::Unserializable("a-7".to_owned()),
+        named("a-8"),
+    ]);
+    let outcomes = within("J21 persist of 6, 7, 8", persister.send(command))
+        .await
+        .unwrap_or_else(|e| panic!("J21: the persistent actor stopped: {e}"));
+
+    assert_eq!(outcomes.len(), 3, "J21: one outcome per persist");
+    match &outcomes[0] {
+        Ok(event) => assert_eq!(event, &named("a-6"), "J21: event 6's handler"),
+        Err(e) => panic!("J21: event 6 must be stored, got {e}"),
+    }
+    match &outcomes[1] {
+        Err(PersistError::Rejected(rejection)) => {
+            assert_eq!(rejection.seq_nr, 7, "J21: the rejection names event 7");
+            assert!(
+                rejection.reason.contains(REFUSAL),
+                "J21: the rejection says why: {:?}",
+                rejection.reason
+            );
+        }
+        Err(e) => panic!("J21: event 7 must be rejected, not {e}"),
+        Ok(_) => panic!("J21: event 7 cannot be serialized, yet its handler ran"),
+    }
+    match &outcomes[2] {
+        Ok(event) => assert_eq!(event, &named("a-8"), "J21: event 8's handler"),
+        Err(e) => panic!("J21: event 8 must be stored, got {e}"),
+    }
+
+    let batches = log.writes();
+    let batches = &batches[batches_before..];
+    assert_eq!(
+        batches.len(),
+        1,
+        "J21: the command's writes reach the store as one batch"
+    );
+    assert_eq!(
+        batches[0].seq_nrs,
+        vec![vec![6], vec![8]],
+        "J21: the store sees the atomic writes of 6 and 8 only (7 is rejected before it)"
+    );
+    match &batches[0].answer {
+        Ok(results) => {
+            assert_eq!(results.len(), 2, "J21: the store's results for [6], [8]");
+            assert!(
+                results.iter().all(|r| r.is_ok()),
+                "J21: the store stores 6 and 8: {results:?}"
+            );
+        }
+        Err(e) => panic!("J21: the batch holding 6 and 8 must succeed, got {e}"),
+    }
+
+    let mut expected_applied: Vec<_> = (1..=6).map(|n| named(&format!("a-{n}"))).collect();
+    expected_applied.push(named("a-8"));
+    let observed = within("J21 observing the actor", persister.send(Observe))
+        .await
+        .unwrap_or_else(|e| panic!("J21: the actor must go on after a rejection: {e}"));
+    assert_eq!(
+        observed,
+        Observed {
+            applied: expected_applied.clone(),
+            rejected_seq_nrs: vec![7],
+            failures: 0,
+            last_seq_nr: 8,
+        },
+        "J21: what the actor applied (recovered 1..5, then 6 and 8) and was told"
+    );
+
+    let got = f.replay(1, MAX, MAX).await;
+    assert_eq!(
+        seq_nrs(&got.events),
+        vec![1, 2, 3, 4, 5, 6, 8],
+        "J21: stored events (7 is not stored)"
+    );
+    assert_eq!(got.highest, 8, "J21: highest sequence number");
+    assert_eq!(got.events[5].payload, json_string("a-6"), "J21: event 6");
+    assert_eq!(got.events[6].payload, json_string("a-8"), "J21: event 8");
+    check_replay("J21 replay(7, 7, MAX)", &f.replay(7, 7, MAX).await, &[], 8);
+
+    let next = Persister {
+        persistence: state(&f),
+        applied: Vec::new(),
+        rejected: Vec::new(),
+        failures: 0,
+    }
+    .start();
+    let recovered = within("J21 observing a new incarnation", next.send(Observe))
+        .await
+        .unwrap_or_else(|e| panic!("J21: a new incarnation must recover: {e}"));
+    assert_eq!(
+        (recovered.applied, recovered.last_seq_nr),
+        (expected_applied, 8),
+        "J21: a new incarnation recovers 1..6 and 8, last sequence number 8"
+    );
+}
+
+/// J22: atomic writes of 1, 2, 3 and 10 events in one batch get exactly one result each (never
+/// one per event), through the journal and from the store itself, and all their events are
+/// stored.
+pub async fn j22_one_result_per_atomic_write(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let sizes = [1u64, 2, 3, 10];
+    let batch = |writer: &Writer, first: u64| {
+        let mut next = first;
+        sizes
+            .iter()
+            .map(|&k| {
+                let write = atomic(writer.events("k", next..next + k));
+                next += k;
+                write
+            })
+            .collect::<Vec<_>>()
+    };
+
+    let writes = batch(&f.writer, 6);
+    let written: Vec<_> = writes.iter().flat_map(|w| w.events.clone()).collect();
+    let reply = f
+        .journal
+        .write(
+            "J22 write of [6], [7, 8], [9..11], [12..21]",
+            f.writer.incarnation,
+            writes,
+        )
+        .await;
+    expect_all_stored("J22 atomic writes of 1, 2, 3 and 10 events", reply, 4);
+    let mut want = f.written(1..=5);
+    want.extend(written);
+    check_replay(
+        "J22 replay(1, MAX, MAX)",
+        &f.replay(1, MAX, MAX).await,
+        &want,
+        21,
+    );
+
+    let other = Writer::new(fresh_pid());
+    let writes = batch(&other, 1);
+    let written: Vec<_> = writes.iter().flat_map(|w| w.events.clone()).collect();
+    let results = within(
+        "J22 write at the store",
+        f.journal.store.write_messages(writes),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("J22: the store failed the batch: {e}"));
+    assert_eq!(
+        results.len(),
+        4,
+        "J22: the store returns exactly one result per atomic write (never one per event)"
+    );
+    for (i, result) in results.iter().enumerate() {
+        if let Err(e) = result {
+            panic!("J22: the store did not store atomic write #{i}: {e}");
+        }
+    }
+    let got = f.journal.replay(&other.pid, 1, MAX, MAX).await;
+    check_replay("J22 replay of the store-level write", &got, &written, 16);
+}
+
+/// J23: an atomic write whose storage fails on its 2nd event (the store already holds that
+/// sequence number) stores none of its events, is a failure and not a rejection, and leaves
+/// the highest unchanged; the store then accepts the free sequence numbers.
+pub async fn j23_failed_atomic_write_stores_nothing(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let intruder = Writer::new(f.pid());
+    let seven = intruder.event(7, "z-7");
+    let reply = f
+        .journal
+        .write(
+            "J23 write of 7",
+            intruder.incarnation,
+            vec![atomic(vec![seven.clone()])],
+        )
+        .await;
+    expect_all_stored("J23: a write of 7 alone", reply, 1);
+
+    let failing = f.writer.events("a", 6..=8);
+    let reply = f
+        .journal
+        .write(
+            "J23 write of [6, 7, 8]",
+            f.writer.incarnation,
+            vec![atomic(failing.clone())],
+        )
+        .await;
+    expect_failed("J23 atomic write [6, 7, 8] whose 2nd event is taken", reply);
+
+    let mut want = f.written(1..=5);
+    want.push(seven.clone());
+    check_replay(
+        "J23 after the failed write: none of its events stored, highest unchanged",
+        &f.replay(1, MAX, MAX).await,
+        &want,
+        7,
+    );
+
+    for event in [failing[0].clone(), failing[2].clone()] {
+        let seq_nr = event.seq_nr;
+        let reply = f
+            .journal
+            .write(
+                "J23 write after the fault",
+                f.writer.incarnation,
+                vec![atomic(vec![event])],
+            )
+            .await;
+        expect_all_stored(
+            &format!("J23: {seq_nr} is free after the failure"),
+            reply,
+            1,
+        );
+    }
+    let want = [
+        f.written(1..=5),
+        vec![failing[0].clone(), seven, failing[2].clone()],
+    ]
+    .concat();
+    check_replay("J23 at the end", &f.replay(1, MAX, MAX).await, &want, 8);
+}
+
+/// J24: a write of sequence number 5, already held, by a second writer (through a second
+/// journal over the same store) fails, never overwrites; and when two writers race for 6,
+/// exactly one wins and its event is the one stored.
+pub async fn j24_second_writer_fails(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let second = JournalUnderTest::start(Arc::clone(&f.journal.store));
+    let b = Writer::new(f.pid());
+
+    let reply = second
+        .write(
+            "J24 second writer's 5",
+            b.incarnation,
+            vec![atomic(b.events("b", [5]))],
+        )
+        .await;
+    expect_failed("J24 a second writer's write of 5, already stored", reply);
+    check_replay(
+        "J24 the first event 5 is kept",
+        &f.replay(1, MAX, MAX).await,
+        &f.written(1..=5),
+        5,
+    );
+
+    let a6 = f.writer.event(6, "a-6");
+    let b6 = b.event(6, "b-6");
+    let from_a = f
+        .journal
+        .send_write(f.writer.incarnation, vec![atomic(vec![a6.clone()])]);
+    let from_b = second.send_write(b.incarnation, vec![atomic(vec![b6.clone()])]);
+    let a = outcomes(
+        "J24 race: first writer",
+        await_reply("J24 race", from_a).await,
+        1,
+    );
+    let b = outcomes(
+        "J24 race: second writer",
+        await_reply("J24 race", from_b).await,
+        1,
+    );
+    let winner = match (&a[0], &b[0]) {
+        (WriteOutcome::Stored, WriteOutcome::Failed(_)) => a6,
+        (WriteOutcome::Failed(_), WriteOutcome::Stored) => b6,
+        other => panic!(
+            "J24: two writers of 6: exactly one must succeed and the other fail \
+             (not be rejected), got {other:?}"
+        ),
+    };
+    check_replay(
+        "J24 after the race for 6",
+        &f.replay(6, MAX, MAX).await,
+        &[winner],
+        6,
+    );
+}
+
+/// The persistence ids of J25, all prefixed with `run`.
+fn tricky_ids(run: &str) -> Vec<String> {
+    [
+        "-a",
+        "-A",
+        "-a-b",
+        "-a-b-1",
+        "/a/b",
+        "\\a\\b",
+        "'a'",
+        "\"a\"",
+        "-ünïcødé-日本-🦀",
+        "-a%",
+        "-a_",
+        "-a ",
+    ]
+    .iter()
+    .map(|suffix| format!("{run}{suffix}"))
+    .collect()
+}
+
+/// J25: ids that differ only by case or by a suffix (`a`, `a-b`, `a-b-1`), or hold `/`, `\`,
+/// quotes or non-ASCII (and, beyond the list, SQL `LIKE` wildcards `%`, `_` and a trailing
+/// space) each replay only their own events, byte-exact, with their own highest.
+pub async fn j25_persistence_ids_are_byte_exact(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let run = format!("r-{}", uuid::Uuid::new_v4());
+    let ids = tricky_ids(&run);
+    let mut expected = Vec::new();
+    let mut replies = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let writer = Writer::new(id.clone());
+        let count = i as u64 % 3 + 1;
+        let events: Vec<_> = (1..=count)
+            .map(|seq_nr| writer.event(seq_nr, &format!("{id}#{seq_nr}")))
+            .collect();
+        let writes = events.iter().map(|e| atomic(vec![e.clone()])).collect();
+        replies.push((id, f.journal.send_write(writer.incarnation, writes), count));
+        expected.push((id, events));
+    }
+    for (id, reply, count) in replies {
+        let reply = await_reply("J25 write", reply).await;
+        expect_all_stored(&format!("J25 write of {id:?}"), reply, count as usize);
+    }
+    for (id, events) in expected {
+        let highest = events.len() as u64;
+        let got = f.journal.replay(id, 1, MAX, MAX).await;
+        check_replay(&format!("J25 replay of {id:?}"), &got, &events, highest);
+        assert_eq!(
+            f.journal.highest(id, 0).await,
+            highest,
+            "J25: highest sequence number of {id:?}"
+        );
+    }
+    check_replay(
+        "J25 the setup's id is untouched",
+        &f.replay(1, MAX, MAX).await,
+        &f.written(1..=5),
+        5,
+    );
+}
+
+/// J26: metadata (writer id, timestamp in ms, tags, serializer id, manifest) and binary
+/// payloads survive write and replay unchanged.
+pub async fn j26_metadata_round_trip(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let writer_uuid = format!("writer-{}-ünï", uuid::Uuid::new_v4());
+    let event =
+        |seq_nr, payload: Vec<u8>, serializer_id, manifest: &str, timestamp, tags: &[&str]| {
+            PersistentRepr {
+                persistence_id: f.pid().to_owned(),
+                seq_nr,
+                payload,
+                serializer_id,
+                manifest: manifest.to_owned(),
+                writer_uuid: writer_uuid.clone(),
+                timestamp,
+                tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            }
+        };
+    let written = vec![
+        event(
+            6,
+            vec![0, 159, 146, 150, 255, 0, 10, 13, 92, 34, 39],
+            4242,
+            "com.example.Évent/v2",
+            1_234_567_890_123,
+            &["blue", "tag with space", "ünï", "with,comma", "quote\"d"],
+        ),
+        event(
+            7,
+            br#"{"k":1}"#.to_vec(),
+            u32::MAX,
+            "",
+            now_millis(),
+            &["blue"],
+        ),
+        event(8, json_string("a-8"), JSON_SERIALIZER_ID, "m", 1, &[]),
+    ];
+    let writes = vec![
+        atomic(written[0..2].to_vec()),
+        atomic(written[2..].to_vec()),
+    ];
+    let reply = f
+        .journal
+        .write("J26 write of [6, 7], [8]", f.writer.incarnation, writes)
+        .await;
+    expect_all_stored("J26 write of events with metadata", reply, 2);
+
+    let got = f.replay(6, MAX, MAX).await;
+    assert_eq!(seq_nrs(&got.events), vec![6, 7, 8], "J26: replayed events");
+    for (got, want) in got.events.iter().zip(&written) {
+        let n = want.seq_nr;
+        assert_eq!(got.writer_uuid, want.writer_uuid, "J26: writer id of {n}");
+        assert_eq!(got.timestamp, want.timestamp, "J26: timestamp of {n}");
+        assert_eq!(got.tags, want.tags, "J26: tags of {n} (in order)");
+        assert_eq!(
+            got.serializer_id, want.serializer_id,
+            "J26: serializer id of {n}"
+        );
+        assert_eq!(got.manifest, want.manifest, "J26: manifest of {n}");
+        assert_eq!(got.payload, want.payload, "J26: payload bytes of {n}");
+        assert_eq!(got, want, "J26: event {n} as a whole");
+    }
+    assert_eq!(got.highest, 8, "J26: highest sequence number");
+}
+
+/// The model check as a case: [`super::check_journal_against_model`] with
+/// [`super::ModelCheckConfig::from_env`], panicking on a mismatch.
+pub async fn journal_agrees_with_model(store: Arc<dyn JournalStore>) {
+    let config = super::ModelCheckConfig::from_env();
+    if let Err(mismatch) = super::check_journal_against_model(store, &config).await {
+        panic!("{mismatch}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The case table and the runners.
+
+type RunCase = fn(Arc<dyn JournalStore>) -> LocalBoxFuture<'static, ()>;
+
+/// One journal conformance case: its name (the test name the macro gives it), the rule it
+/// checks, and how to run it.
+#[derive(Clone, Copy)]
+pub struct JournalCase {
+    /// The case's name, e.g. `j01_replay_all`.
+    pub name: &'static str,
+    /// The rule it checks, in one line.
+    pub rule: &'static str,
+    run: RunCase,
+}
+
+impl JournalCase {
+    /// Runs the case against `store` (which must live in the current Actix system).
+    ///
+    /// # Panics
+    /// When the store does not behave as the case requires (the message says how), or when
+    /// not called inside an Actix system.
+    pub async fn run(&self, store: Arc<dyn JournalStore>) {
+        (self.run)(store).await;
+    }
+}
+
+impl fmt::Debug for JournalCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JournalCase")
+            .field("name", &self.name)
+            .field("rule", &self.rule)
+            .finish_non_exhaustive()
+    }
+}
+
+crate::__journal_cases! {
+    __case_table { JournalCase, "Every journal conformance case, in order: J1-J26, then the model check." }
+}
+
+/// The journal case called `name` (as listed in [`CASES`]).
+pub fn case(name: &str) -> Option<&'static JournalCase> {
+    CASES.iter().find(|case| case.name == name)
+}
+
+/// Runs the case `name` in a new Actix system against a store fresh from `factory`. The
+/// expansion of [`journal_conformance_tests!`](crate::journal_conformance_tests) calls this.
+///
+/// # Panics
+/// When no case is called `name`, or the case fails.
+pub fn run_case<F, Fut, S>(name: &str, factory: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = S>,
+    S: JournalStore,
+{
+    let Some(case) = case(name) else {
+        panic!("no journal conformance case is called {name:?}");
+    };
+    run_in_system(async move {
+        let store: Arc<dyn JournalStore> = Arc::new(factory().await);
+        case.run(store).await;
+    });
+}
+
+/// Like [`run_case`], for a factory that may have no store to give (e.g. a database URL is
+/// not set): `None` skips the case, printing a notice, and the test passes. The expansion of
+/// the `optional:` form of the conformance macro calls this.
+///
+/// # Panics
+/// When no case is called `name`, or the case fails.
+pub fn run_case_if_available<F, Fut, S>(name: &str, factory: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Option<S>>,
+    S: JournalStore,
+{
+    let Some(case) = case(name) else {
+        panic!("no journal conformance case is called {name:?}");
+    };
+    run_in_system(async move {
+        match factory().await {
+            Some(store) => case.run(Arc::new(store)).await,
+            None => eprintln!("skipped journal conformance case {name}: the factory gave no store"),
+        }
+    });
+}
+
+/// Runs every journal conformance case (J1-J26 and the model check), each against a store
+/// fresh from `factory`, and reports all failures at once.
+///
+/// Call it inside an Actix system (e.g. from an `#[actix::test]`). To see each case as a test
+/// of its own, use [`journal_conformance_tests!`](crate::journal_conformance_tests) instead.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::InMemoryJournal;
+/// use actix_persistence_testkit::conformance::{run_in_system, run_journal_suite};
+///
+/// run_in_system(run_journal_suite(|| async { InMemoryJournal::new() }));
+/// ```
+///
+/// # Panics
+/// When any case fails: the message lists every failed case with what differed.
+pub async fn run_journal_suite<F, Fut, S>(factory: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+    S: JournalStore,
+{
+    let mut failures = Vec::new();
+    for case in CASES {
+        let store: Arc<dyn JournalStore> = Arc::new(factory().await);
+        if let Err(panic) = AssertUnwindSafe(case.run(store)).catch_unwind().await {
+            failures.push((case.name, panic_message(&*panic)));
+        }
+    }
+    if !failures.is_empty() {
+        panic!("{}", failure_report("journal", CASES.len(), &failures));
+    }
+}

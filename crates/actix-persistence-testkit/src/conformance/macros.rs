@@ -1,0 +1,208 @@
+//! The conformance macros. The list of cases lives once, in `__journal_cases!` and
+//! `__snapshot_cases!`: both the `CASES` tables and the test-generating macros are expanded
+//! from it, so a case can never be in one and missing from the other.
+
+/// Expands into one `#[test]` per journal conformance case (J1-J26 as `j01_replay_all` ..
+/// `j26_metadata_round_trip`, and the model check as `journal_agrees_with_model`), each
+/// running in an Actix system of its own against a store fresh from the factory.
+///
+/// The factory is an expression callable with no argument that returns a future of the store:
+/// a closure `|| async { ... }` or the name of an `async fn`. The store is any
+/// [`JournalStore`](actix_persistence_core::JournalStore), including an
+/// `Arc<dyn JournalStore>`. Attributes before the factory (e.g. `#[ignore = "..."]`) are put
+/// on every generated test. Call it once per store, inside a module of its own.
+///
+/// With `optional:` before it, the factory returns an `Option` of the store, and `None` skips
+/// each case with a notice (for a database that is not configured on every machine).
+///
+/// # Examples
+/// ```
+/// mod in_memory {
+///     actix_persistence_testkit::journal_conformance_tests!(|| async {
+///         actix_persistence_core::InMemoryJournal::new()
+///     });
+/// }
+///
+/// mod needs_a_database {
+///     async fn connect() -> actix_persistence_core::InMemoryJournal {
+///         actix_persistence_core::InMemoryJournal::new()
+///     }
+///     actix_persistence_testkit::journal_conformance_tests!(
+///         #[ignore = "needs a database"]
+///         connect
+///     );
+/// }
+///
+/// mod only_where_configured {
+///     async fn connect() -> Option<actix_persistence_core::InMemoryJournal> {
+///         std::env::var("MY_JOURNAL_URL")
+///             .ok()
+///             .map(|_url| actix_persistence_core::InMemoryJournal::new())
+///     }
+///     actix_persistence_testkit::journal_conformance_tests!(optional: connect);
+/// }
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! journal_conformance_tests {
+    (@attrs [$($attrs:tt)*] #[$attr:meta] $($rest:tt)*) => {
+        $crate::journal_conformance_tests!(@attrs [$($attrs)* #[$attr]] $($rest)*);
+    };
+    (@attrs [$($attrs:tt)*] optional: $factory:expr $(,)?) => {
+        $crate::__journal_cases! {
+            __conformance_tests {
+                $crate::conformance::journal::run_case_if_available, [$($attrs)*], $factory
+            }
+        }
+    };
+    (@attrs [$($attrs:tt)*] $factory:expr $(,)?) => {
+        $crate::__journal_cases! {
+            __conformance_tests {
+                $crate::conformance::journal::run_case, [$($attrs)*], $factory
+            }
+        }
+    };
+    ($($input:tt)*) => {
+        $crate::journal_conformance_tests!(@attrs [] $($input)*);
+    };
+}
+
+/// Expands into one `#[test]` per snapshot store conformance case (S1-S12 as
+/// `s01_load_unknown_id` .. `s12_unserializable_snapshot_is_an_error`), each against a store
+/// fresh from the factory. Same shape as
+/// [`journal_conformance_tests!`](crate::journal_conformance_tests).
+///
+/// # Examples
+/// ```
+/// mod in_memory_snapshots {
+///     actix_persistence_testkit::snapshot_store_conformance_tests!(|| async {
+///         actix_persistence_core::InMemorySnapshotStore::new()
+///     });
+/// }
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! snapshot_store_conformance_tests {
+    (@attrs [$($attrs:tt)*] #[$attr:meta] $($rest:tt)*) => {
+        $crate::snapshot_store_conformance_tests!(@attrs [$($attrs)* #[$attr]] $($rest)*);
+    };
+    (@attrs [$($attrs:tt)*] optional: $factory:expr $(,)?) => {
+        $crate::__snapshot_cases! {
+            __conformance_tests {
+                $crate::conformance::snapshot::run_case_if_available, [$($attrs)*], $factory
+            }
+        }
+    };
+    (@attrs [$($attrs:tt)*] $factory:expr $(,)?) => {
+        $crate::__snapshot_cases! {
+            __conformance_tests {
+                $crate::conformance::snapshot::run_case, [$($attrs)*], $factory
+            }
+        }
+    };
+    ($($input:tt)*) => {
+        $crate::snapshot_store_conformance_tests!(@attrs [] $($input)*);
+    };
+}
+
+/// One test per case: `run_case(name, factory)`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ({ $runner:path, $attrs:tt, $factory:expr } $($name:ident: $rule:literal,)*) => {
+        $(
+            $crate::__conformance_test! { $attrs, $runner, $factory, $name, $rule }
+        )*
+    };
+}
+
+/// One test: `run_case(name, factory)` with the caller's attributes.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_test {
+    ([$($attr:tt)*], $runner:path, $factory:expr, $name:ident, $rule:literal) => {
+        $($attr)*
+        #[doc = $rule]
+        #[test]
+        fn $name() {
+            $runner(::core::stringify!($name), $factory);
+        }
+    };
+}
+
+/// Calls `$crate::$callback! { { args } name: "rule", ... }` with every journal case.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __journal_cases {
+    ($callback:ident { $($args:tt)* }) => {
+        $crate::$callback! {
+            { $($args)* }
+            j01_replay_all: "J1 replay(1, MAX, MAX) gives 1..5, highest 5",
+            j02_replay_from_lower_bound: "J2 replay(3, MAX, MAX) gives 3..5, highest 5",
+            j03_replay_to_upper_bound: "J3 replay(1, 3, MAX) gives 1..3, highest 5",
+            j04_replay_with_max: "J4 replay(1, MAX, 3) gives 1..3, highest 5",
+            j05_replay_between_bounds: "J5 replay(2, 3, MAX) gives 2..3, highest 5",
+            j06_replay_between_bounds_with_max: "J6 replay(2, 5, 2) gives 2..3, highest 5",
+            j07_replay_single_event: "J7 replay(2, 2, MAX) gives 2, highest 5",
+            j08_replay_max_one: "J8 replay(2, 4, 1) gives 2, highest 5",
+            j09_replay_max_zero: "J9 replay(2, 4, 0) gives nothing, highest 5",
+            j10_replay_empty_range: "J10 replay(3, 2, MAX) gives nothing, highest 5",
+            j11_replay_unknown_id: "J11 an id that never wrote replays nothing, highest 0",
+            j12_read_highest_without_replay: "J12 the highest sequence number reads 5",
+            j13_delete_then_replay: "J13 delete up to 3, then replay(1, MAX, MAX) gives 4, 5, highest 5",
+            j14_delete_keeps_highest: "J14 a delete never lowers the highest sequence number",
+            j15_delete_all: "J15 delete up to MAX, then a replay gives nothing, highest 5",
+            j16_delete_then_replay_from_deleted: "J16 delete up to 3, then replay(3, MAX, MAX) gives 4, 5",
+            j17_delete_then_replay_deleted_range: "J17 delete up to 3, then replay(1, 2, MAX) gives nothing",
+            j18_delete_then_replay_up_to_deleted: "J18 delete up to 3, then replay(1, 3, MAX) gives nothing",
+            j19_delete_then_replay_after_deleted: "J19 delete up to 3, then replay(4, MAX, MAX) gives 4, 5",
+            j20_delete_then_replay_across_deleted: "J20 delete up to 3, then replay(1, 4, MAX) gives 4",
+            j21_unserializable_event_is_rejected: "J21 an unserializable event is rejected; the events around it are stored",
+            j22_one_result_per_atomic_write: "J22 one result per atomic write of 1, 2, 3 and 10 events",
+            j23_failed_atomic_write_stores_nothing: "J23 an atomic write failing on its 2nd event stores nothing",
+            j24_second_writer_fails: "J24 a second writer of a stored sequence number fails, never overwrites",
+            j25_persistence_ids_are_byte_exact: "J25 persistence ids are compared byte for byte",
+            j26_metadata_round_trip: "J26 metadata survives write and replay unchanged",
+            journal_agrees_with_model: "The journal agrees with a simple model on generated operations",
+        }
+    };
+}
+
+/// Calls `$crate::$callback! { { args } name: "rule", ... }` with every snapshot case.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __snapshot_cases {
+    ($callback:ident { $($args:tt)* }) => {
+        $crate::$callback! {
+            { $($args)* }
+            s01_load_unknown_id: "S1 an id with no snapshots loads none",
+            s02_load_max_timestamp_too_early: "S2 max timestamp 100 loads none",
+            s03_load_max_seq_too_low: "S3 max seq 7 loads none",
+            s04_load_latest: "S4 latest loads s-5 with m5",
+            s05_load_max_seq: "S5 max seq 13 loads s-3",
+            s06_load_max_seq_and_timestamp: "S6 max seq 13 and m3's timestamp load s-3",
+            s07_delete_one: "S7 after deleting the snapshot at seq 13, max seq 13 loads s-2",
+            s08_delete_matching: "S8 delete matching (13, m3) leaves none there, and s-4 at (14, m4)",
+            s09_delete_matching_spares_later_timestamp: "S9 delete matching (14, m4's timestamp - 1) keeps s-4",
+            s10_save_again_replaces: "S10 saving again at seq 15 replaces s-5",
+            s11_large_snapshots_round_trip: "S11 10,000-byte and 50 MiB snapshots round-trip byte-exact",
+            s12_unserializable_snapshot_is_an_error: "S12 an unserializable state is an error; nothing is saved",
+        }
+    };
+}
+
+/// The `CASES` table of a case module, from the case list.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_table {
+    ({ $case:ident, $doc:literal } $($name:ident: $rule:literal,)*) => {
+        #[doc = $doc]
+        pub static CASES: &[$case] = &[
+            $($case {
+                name: ::core::stringify!($name),
+                rule: $rule,
+                run: |store| ::std::boxed::Box::pin($name(store)),
+            },)*
+        ];
+    };
+}

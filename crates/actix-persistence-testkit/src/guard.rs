@@ -1,0 +1,106 @@
+//! A store that keeps something alive as long as it lives: the temporary directory of a
+//! SQLite file, or a handle that drops a test database.
+
+use actix_persistence_core::{
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, SelectedSnapshot,
+    SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
+};
+use async_trait::async_trait;
+
+/// A store together with a guard that is dropped after it: what a conformance factory returns
+/// when its store needs something to outlive it (a [`JournalStore`] when `S` is one, a
+/// [`SnapshotStore`] when `S` is one).
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::InMemoryJournal;
+/// use actix_persistence_testkit::WithGuard;
+///
+/// struct DropsTheDatabase; // e.g. a temporary directory, or a schema to drop
+///
+/// mod with_guard {
+///     actix_persistence_testkit::journal_conformance_tests!(|| async {
+///         actix_persistence_testkit::WithGuard::new(
+///             actix_persistence_core::InMemoryJournal::new(),
+///             super::DropsTheDatabase,
+///         )
+///     });
+/// }
+/// # fn main() {}
+/// ```
+#[derive(Debug)]
+pub struct WithGuard<S, G> {
+    // Declared first: dropped before the guard.
+    store: S,
+    guard: G,
+}
+
+impl<S, G> WithGuard<S, G> {
+    /// `store`, keeping `guard` alive until the store is dropped.
+    pub fn new(store: S, guard: G) -> Self {
+        WithGuard { store, guard }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The guard.
+    pub fn guard(&self) -> &G {
+        &self.guard
+    }
+}
+
+#[async_trait]
+impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G> {
+    async fn write_messages(
+        &self,
+        writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        self.store.write_messages(writes).await
+    }
+
+    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        self.store.replay_messages(pid, from, to, max)
+    }
+
+    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
+        self.store.read_highest_sequence_nr(pid, from).await
+    }
+
+    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+        self.store.delete_messages_to(pid, to).await
+    }
+}
+
+#[async_trait]
+impl<S: SnapshotStore, G: Send + Sync + 'static> SnapshotStore for WithGuard<S, G> {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        self.store.load(pid, criteria).await
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        self.store.save(metadata, snapshot).await
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        self.store.delete(metadata).await
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        self.store.delete_matching(pid, criteria).await
+    }
+}

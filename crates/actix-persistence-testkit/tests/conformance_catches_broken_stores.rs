@@ -1,0 +1,365 @@
+//! The suites fail against stores that break the contract: each test wraps the in-memory store
+//! in a deliberately broken wrapper and checks that the case guarding that rule fails, with a
+//! message naming it.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use actix_persistence_core::{
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, InMemoryJournal, InMemorySnapshotStore,
+    JournalError, JournalStore, ReplayStream, SelectedSnapshot, SerializedSnapshot, SnapshotError,
+    SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore, MAX_SEQ_NR,
+};
+use actix_persistence_testkit::conformance::{
+    check_journal_against_model, journal, snapshot, ModelCheckConfig,
+};
+use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
+
+/// How a [`Mutant`] journal breaks the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mutation {
+    /// Reports the highest *remaining* event as the highest sequence number.
+    LowersHighestOnDelete,
+    /// Stores each event of an atomic write on its own.
+    NotAtomic,
+    /// Returns one result per event instead of one per atomic write.
+    OneResultPerEvent,
+    /// Reports success when the sequence number was already taken.
+    SwallowsConflicts,
+    /// Compares persistence ids without regard to case.
+    CaseInsensitiveIds,
+    /// Ignores the `max` of a replay.
+    IgnoresReplayMax,
+    /// Loses the tags of every event.
+    DropsTags,
+}
+
+struct Mutant {
+    inner: InMemoryJournal,
+    mutation: Mutation,
+}
+
+impl Mutant {
+    fn new(mutation: Mutation) -> Self {
+        Mutant {
+            inner: InMemoryJournal::new(),
+            mutation,
+        }
+    }
+
+    fn pid(&self, pid: &str) -> String {
+        match self.mutation {
+            Mutation::CaseInsensitiveIds => pid.to_lowercase(),
+            _ => pid.to_owned(),
+        }
+    }
+}
+
+#[async_trait]
+impl JournalStore for Mutant {
+    async fn write_messages(
+        &self,
+        mut writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        for event in writes.iter_mut().flat_map(|w| w.events.iter_mut()) {
+            event.persistence_id = self.pid(&event.persistence_id);
+            if self.mutation == Mutation::DropsTags {
+                event.tags.clear();
+            }
+        }
+        match self.mutation {
+            Mutation::NotAtomic => {
+                let mut results = Vec::new();
+                for write in writes {
+                    let singles = write
+                        .events
+                        .into_iter()
+                        .map(|e| AtomicWrite { events: vec![e] })
+                        .collect();
+                    let outcome = self.inner.write_messages(singles).await?;
+                    results.push(outcome.into_iter().find(|r| r.is_err()).unwrap_or(Ok(())));
+                }
+                Ok(results)
+            }
+            Mutation::OneResultPerEvent => {
+                let events: usize = writes.iter().map(|w| w.events.len()).sum();
+                self.inner.write_messages(writes).await?;
+                Ok(vec![Ok(()); events])
+            }
+            Mutation::SwallowsConflicts => Ok(self
+                .inner
+                .write_messages(writes)
+                .await?
+                .into_iter()
+                .map(|r| match r {
+                    Err(AtomicWriteError::Failed(JournalError::ConcurrentWrite { .. })) => Ok(()),
+                    other => other,
+                })
+                .collect()),
+            _ => self.inner.write_messages(writes).await,
+        }
+    }
+
+    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        let max = match self.mutation {
+            Mutation::IgnoresReplayMax => u64::MAX,
+            _ => max,
+        };
+        self.inner.replay_messages(&self.pid(pid), from, to, max)
+    }
+
+    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
+        let pid = self.pid(pid);
+        if self.mutation == Mutation::LowersHighestOnDelete {
+            let remaining: Vec<_> = self
+                .inner
+                .replay_messages(&pid, 0, MAX_SEQ_NR, u64::MAX)
+                .collect()
+                .await;
+            return match remaining.last() {
+                Some(Ok(event)) => Ok(event.seq_nr),
+                Some(Err(e)) => Err(e.clone()),
+                None => Ok(0),
+            };
+        }
+        self.inner.read_highest_sequence_nr(&pid, from).await
+    }
+
+    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+        self.inner.delete_messages_to(&self.pid(pid), to).await
+    }
+}
+
+/// Runs journal case `name` against a store broken by `mutation`; returns its failure message.
+async fn journal_failure(name: &str, mutation: Mutation) -> String {
+    let case = journal::case(name).unwrap_or_else(|| panic!("no case {name}"));
+    let store: Arc<dyn JournalStore> = Arc::new(Mutant::new(mutation));
+    match AssertUnwindSafe(case.run(store)).catch_unwind().await {
+        Ok(()) => panic!("{name} passed against a store that breaks the contract: {mutation:?}"),
+        Err(panic) => message(&*panic),
+    }
+}
+
+fn message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+fn assert_mentions(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(
+            message.contains(part),
+            "the failure should mention {part:?}: {message}"
+        );
+    }
+}
+
+fn seeded(seed: u64) -> ModelCheckConfig {
+    ModelCheckConfig {
+        seed: Some(seed),
+        ..ModelCheckConfig::default()
+    }
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_lowers_highest_on_delete() {
+    let message = journal_failure("j15_delete_all", Mutation::LowersHighestOnDelete).await;
+    assert_mentions(
+        &message,
+        &["J15", "highest sequence number", "left: 0", "right: 5"],
+    );
+
+    let mismatch =
+        check_journal_against_model(Mutant::new(Mutation::LowersHighestOnDelete), &seeded(1))
+            .await
+            .expect_err(
+                "the model check must notice a highest sequence number lowered by a delete",
+            );
+    assert_mentions(
+        &mismatch.message,
+        &["highest sequence number", "the model says"],
+    );
+    assert!(
+        mismatch.ops.len() <= 3,
+        "shrinking finds a small case (a write and a delete): {mismatch}"
+    );
+}
+
+#[actix::test]
+async fn suite_catches_a_store_whose_atomic_writes_are_not_atomic() {
+    let message = journal_failure(
+        "j23_failed_atomic_write_stores_nothing",
+        Mutation::NotAtomic,
+    )
+    .await;
+    assert_mentions(&message, &["J23", "none of its events stored"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_answers_once_per_event() {
+    let message = journal_failure(
+        "j22_one_result_per_atomic_write",
+        Mutation::OneResultPerEvent,
+    )
+    .await;
+    assert_mentions(&message, &["returned 5 results for 4 atomic writes"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_overwrites_silently() {
+    let message = journal_failure("j24_second_writer_fails", Mutation::SwallowsConflicts).await;
+    assert_mentions(
+        &message,
+        &["J24", "must fail, but the store reported success"],
+    );
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_ignores_the_case_of_ids() {
+    let message = journal_failure(
+        "j25_persistence_ids_are_byte_exact",
+        Mutation::CaseInsensitiveIds,
+    )
+    .await;
+    assert_mentions(&message, &["J25"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_ignores_the_replay_max() {
+    let message = journal_failure("j04_replay_with_max", Mutation::IgnoresReplayMax).await;
+    assert_mentions(&message, &["J4 replay(1, MAX, 3)", "sequence numbers"]);
+
+    let mismatch = check_journal_against_model(Mutant::new(Mutation::IgnoresReplayMax), &seeded(2))
+        .await
+        .expect_err("the model check must notice a replay returning more than max");
+    assert_mentions(&mismatch.message, &["the model says"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_loses_tags() {
+    let message = journal_failure("j26_metadata_round_trip", Mutation::DropsTags).await;
+    assert_mentions(&message, &["J26: tags of 6"]);
+}
+
+#[actix::test]
+async fn every_other_journal_case_passes_against_the_unbroken_store() {
+    for case in journal::CASES {
+        let store: Arc<dyn JournalStore> = Arc::new(InMemoryJournal::new());
+        case.run(store).await;
+    }
+}
+
+/// How a [`SnapshotMutant`] breaks the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SnapshotMutation {
+    /// Loads ignore the max timestamp bound.
+    IgnoresMaxTimestamp,
+    /// Saving at a sequence number that already has a snapshot keeps the old one.
+    KeepsFirstSnapshot,
+    /// Truncates payloads above 1 MiB.
+    TruncatesLargePayloads,
+}
+
+struct SnapshotMutant {
+    inner: InMemorySnapshotStore,
+    mutation: SnapshotMutation,
+}
+
+#[async_trait]
+impl SnapshotStore for SnapshotMutant {
+    async fn load(
+        &self,
+        pid: &str,
+        mut criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        if self.mutation == SnapshotMutation::IgnoresMaxTimestamp {
+            criteria.max_timestamp = i64::MAX;
+        }
+        self.inner.load(pid, criteria).await
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        mut snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        match self.mutation {
+            SnapshotMutation::KeepsFirstSnapshot => {
+                let at = SnapshotSelectionCriteria {
+                    max_seq_nr: metadata.seq_nr,
+                    min_seq_nr: metadata.seq_nr,
+                    ..SnapshotSelectionCriteria::latest()
+                };
+                if self
+                    .inner
+                    .load(&metadata.persistence_id, at)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(());
+                }
+            }
+            SnapshotMutation::TruncatesLargePayloads => snapshot.payload.truncate(1 << 20),
+            SnapshotMutation::IgnoresMaxTimestamp => {}
+        }
+        self.inner.save(metadata, snapshot).await
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        self.inner.delete(metadata).await
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        self.inner.delete_matching(pid, criteria).await
+    }
+}
+
+async fn snapshot_failure(name: &str, mutation: SnapshotMutation) -> String {
+    let case = snapshot::case(name).unwrap_or_else(|| panic!("no case {name}"));
+    let store: Arc<dyn SnapshotStore> = Arc::new(SnapshotMutant {
+        inner: InMemorySnapshotStore::new(),
+        mutation,
+    });
+    match AssertUnwindSafe(case.run(store)).catch_unwind().await {
+        Ok(()) => panic!("{name} passed against a store that breaks the contract: {mutation:?}"),
+        Err(panic) => message(&*panic),
+    }
+}
+
+#[actix::test]
+async fn snapshot_suite_catches_a_store_that_ignores_the_max_timestamp() {
+    let message = snapshot_failure(
+        "s02_load_max_timestamp_too_early",
+        SnapshotMutation::IgnoresMaxTimestamp,
+    )
+    .await;
+    assert_mentions(&message, &["S2", "got \"\\\"s-5\\\"\"", "expected none"]);
+}
+
+#[actix::test]
+async fn snapshot_suite_catches_a_store_that_does_not_replace_on_save() {
+    let message = snapshot_failure(
+        "s10_save_again_replaces",
+        SnapshotMutation::KeepsFirstSnapshot,
+    )
+    .await;
+    assert_mentions(&message, &["S10 load latest", "s-5"]);
+}
+
+#[actix::test]
+async fn snapshot_suite_catches_a_store_that_truncates_large_snapshots() {
+    let message = snapshot_failure(
+        "s11_large_snapshots_round_trip",
+        SnapshotMutation::TruncatesLargePayloads,
+    )
+    .await;
+    assert_mentions(&message, &["S11: length of the 52428800-byte snapshot"]);
+}
