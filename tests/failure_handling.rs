@@ -328,3 +328,90 @@ fn backoff_doubles_from_min_up_to_max_plus_the_random_share() {
     assert_eq!(backoff.delay(40, 0.0), Duration::from_secs(1));
     assert_eq!(backoff.delay(1, 1.0), Duration::from_millis(300));
 }
+
+#[actix::test]
+async fn an_unreachable_store_fails_the_write_within_the_call_timeout_and_a_restart_recovers() {
+    tokio::time::pause();
+    let mut h = Harness::new(1);
+    let inner = actix_persistence::InMemoryJournal::new();
+    let (faulty, faults) = actix_persistence_testkit::FaultyJournal::new(inner.clone());
+    h.journal = JournalActor::start_with(
+        Arc::new(faulty),
+        JournalConfig {
+            call_timeout: Duration::from_secs(10),
+            ..JournalConfig::default()
+        },
+    );
+    let journal = h.journal.clone();
+    let log = h.log_tx.clone();
+    let backoff = Backoff {
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(1),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(600),
+    };
+    let supervisor = BackoffSupervisor::new(backoff, move || Probe {
+        persistence: PersistenceState::new(journal.clone(), "h1").expect("valid id"),
+        applied: Vec::new(),
+        log: log.clone(),
+    })
+    .start();
+    assert!(matches!(
+        h.next_seen().await,
+        Seen::Recovered { last_seq_nr: 0, .. }
+    ));
+    let stored = supervisor.send(Persist(vec![named("e0")]));
+    assert_eq!(stored.await.expect("mailbox").expect("stored"), 1);
+
+    // The database stops answering; e1 and two more commands arrive.
+    faults.never_answer();
+    let started = tokio::time::Instant::now();
+    let e1 = supervisor.send(Persist(vec![named("e1")]));
+    let c2 = supervisor.send(Persist(vec![named("c2")]));
+    let c3 = supervisor.send(Persist(vec![named("c3")]));
+    match e1.await.expect("mailbox") {
+        Err(PersistError::Failed(JournalError::Timeout { timeout, .. })) => {
+            assert_eq!(timeout, Duration::from_secs(10))
+        }
+        other => panic!("expected a timeout failure, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() <= Duration::from_secs(11),
+        "within the call timeout"
+    );
+    for queued in [c2, c3] {
+        assert!(matches!(
+            queued.await.expect("mailbox"),
+            Err(PersistError::ActorStopped)
+        ));
+    }
+    let before_restart = h.seen_until(|s| matches!(s, Seen::Stopped { .. })).await;
+    assert!(
+        !before_restart
+            .iter()
+            .any(|s| matches!(s, Seen::Command { applied, .. } if *applied > 1)),
+        "no command was handled as if e1 were stored: {before_restart:?}"
+    );
+
+    // The database is back; the new incarnation recovers what is really stored.
+    faults.answer_again();
+    let recovered = h.seen_until(|s| matches!(s, Seen::Recovered { .. })).await;
+    assert_eq!(
+        recovered.last(),
+        Some(&Seen::Recovered {
+            pid: "h1".into(),
+            last_seq_nr: 1,
+            replayed: vec![named("e0")],
+        })
+    );
+    let next = supervisor.send(Persist(vec![named("e2")]));
+    assert_eq!(next.await.expect("mailbox").expect("stored"), 2);
+    let seqs: Vec<u64> = futures::StreamExt::collect::<Vec<_>>(
+        actix_persistence::JournalStore::replay_messages(&inner, "h1", 1, u64::MAX, u64::MAX),
+    )
+    .await
+    .into_iter()
+    .map(|e| e.expect("replay").seq_nr)
+    .collect();
+    assert_eq!(seqs, vec![1, 2]);
+}

@@ -136,7 +136,10 @@ async fn a_restarted_actor_in_another_group_keeps_its_order_and_sequence() {
     let write_x = h.control.next_write_for("o5-x").await;
 
     // The new incarnation lands in group 1.
-    assert_eq!(h.seen_so_far(), vec![command("o5-y", 0), command("o5-x", 0)]);
+    assert_eq!(
+        h.seen_so_far(),
+        vec![command("o5-y", 0), command("o5-x", 0)]
+    );
     let again = h.probe_in_group("o5", 1).await;
     again.do_send(Persist(vec![named("e3")]));
     let write = h.control.next_write_for("o5").await;
