@@ -19,6 +19,24 @@
 //!   [`EventSourced::on_persist_rejected`]; the actor goes on. A failed write runs
 //!   [`EventSourced::on_persist_failure`] and the actor stops (as Akka's `onPersistFailure`):
 //!   its next incarnation recovers what is really stored.
+//!
+//! # Commands queued behind a write
+//! While a write is in flight, commands stay in the actor's Actix mailbox, in arrival order,
+//! and are handled one by one afterwards (no recursion: thousands of queued commands use no
+//! stack). The bound is Actix's mailbox capacity (16 by default, see
+//! `Context::set_mailbox_capacity`): past it, `Addr::send` waits for room (backpressure to the
+//! sender), `Addr::try_send` fails with `SendError::Full`, and `Addr::do_send` enqueues
+//! regardless (unbounded). A [`BackoffSupervisor`] keeps at most [`MAX_BUFFERED_COMMANDS`]
+//! while its child restarts and answers further ones with [`PersistError::ActorStopped`].
+//!
+//! # Snapshots and recovery
+//! With a snapshot store ([`PersistenceState::with_snapshot_store`]), recovery loads the newest
+//! snapshot matching its [`Recovery`] criteria, hands it to [`EventSourced::restore_snapshot`],
+//! then replays only the events after it, streamed in batches. A snapshot that cannot be read
+//! fails recovery ([`RecoveryError::Snapshot`]) instead of replaying from the start, because
+//! the events it covers may have been deleted. Recovery fails with [`RecoveryError::Timeout`]
+//! after the recovery timeout without progress (default 30 s), and waits for one of the
+//! shared [`RecoveryPermits`] first when configured.
 
 mod driver;
 mod recovery;
