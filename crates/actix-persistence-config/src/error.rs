@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// use actix_persistence_config::Settings;
 ///
 /// let err = Settings::loader()
-///     .toml_str("overrides", "[journal]\nreplay-batch-size = 0\nplugin = \"postgres\"")
+///     .toml_str("overrides", "[journal]\nreplay-batch-size = 0\nplugin = \"mysql\"")
 ///     .env_vars(Vec::<(String, String)>::new())
 ///     .load()
 ///     .unwrap_err();

@@ -9,17 +9,28 @@ pub const ENV_PREFIX: &str = "ACTIX_PERSISTENCE__";
 /// [`SettingsLoader::env_vars`]: crate::SettingsLoader::env_vars
 pub const CONFIG_FILE_ENV: &str = "ACTIX_PERSISTENCE_CONFIG";
 
+/// Environment variable holding the PostgreSQL URL used when `journal.postgres.url` is empty,
+/// read from the process environment or from the variables given to
+/// [`SettingsLoader::env_vars`].
+///
+/// [`SettingsLoader::env_vars`]: crate::SettingsLoader::env_vars
+pub const DATABASE_URL_ENV: &str = "DATABASE_URL";
+
 /// What kind of value a setting holds, and so which rule it follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// One of [`crate::JournalPlugin`]'s names.
     Plugin,
+    /// One of [`crate::SnapshotStorePlugin`]'s names.
+    SnapshotPlugin,
     /// An integer `>= 1` and `<= max`.
     Count { max: u128 },
     /// A humantime duration `> 0`.
     Duration,
     /// A non-empty string.
     NonEmptyString,
+    /// Any string, the empty one included.
+    String,
 }
 
 impl Kind {
@@ -34,12 +45,21 @@ impl Kind {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            Kind::SnapshotPlugin => format!(
+                "must be one of {}",
+                crate::SnapshotStorePlugin::ALL
+                    .iter()
+                    .map(|p| format!("\"{}\"", p.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Kind::Count { .. } => "must be an integer >= 1".to_owned(),
             Kind::Duration => {
                 "must be a duration > 0, written as a string such as \"10s\" or \"500ms\""
                     .to_owned()
             }
             Kind::NonEmptyString => "must be a non-empty string".to_owned(),
+            Kind::String => "must be a string".to_owned(),
         }
     }
 }
@@ -54,6 +74,7 @@ pub(crate) struct Key {
 
 pub(crate) const GROUPS: &str = "journal.write-reply-ordering-groups";
 pub(crate) const MAX_GROUPS: &str = "journal.max-write-reply-ordering-groups";
+pub(crate) const POSTGRES_URL: &str = "journal.postgres.url";
 
 const USIZE_MAX: u128 = usize::MAX as u128;
 const U32_MAX: u128 = u32::MAX as u128;
@@ -75,6 +96,10 @@ pub(crate) const KEYS: &[Key] = &[
     Key {
         path: "journal.replay-batch-size",
         kind: Kind::Count { max: USIZE_MAX },
+    },
+    Key {
+        path: "journal.max-batch-size",
+        kind: Kind::Count { max: U32_MAX },
     },
     Key {
         path: "journal.circuit-breaker.max-failures",
@@ -100,10 +125,36 @@ pub(crate) const KEYS: &[Key] = &[
         path: "journal.sqlite.busy-timeout",
         kind: Kind::Duration,
     },
+    Key {
+        path: POSTGRES_URL,
+        kind: Kind::String,
+    },
+    Key {
+        path: "journal.postgres.max-connections",
+        kind: Kind::Count { max: U32_MAX },
+    },
+    Key {
+        path: "journal.postgres.acquire-timeout",
+        kind: Kind::Duration,
+    },
+    Key {
+        path: "journal.postgres.statement-timeout",
+        kind: Kind::Duration,
+    },
+    Key {
+        path: "snapshot-store.plugin",
+        kind: Kind::SnapshotPlugin,
+    },
 ];
 
 /// Every section (a TOML table holding settings).
-pub(crate) const SECTIONS: &[&str] = &["journal", "journal.circuit-breaker", "journal.sqlite"];
+pub(crate) const SECTIONS: &[&str] = &[
+    "journal",
+    "journal.circuit-breaker",
+    "journal.sqlite",
+    "journal.postgres",
+    "snapshot-store",
+];
 
 pub(crate) fn key(path: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.path == path)
@@ -147,7 +198,7 @@ pub fn env_var(key: &str) -> Option<String> {
     }
 }
 
-fn env_var_unchecked(path: &str) -> String {
+pub(crate) fn env_var_unchecked(path: &str) -> String {
     let mut name = String::from(ENV_PREFIX);
     let segments: Vec<String> = path
         .split('.')

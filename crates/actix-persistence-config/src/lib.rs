@@ -13,6 +13,10 @@
 //!    `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=8` sets
 //!    `journal.write-reply-ordering-groups`; [`env_var`] gives the variable of any key.
 //!
+//! One variable outside the scheme is read too: `DATABASE_URL` ([`DATABASE_URL_ENV`]), the
+//! PostgreSQL URL used when `journal.postgres.url` is empty (the convention of sqlx and most
+//! PostgreSQL tooling).
+//!
 //! Validation runs once, on the merged configuration, and reports **every** problem in one
 //! [`ConfigError`]; each [`ConfigProblem`] names the setting, the value, the rule it breaks and
 //! where the value came from (the env var name, the file path). Unknown keys are errors, with a
@@ -72,7 +76,7 @@ mod keys;
 mod loader;
 
 pub use error::{ConfigError, ConfigProblem, ConfigSource};
-pub use keys::{env_var, keys, CONFIG_FILE_ENV, ENV_PREFIX};
+pub use keys::{env_var, keys, CONFIG_FILE_ENV, DATABASE_URL_ENV, ENV_PREFIX};
 pub use loader::SettingsLoader;
 
 /// The text of the repository's `reference.toml`, embedded at build time: every setting with
@@ -98,6 +102,8 @@ pub mod reference {}
 pub struct Settings {
     /// `[journal]`: the event journal.
     pub journal: JournalSettings,
+    /// `[snapshot-store]`: where snapshots are kept.
+    pub snapshot_store: SnapshotStoreSettings,
 }
 
 /// `[journal]`: the event journal.
@@ -125,10 +131,17 @@ pub struct JournalSettings {
     /// `journal.replay-batch-size`: events fetched per round trip during recovery. Default: 500.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__REPLAY_BATCH_SIZE`.
     pub replay_batch_size: NonZeroUsize,
+    /// `journal.max-batch-size`: group commit of the SQL journals; at most this many atomic
+    /// writes, from any number of concurrent writers, share one transaction. 1 turns group
+    /// commit off (one transaction per atomic write). Default: 64.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_BATCH_SIZE`.
+    pub max_batch_size: NonZeroU32,
     /// `[journal.circuit-breaker]`: the circuit breaker in front of the journal.
     pub circuit_breaker: CircuitBreakerSettings,
     /// `[journal.sqlite]`: the SQLite journal plugin.
     pub sqlite: SqliteSettings,
+    /// `[journal.postgres]`: the PostgreSQL journal plugin.
+    pub postgres: PostgresSettings,
 }
 
 /// `journal.plugin`: which store holds the events.
@@ -137,15 +150,22 @@ pub struct JournalSettings {
 pub enum JournalPlugin {
     /// `"sqlite"`: the embedded default; one database file, no server. See [`SqliteSettings`].
     Sqlite,
+    /// `"postgres"`: a PostgreSQL server (or a Postgres-compatible one). See
+    /// [`PostgresSettings`].
+    Postgres,
     /// `"inmem"`: in memory, for tests; nothing survives the process.
     InMemory,
 }
 
 impl JournalPlugin {
     /// Every plugin, in the order the rule lists them.
-    pub const ALL: &'static [JournalPlugin] = &[JournalPlugin::Sqlite, JournalPlugin::InMemory];
+    pub const ALL: &'static [JournalPlugin] = &[
+        JournalPlugin::Sqlite,
+        JournalPlugin::Postgres,
+        JournalPlugin::InMemory,
+    ];
 
-    /// The name used in configuration: `"sqlite"`, `"inmem"`.
+    /// The name used in configuration: `"sqlite"`, `"postgres"`, `"inmem"`.
     ///
     /// # Examples
     ///
@@ -159,6 +179,7 @@ impl JournalPlugin {
     pub fn as_str(self) -> &'static str {
         match self {
             JournalPlugin::Sqlite => "sqlite",
+            JournalPlugin::Postgres => "postgres",
             JournalPlugin::InMemory => "inmem",
         }
     }
@@ -205,10 +226,121 @@ pub struct SqliteSettings {
     pub busy_timeout: Duration,
 }
 
+/// `[journal.postgres]`: the PostgreSQL journal plugin (and the `"postgres"` snapshot store).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresSettings {
+    /// The PostgreSQL URL to connect to: `journal.postgres.url`, or when that is empty the
+    /// environment variable `DATABASE_URL`. Empty only when both are, which validation allows
+    /// only while no plugin is `"postgres"`. May hold a password: `Debug` hides it.
+    /// Default: empty. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL`, then `DATABASE_URL`.
+    pub url: String,
+    /// `journal.postgres.max-connections`: size of the connection pool. Default: 10.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__MAX_CONNECTIONS`.
+    pub max_connections: NonZeroU32,
+    /// `journal.postgres.acquire-timeout`: how long an operation waits for a connection of the
+    /// pool, > 0. Default: 5 s. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__ACQUIRE_TIMEOUT`.
+    pub acquire_timeout: Duration,
+    /// `journal.postgres.statement-timeout`: the server cancels a statement running longer,
+    /// > 0. Default: 10 s. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__STATEMENT_TIMEOUT`.
+    pub statement_timeout: Duration,
+}
+
+impl fmt::Debug for PostgresSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSettings")
+            .field("url", &redact_password(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .finish()
+    }
+}
+
+/// `url` with the password of its user info (`user:password@`) replaced by `***`.
+fn redact_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let start = scheme_end + 3;
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => match url[start..start + at].find(':') {
+            Some(colon) => format!("{}***{}", &url[..start + colon + 1], &url[start + at..]),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// `[snapshot-store]`: where snapshots are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotStoreSettings {
+    /// `snapshot-store.plugin`: which store keeps snapshots. It connects with the settings of
+    /// the matching journal section: `"sqlite"` with `[journal.sqlite]` (the same database file
+    /// as the SQLite journal), `"postgres"` with `[journal.postgres]`. Default:
+    /// [`SnapshotStorePlugin::Sqlite`]. Env: `ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN`.
+    pub plugin: SnapshotStorePlugin,
+}
+
+/// `snapshot-store.plugin`: which store keeps snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SnapshotStorePlugin {
+    /// `"sqlite"`: the `snapshot` table of the database `journal.sqlite.url` names.
+    Sqlite,
+    /// `"postgres"`: the `snapshot` table of the database `journal.postgres.url` (or
+    /// `DATABASE_URL`) names, with the pool settings of `[journal.postgres]`.
+    Postgres,
+    /// `"inmem"`: in memory, for tests; nothing survives the process.
+    InMemory,
+}
+
+impl SnapshotStorePlugin {
+    /// Every plugin, in the order the rule lists them.
+    pub const ALL: &'static [SnapshotStorePlugin] = &[
+        SnapshotStorePlugin::Sqlite,
+        SnapshotStorePlugin::Postgres,
+        SnapshotStorePlugin::InMemory,
+    ];
+
+    /// The name used in configuration: `"sqlite"`, `"postgres"`, `"inmem"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use actix_persistence_config::SnapshotStorePlugin;
+    ///
+    /// assert_eq!(SnapshotStorePlugin::Postgres.as_str(), "postgres");
+    /// assert_eq!(SnapshotStorePlugin::from_name("inmem"), Some(SnapshotStorePlugin::InMemory));
+    /// assert_eq!(SnapshotStorePlugin::from_name("Postgres"), None);
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotStorePlugin::Sqlite => "sqlite",
+            SnapshotStorePlugin::Postgres => "postgres",
+            SnapshotStorePlugin::InMemory => "inmem",
+        }
+    }
+
+    /// The plugin with this configuration name (exact, case-sensitive), if any.
+    pub fn from_name(name: &str) -> Option<SnapshotStorePlugin> {
+        Self::ALL.iter().copied().find(|p| p.as_str() == name)
+    }
+}
+
+impl fmt::Display for SnapshotStorePlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Settings {
     /// Loads the settings the way an application does at startup: `reference.toml`, then the
     /// file named by `ACTIX_PERSISTENCE_CONFIG` (if set), then the `ACTIX_PERSISTENCE__*`
-    /// variables of the process environment.
+    /// variables of the process environment (and `DATABASE_URL` for an empty
+    /// `journal.postgres.url`).
     ///
     /// Same as `Settings::loader().load()`.
     ///
@@ -237,7 +369,8 @@ impl Settings {
         SettingsLoader::default()
     }
 
-    /// The defaults: `reference.toml` alone, without any file or environment variable.
+    /// The defaults: `reference.toml` alone, without any file or environment variable (so
+    /// `journal.postgres.url` is empty: `DATABASE_URL` is not read either).
     ///
     /// # Examples
     ///

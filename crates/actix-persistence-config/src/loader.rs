@@ -16,10 +16,12 @@ use figment::value::{Dict, Map, Num, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 
 use crate::error::{ConfigError, ConfigProblem, ConfigSource};
-use crate::keys::{self, Kind, CONFIG_FILE_ENV, GROUPS, MAX_GROUPS};
+use crate::keys::{
+    self, Kind, CONFIG_FILE_ENV, DATABASE_URL_ENV, GROUPS, MAX_GROUPS, POSTGRES_URL,
+};
 use crate::{
-    CircuitBreakerSettings, JournalPlugin, JournalSettings, Settings, SqliteSettings,
-    REFERENCE_TOML,
+    CircuitBreakerSettings, JournalPlugin, JournalSettings, PostgresSettings, Settings,
+    SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings, REFERENCE_TOML,
 };
 
 /// Builds [`Settings`] from layers, later wins: `reference.toml`, user TOML files, inline TOML,
@@ -32,6 +34,8 @@ use crate::{
 ///    the loader uses;
 /// 4. the inline layers given to [`toml_str`](Self::toml_str), in call order;
 /// 5. the `ACTIX_PERSISTENCE__<SECTION>__<KEY>` environment variables.
+///
+/// `DATABASE_URL` of the same environment stands in for an empty `journal.postgres.url`.
 ///
 /// By default the environment is the process environment; [`env_vars`](Self::env_vars)
 /// replaces it with exactly the given variables (so tests never touch the process env).
@@ -77,8 +81,9 @@ impl SettingsLoader {
     }
 
     /// Uses exactly these environment variables instead of the process environment, including
-    /// `ACTIX_PERSISTENCE_CONFIG` (which then selects the user file). May be called more than
-    /// once: the variables add up; a name given twice keeps its last value.
+    /// `ACTIX_PERSISTENCE_CONFIG` (which then selects the user file) and `DATABASE_URL` (the
+    /// PostgreSQL URL when `journal.postgres.url` is empty). May be called more than once: the
+    /// variables add up; a name given twice keeps its last value.
     ///
     /// # Examples
     ///
@@ -161,7 +166,16 @@ impl SettingsLoader {
                 dict: layer.dict,
             });
         }
-        let merged = Merged { figment, sources };
+        let database_url = env
+            .iter()
+            .find(|(name, _)| name == DATABASE_URL_ENV)
+            .map(|(_, value)| value.clone())
+            .filter(|value| !value.trim().is_empty());
+        let merged = Merged {
+            figment,
+            sources,
+            database_url,
+        };
         let settings = merged.validate(&mut problems);
         match settings {
             Some(settings) if problems.is_empty() => Ok(settings),
@@ -177,7 +191,9 @@ impl SettingsLoader {
         let mut env = Vec::new();
         for (name, value) in std::env::vars_os() {
             let Some(name) = name.to_str() else { continue };
-            let relevant = name == CONFIG_FILE_ENV || keys::key_of_env_var(name).is_some();
+            let relevant = name == CONFIG_FILE_ENV
+                || name == DATABASE_URL_ENV
+                || keys::key_of_env_var(name).is_some();
             if !relevant {
                 continue;
             }
@@ -469,6 +485,8 @@ fn nest(path: &str, value: Value) -> Dict {
 struct Merged {
     figment: Figment,
     sources: HashMap<String, ConfigSource>,
+    /// `DATABASE_URL` of the environment, unless unset or blank.
+    database_url: Option<String>,
 }
 
 /// A value of the merged configuration, with where it came from.
@@ -564,6 +582,69 @@ impl Merged {
         }
     }
 
+    /// Any string, the empty one included, with where it came from.
+    fn text(&self, path: &str, problems: &mut Vec<ConfigProblem>) -> Option<(String, Found)> {
+        let found = self.find(path, problems)?;
+        match &found.value {
+            Value::String(_, s) => Some((s.clone(), found)),
+            _ => {
+                problems.push(found.problem(path, Kind::String.rule()));
+                None
+            }
+        }
+    }
+
+    fn snapshot_plugin(
+        &self,
+        path: &str,
+        problems: &mut Vec<ConfigProblem>,
+    ) -> Option<SnapshotStorePlugin> {
+        let found = self.find(path, problems)?;
+        let plugin = match &found.value {
+            Value::String(_, s) => SnapshotStorePlugin::from_name(s),
+            _ => None,
+        };
+        if plugin.is_none() {
+            problems.push(found.problem(path, Kind::SnapshotPlugin.rule()));
+        }
+        plugin
+    }
+
+    /// The PostgreSQL URL: `journal.postgres.url`, or `DATABASE_URL` when that is blank. Both
+    /// blank is a problem only when a plugin in use is `"postgres"`.
+    fn postgres_url(
+        &self,
+        journal: Option<JournalPlugin>,
+        snapshots: Option<SnapshotStorePlugin>,
+        problems: &mut Vec<ConfigProblem>,
+    ) -> Option<String> {
+        let (url, found) = self.text(POSTGRES_URL, problems)?;
+        if !url.trim().is_empty() {
+            return Some(url);
+        }
+        if let Some(url) = &self.database_url {
+            return Some(url.clone());
+        }
+        let needed_by = match (
+            journal == Some(JournalPlugin::Postgres),
+            snapshots == Some(SnapshotStorePlugin::Postgres),
+        ) {
+            (false, false) => return Some(String::new()),
+            (true, false) => "journal.plugin is \"postgres\"",
+            (false, true) => "snapshot-store.plugin is \"postgres\"",
+            (true, true) => "journal.plugin and snapshot-store.plugin are \"postgres\"",
+        };
+        problems.push(found.problem(
+            POSTGRES_URL,
+            format!(
+                "must name the PostgreSQL database when {needed_by}: set {POSTGRES_URL} \
+                 (env {}) or the environment variable {DATABASE_URL_ENV}",
+                keys::env_var_unchecked(POSTGRES_URL)
+            ),
+        ));
+        None
+    }
+
     fn plugin(&self, path: &str, problems: &mut Vec<ConfigProblem>) -> Option<JournalPlugin> {
         let found = self.find(path, problems)?;
         let plugin = match &found.value {
@@ -582,12 +663,21 @@ impl Merged {
         let groups = self.count(GROUPS, problems);
         let limit = self.count(MAX_GROUPS, problems);
         let replay_batch_size = self.count_usize("journal.replay-batch-size", problems);
+        let max_batch_size = self.count_u32("journal.max-batch-size", problems);
         let max_failures = self.count_u32("journal.circuit-breaker.max-failures", problems);
         let call_timeout = self.duration("journal.circuit-breaker.call-timeout", problems);
         let reset_timeout = self.duration("journal.circuit-breaker.reset-timeout", problems);
         let url = self.string("journal.sqlite.url", problems);
         let max_connections = self.count_u32("journal.sqlite.max-connections", problems);
         let busy_timeout = self.duration("journal.sqlite.busy-timeout", problems);
+        // Read first (the URL rule needs it), reported last, in the order of reference.toml.
+        let mut snapshot_problems = Vec::new();
+        let snapshot_plugin = self.snapshot_plugin("snapshot-store.plugin", &mut snapshot_problems);
+        let postgres_url = self.postgres_url(plugin, snapshot_plugin, problems);
+        let postgres_max_connections = self.count_u32("journal.postgres.max-connections", problems);
+        let acquire_timeout = self.duration("journal.postgres.acquire-timeout", problems);
+        let statement_timeout = self.duration("journal.postgres.statement-timeout", problems);
+        problems.extend(snapshot_problems);
 
         // The limit rule, on merged values: only when both are valid integers on their own.
         let mut groups_ok = groups.is_some();
@@ -617,6 +707,7 @@ impl Merged {
                 write_reply_ordering_groups: write_reply_ordering_groups?,
                 max_write_reply_ordering_groups: max_write_reply_ordering_groups?,
                 replay_batch_size: replay_batch_size?,
+                max_batch_size: max_batch_size?,
                 circuit_breaker: CircuitBreakerSettings {
                     max_failures: max_failures?.get(),
                     call_timeout: call_timeout?,
@@ -627,6 +718,15 @@ impl Merged {
                     max_connections: max_connections?,
                     busy_timeout: busy_timeout?,
                 },
+                postgres: PostgresSettings {
+                    url: postgres_url?,
+                    max_connections: postgres_max_connections?,
+                    acquire_timeout: acquire_timeout?,
+                    statement_timeout: statement_timeout?,
+                },
+            },
+            snapshot_store: SnapshotStoreSettings {
+                plugin: snapshot_plugin?,
             },
         })
     }

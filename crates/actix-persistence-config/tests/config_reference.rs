@@ -6,8 +6,8 @@ use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
 use actix_persistence_config::{
-    env_var, keys, CircuitBreakerSettings, JournalPlugin, JournalSettings, Settings,
-    SqliteSettings, REFERENCE_TOML,
+    env_var, keys, CircuitBreakerSettings, JournalPlugin, JournalSettings, PostgresSettings,
+    Settings, SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings, REFERENCE_TOML,
 };
 
 fn root_reference() -> String {
@@ -56,6 +56,9 @@ const CHANGES: &[(&str, &str, Check)] = &[
     ("journal.replay-batch-size", "123", |s| {
         s.journal.replay_batch_size.get() == 123
     }),
+    ("journal.max-batch-size", "1", |s| {
+        s.journal.max_batch_size.get() == 1
+    }),
     ("journal.circuit-breaker.max-failures", "3", |s| {
         s.journal.circuit_breaker.max_failures == 3
     }),
@@ -73,6 +76,23 @@ const CHANGES: &[(&str, &str, Check)] = &[
     }),
     ("journal.sqlite.busy-timeout", "\"250ms\"", |s| {
         s.journal.sqlite.busy_timeout == Duration::from_millis(250)
+    }),
+    (
+        "journal.postgres.url",
+        "\"postgres://app@db/events\"",
+        |s| s.journal.postgres.url == "postgres://app@db/events",
+    ),
+    ("journal.postgres.max-connections", "25", |s| {
+        s.journal.postgres.max_connections.get() == 25
+    }),
+    ("journal.postgres.acquire-timeout", "\"750ms\"", |s| {
+        s.journal.postgres.acquire_timeout == Duration::from_millis(750)
+    }),
+    ("journal.postgres.statement-timeout", "\"1m\"", |s| {
+        s.journal.postgres.statement_timeout == Duration::from_secs(60)
+    }),
+    ("snapshot-store.plugin", "\"inmem\"", |s| {
+        s.snapshot_store.plugin == SnapshotStorePlugin::InMemory
     }),
 ];
 
@@ -99,11 +119,21 @@ fn reference_parses_into_the_documented_defaults() {
                 call_timeout: Duration::from_secs(10),
                 reset_timeout: Duration::from_secs(30),
             },
+            max_batch_size: NonZeroU32::new(64).expect("non-zero"),
             sqlite: SqliteSettings {
                 url: "sqlite:actix-persistence.db".to_owned(),
                 max_connections: NonZeroU32::new(4).expect("non-zero"),
                 busy_timeout: Duration::from_secs(5),
             },
+            postgres: PostgresSettings {
+                url: String::new(),
+                max_connections: NonZeroU32::new(10).expect("non-zero"),
+                acquire_timeout: Duration::from_secs(5),
+                statement_timeout: Duration::from_secs(10),
+            },
+        },
+        snapshot_store: SnapshotStoreSettings {
+            plugin: SnapshotStorePlugin::Sqlite,
         },
     };
     assert_eq!(Settings::reference(), expected);

@@ -160,7 +160,7 @@ fn several_problems_are_reported_together() {
     let path = write_file(
         &dir,
         "app.toml",
-        "[journal]\nplugin = \"postgres\"\nreplay-batch-sise = 5\n\
+        "[journal]\nplugin = \"mysql\"\nreplay-batch-sise = 5\n\
          [journal.circuit-breaker]\ncall-timeout = \"0s\"\n",
     );
     let err = Settings::loader()
@@ -184,7 +184,7 @@ fn several_problems_are_reported_together() {
         found,
         vec![
             ("journal.replay-batch-sise", "5", &file),
-            ("journal.plugin", "\"postgres\"", &file),
+            ("journal.plugin", "\"mysql\"", &file),
             (GROUPS, "\"four\"", &groups_env),
             ("journal.circuit-breaker.call-timeout", "\"0s\"", &file),
             ("journal.sqlite.max-connections", "\"0\"", &conn_env),
@@ -332,16 +332,13 @@ fn duration_written_as_a_bare_number_fails() {
 
 #[test]
 fn plugin_outside_the_list_fails_listing_the_allowed_values() {
-    let problem = only_problem(load_env(&[(
-        "ACTIX_PERSISTENCE__JOURNAL__PLUGIN",
-        "postgres",
-    )]));
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE__JOURNAL__PLUGIN", "mysql")]));
     assert_eq!(
         problem,
         ConfigProblem {
             setting: "journal.plugin".to_owned(),
-            value: "\"postgres\"".to_owned(),
-            rule: "must be one of \"sqlite\", \"inmem\"".to_owned(),
+            value: "\"mysql\"".to_owned(),
+            rule: "must be one of \"sqlite\", \"postgres\", \"inmem\"".to_owned(),
             source: ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__PLUGIN".to_owned()),
         }
     );

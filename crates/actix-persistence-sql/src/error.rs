@@ -1,6 +1,7 @@
 //! Errors of the SQL stores.
 
-/// Why a SQL store could not be opened, or why a stored row could not be read back.
+/// Why a SQL store could not be opened, or why a stored row could not be read back or a value
+/// could not be stored.
 ///
 /// Errors of individual journal operations reach callers as
 /// [`JournalError`](actix_persistence_core::JournalError); this type is their source when the
@@ -12,9 +13,9 @@ pub enum SqlStoreError {
     /// The database at `url` could not be opened: the URL does not parse, the file is missing
     /// and could not be created (for example its directory does not exist), or the database
     /// refused the connection.
-    #[error("could not open the journal database at {url:?}: {source}; check the URL and that its directory exists and is writable")]
+    #[error("could not open the journal database at {url:?}: {source}; check the URL (SQLite: that its directory exists and is writable; PostgreSQL: that the server is reachable, the database exists and the user may log in)")]
     Connect {
-        /// The URL as given in the options.
+        /// The URL as given in the options, with any password replaced by `***`.
         url: String,
         /// The driver's error.
         #[source]
@@ -38,9 +39,10 @@ pub enum SqlStoreError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// A stored row holds a value this crate never writes (a negative sequence number, tags
-    /// that are not a JSON array of strings, ...): the table was changed outside the journal.
-    #[error("journal row of persistence id {persistence_id:?} at sequence number {seq_nr} is corrupt: {reason}")]
+    /// A stored row (of the journal or the snapshot table) holds a value this crate never
+    /// writes (a negative sequence number, tags that are not a JSON array of strings, ...): the
+    /// table was changed outside the store.
+    #[error("stored row of persistence id {persistence_id:?} at sequence number {seq_nr} is corrupt: {reason}")]
     CorruptRow {
         /// The persistence id of the row.
         persistence_id: String,
@@ -49,4 +51,20 @@ pub enum SqlStoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A snapshot holds a value the database cannot store: a sequence number above `i64::MAX`,
+    /// or (PostgreSQL) a NUL character in a text column. Nothing was stored.
+    #[error("snapshot of persistence id {persistence_id:?} at sequence number {seq_nr} cannot be stored: {reason}")]
+    Unstorable {
+        /// The persistence id of the snapshot.
+        persistence_id: String,
+        /// Its sequence number.
+        seq_nr: u64,
+        /// What the database cannot store.
+        reason: String,
+    },
+    /// The journal's writer task is gone, so no write can be stored: the Tokio runtime that
+    /// opened the journal has shut down (or the task panicked). Open the journal again from a
+    /// running runtime.
+    #[error("the journal's writer task has stopped (its Tokio runtime shut down or it panicked); open the journal again")]
+    WriterStopped,
 }

@@ -1,13 +1,28 @@
-//! SQL journal stores for [actix-persistence](actix_persistence_core), through
+//! SQL journal and snapshot stores for [actix-persistence](actix_persistence_core), through
 //! [sqlx](https://docs.rs/sqlx).
 //!
-//! A store implements [`JournalStore`](actix_persistence_core::JournalStore): the journal actor
-//! hands it batches of atomic writes, replays from it when a persistent actor recovers, and
-//! deletes through it. This crate needs no actor runtime; any Tokio runtime drives it.
+//! A journal implements [`JournalStore`](actix_persistence_core::JournalStore): the journal
+//! actor hands it batches of atomic writes, replays from it when a persistent actor recovers,
+//! and deletes through it. A snapshot store implements
+//! [`SnapshotStore`](actix_persistence_core::SnapshotStore). This crate needs no actor runtime;
+//! any Tokio runtime drives it.
 //!
-//! The embedded default is [`SqliteJournal`]: one database file, created on first use, in WAL
-//! mode, its schema brought up to date by migrations embedded in the crate (the build never
-//! needs a database).
+//! - [`SqliteJournal`] and [`SqliteSnapshotStore`] (feature `sqlite`, the embedded default):
+//!   one database file, created on first use, in WAL mode.
+//! - [`PostgresJournal`] and [`PostgresSnapshotStore`] (feature `postgres`): a PostgreSQL
+//!   server, or a Postgres-compatible one (the SQL needs no extension, no advisory lock, no
+//!   `LISTEN`/`NOTIFY`).
+//!
+//! Both bring their schema up to date with migrations embedded in the crate when they connect;
+//! the build never needs a database (queries are checked at run time, not by macros).
+//!
+//! # Group commit
+//! Both journals store the atomic writes that arrive while a transaction is in flight, from any
+//! number of concurrent callers, together in the next transaction (at most `max_batch_size`,
+//! default [`DEFAULT_MAX_BATCH_SIZE`]), each in a savepoint of its own: under load one commit
+//! stores many writes, yet every atomic write still succeeds or fails on its own, and none is
+//! reported successful before its transaction committed. `max_batch_size` 1 turns it off. The
+//! journals' `stats()` ([`WriteStats`]) show how many transactions the writes took.
 //!
 //! # Example
 //! ```
@@ -47,15 +62,34 @@
 //! ```
 //!
 //! # Feature flags
-//! - `sqlite` (default): [`SqliteJournal`], on a bundled SQLite.
+//! - `sqlite` (default): [`SqliteJournal`] and [`SqliteSnapshotStore`], on a bundled SQLite.
+//! - `postgres`: [`PostgresJournal`] and [`PostgresSnapshotStore`].
 #![warn(missing_docs)]
+// Without a database feature only the shared plumbing is compiled, and nothing uses it.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 mod error;
+mod group_commit;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_snapshot;
+mod snapshot_sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite_snapshot;
 
 pub use error::SqlStoreError;
+pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresJournal, PostgresJournalOptions};
+#[cfg(feature = "postgres")]
+pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{
-    SqliteJournal, SqliteJournalOptions, DEFAULT_REPLAY_BATCH_SIZE, DEFAULT_SQLITE_URL,
-};
+pub use sqlite::{SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL};
+#[cfg(feature = "sqlite")]
+pub use sqlite_snapshot::SqliteSnapshotStore;
+
+/// Default of the `replay_batch_size` option of both SQL journals: events read per query.
+pub const DEFAULT_REPLAY_BATCH_SIZE: u32 = 500;

@@ -1,5 +1,6 @@
 //! Opening the database: creation, WAL, reopening, bad URLs and options, several journals on
 //! one file.
+#![cfg(feature = "sqlite")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Deletes, cases J13-J20 of the journal conformance: deleted events never replay, and the
 //! highest sequence number is never lowered.
+#![cfg(feature = "sqlite")]
 
 mod common;
 

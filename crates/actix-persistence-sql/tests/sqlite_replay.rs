@@ -1,5 +1,6 @@
 //! Replay bounds of the journal conformance cases J1-J12, paging, and sequence numbers at the
 //! edge of SQLite's INTEGER range.
+#![cfg(feature = "sqlite")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Writes: one result per atomic write, all-or-nothing atomic writes (J21-J24), byte-exact
 //! persistence ids (J25), metadata round trips (J26) and concurrent callers.
+#![cfg(feature = "sqlite")]
 
 mod common;
 

@@ -1,17 +1,25 @@
-//! Helpers shared by the SQLite journal tests: an isolated database file per test, events with
-//! known payloads, and replays collected into plain values.
+//! Helpers shared by the SQL store tests: an isolated database (a SQLite file, or a PostgreSQL
+//! database of its own) per test, events with known payloads, replays collected into plain
+//! values, and the snapshot store cases.
 #![allow(dead_code)] // each test file uses a different subset
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod snapshots;
 
 use std::ops::RangeInclusive;
 
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, JournalStore, PersistentRepr,
 };
+#[cfg(feature = "sqlite")]
 use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions};
 use futures::TryStreamExt;
+#[cfg(feature = "sqlite")]
 use tempfile::TempDir;
 
 /// A journal on a database file of its own, removed with the temporary directory on drop.
+#[cfg(feature = "sqlite")]
 pub struct TestJournal {
     pub journal: SqliteJournal,
     pub url: String,
@@ -19,6 +27,7 @@ pub struct TestJournal {
     pub dir: TempDir,
 }
 
+#[cfg(feature = "sqlite")]
 impl TestJournal {
     /// A fresh journal with the default options.
     pub async fn open() -> Self {
@@ -63,7 +72,7 @@ pub fn atomic(pid: &str, seq_nrs: RangeInclusive<u64>) -> AtomicWrite {
 }
 
 /// Writes a batch and asserts that every atomic write of it succeeded.
-pub async fn write_all_ok(journal: &SqliteJournal, writes: Vec<AtomicWrite>) {
+pub async fn write_all_ok(journal: &impl JournalStore, writes: Vec<AtomicWrite>) {
     let count = writes.len();
     let results = journal
         .write_messages(writes)
@@ -76,7 +85,7 @@ pub async fn write_all_ok(journal: &SqliteJournal, writes: Vec<AtomicWrite>) {
 }
 
 /// The conformance setup: seq 1..5 of `pid` written as atomic writes 1, 2, 3 and [4, 5].
-pub async fn write_one_to_five(journal: &SqliteJournal, pid: &str) {
+pub async fn write_one_to_five(journal: &impl JournalStore, pid: &str) {
     write_all_ok(
         journal,
         vec![
@@ -91,7 +100,7 @@ pub async fn write_one_to_five(journal: &SqliteJournal, pid: &str) {
 
 /// Replays and collects the events.
 pub async fn replay_events(
-    journal: &SqliteJournal,
+    journal: &impl JournalStore,
     pid: &str,
     from: u64,
     to: u64,
@@ -106,7 +115,7 @@ pub async fn replay_events(
 
 /// What a recovery sees: the replayed sequence numbers, then the highest sequence number.
 pub async fn recover(
-    journal: &SqliteJournal,
+    journal: &impl JournalStore,
     pid: &str,
     from: u64,
     to: u64,

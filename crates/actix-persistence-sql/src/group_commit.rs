@@ -1,0 +1,320 @@
+//! Group commit: the atomic writes of many concurrent `write_messages` calls share one
+//! transaction.
+//!
+//! A call checks and converts its atomic writes (rejections never reach the database), then
+//! either stores them itself, one transaction per atomic write (`max_batch_size` 1), or queues
+//! them as one request for the writer task. The writer task takes the oldest request, adds the
+//! requests queued behind it while the batch stays within `max_batch_size` atomic writes, stores
+//! the batch in one transaction (each atomic write in a savepoint of its own, see the backends)
+//! and answers every request once the transaction has committed or failed.
+//!
+//! A request is never split across transactions, except a single request holding more than
+//! `max_batch_size` atomic writes, which is stored in consecutive transactions of
+//! `max_batch_size`. Requests are served in the order they were queued, so the atomic writes of
+//! one call, and the calls of one caller, are stored in order.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use actix_persistence_core::{
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, WriteRejection,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::SqlStoreError;
+
+/// Default of `max_batch_size` of both SQL journals, and of `journal.max-batch-size`.
+///
+/// 64 atomic writes per transaction: enough to turn hundreds of small concurrent writes into a
+/// handful of commits (one `fsync` each instead of one per write), small enough to keep a
+/// transaction short. It is also PostgreSQL's limit of cached subtransactions per transaction
+/// (each atomic write of a batch runs in a savepoint, i.e. a subtransaction); above it every
+/// other session's visibility checks get slower while the transaction runs.
+pub const DEFAULT_MAX_BATCH_SIZE: u32 = 64;
+
+/// Counters of a SQL journal's writes since it was opened; every clone of the journal shares
+/// them. Read them with `stats()` on the journal.
+///
+/// With group commit the atomic writes of many concurrent calls share one transaction, so
+/// [`transactions`](Self::transactions) grows slower than
+/// [`atomic_writes`](Self::atomic_writes); with `max_batch_size` 1 the two are equal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriteStats {
+    /// Transactions of `write_messages` that committed (a batch in which every atomic write
+    /// failed is rolled back and not counted).
+    pub transactions: u64,
+    /// Atomic writes stored, that is committed.
+    pub atomic_writes: u64,
+    /// The most atomic writes one committed transaction stored.
+    pub largest_batch: u64,
+}
+
+/// The live counters behind [`WriteStats`].
+#[derive(Debug, Default)]
+pub(crate) struct WriteCounters {
+    transactions: AtomicU64,
+    atomic_writes: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+impl WriteCounters {
+    /// Records a committed transaction that stored `atomic_writes` atomic writes.
+    pub(crate) fn committed(&self, atomic_writes: usize) {
+        let atomic_writes = atomic_writes as u64;
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.atomic_writes
+            .fetch_add(atomic_writes, Ordering::Relaxed);
+        self.largest_batch
+            .fetch_max(atomic_writes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> WriteStats {
+        WriteStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            atomic_writes: self.atomic_writes.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a SQL journal must provide to be written through a [`Writer`].
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// An atomic write checked and converted to the column types.
+    type Write: Send + Sync + 'static;
+
+    /// Checks an atomic write and converts it, or says why it is rejected.
+    fn prepare(write: AtomicWrite) -> Result<Self::Write, WriteRejection>;
+
+    /// Stores `writes` in one transaction and records it in `counters` if it commits: one
+    /// result per write, in order; a success only once the transaction has committed.
+    fn commit_batch<'a>(
+        &'a self,
+        writes: &'a [Self::Write],
+        counters: &'a WriteCounters,
+    ) -> impl Future<Output = Vec<AtomicWriteResult>> + Send + 'a;
+}
+
+/// One queued `write_messages` call.
+struct Request<W> {
+    writes: Vec<W>,
+    reply: oneshot::Sender<Vec<AtomicWriteResult>>,
+}
+
+/// The write path of a SQL journal: group commit through a writer task, or one transaction per
+/// atomic write in the caller's task. Cheap to clone: clones share the queue and the counters.
+pub(crate) struct Writer<B: Backend> {
+    backend: Arc<B>,
+    /// `None`: no group commit.
+    queue: Option<mpsc::UnboundedSender<Request<B::Write>>>,
+    counters: Arc<WriteCounters>,
+}
+
+impl<B: Backend> Clone for Writer<B> {
+    fn clone(&self) -> Self {
+        Writer {
+            backend: Arc::clone(&self.backend),
+            queue: self.queue.clone(),
+            counters: Arc::clone(&self.counters),
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for Writer<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer")
+            .field("group_commit", &self.queue.is_some())
+            .field("stats", &self.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Writer<B> {
+    /// Starts the write path. With `max_batch_size` above 1 this spawns the writer task on the
+    /// current Tokio runtime; it ends when the last clone of the writer is dropped.
+    ///
+    /// # Panics
+    /// When `max_batch_size` is above 1 and no Tokio runtime is running (the journals' async
+    /// `connect` always runs inside one).
+    pub(crate) fn start(backend: B, max_batch_size: u32) -> Self {
+        let backend = Arc::new(backend);
+        let counters = Arc::new(WriteCounters::default());
+        let queue = (max_batch_size > 1).then(|| {
+            let (queue, requests) = mpsc::unbounded_channel();
+            let max_batch_size = usize::try_from(max_batch_size).unwrap_or(usize::MAX);
+            tokio::spawn(run_writer(
+                Arc::clone(&backend),
+                requests,
+                max_batch_size,
+                Arc::clone(&counters),
+            ));
+            queue
+        });
+        Writer {
+            backend,
+            queue,
+            counters,
+        }
+    }
+
+    /// The counters so far.
+    pub(crate) fn stats(&self) -> WriteStats {
+        self.counters.snapshot()
+    }
+
+    /// Stores a batch of atomic writes: one result per atomic write, in order.
+    ///
+    /// The writes are queued (or, without group commit, the first transaction begins) when the
+    /// returned future is first polled. Dropping it afterwards does not withdraw queued writes
+    /// that the writer task has already taken into a transaction; they may still be stored.
+    pub(crate) async fn write(&self, writes: Vec<AtomicWrite>) -> Vec<AtomicWriteResult> {
+        let mut rejected: Vec<Option<AtomicWriteResult>> = Vec::with_capacity(writes.len());
+        let mut prepared = Vec::with_capacity(writes.len());
+        for write in writes {
+            match B::prepare(write) {
+                Ok(write) => {
+                    rejected.push(None);
+                    prepared.push(write);
+                }
+                Err(rejection) => rejected.push(Some(Err(rejection.into()))),
+            }
+        }
+        let stored = if prepared.is_empty() {
+            Vec::new()
+        } else {
+            match &self.queue {
+                None => {
+                    let mut stored = Vec::with_capacity(prepared.len());
+                    for write in &prepared {
+                        let one = std::slice::from_ref(write);
+                        stored.extend(self.backend.commit_batch(one, &self.counters).await);
+                    }
+                    stored
+                }
+                Some(queue) => {
+                    let count = prepared.len();
+                    let (reply, answer) = oneshot::channel();
+                    let request = Request {
+                        writes: prepared,
+                        reply,
+                    };
+                    match queue.send(request) {
+                        Ok(()) => answer.await.unwrap_or_else(|_| writer_stopped(count)),
+                        Err(_) => writer_stopped(count),
+                    }
+                }
+            }
+        };
+        let mut stored = stored.into_iter();
+        rejected
+            .into_iter()
+            .map(|result| {
+                result
+                    .unwrap_or_else(|| stored.next().unwrap_or_else(|| Err(stopped_error().into())))
+            })
+            .collect()
+    }
+}
+
+fn stopped_error() -> JournalError {
+    JournalError::storage("write", SqlStoreError::WriterStopped)
+}
+
+fn writer_stopped(count: usize) -> Vec<AtomicWriteResult> {
+    (0..count)
+        .map(|_| Err(AtomicWriteError::Failed(stopped_error())))
+        .collect()
+}
+
+/// The writer task: batches queued requests and stores each batch in one transaction, until
+/// every sender is gone.
+async fn run_writer<B: Backend>(
+    backend: Arc<B>,
+    mut requests: mpsc::UnboundedReceiver<Request<B::Write>>,
+    max_batch_size: usize,
+    counters: Arc<WriteCounters>,
+) {
+    let mut carried = None;
+    loop {
+        let first = match carried.take() {
+            Some(request) => request,
+            None => match requests.recv().await {
+                Some(request) => request,
+                None => return,
+            },
+        };
+        // A caller that gave up (its future was dropped) gets nothing written.
+        if first.reply.is_closed() {
+            continue;
+        }
+        let mut size = first.writes.len();
+        let mut batch = vec![first];
+        while size < max_batch_size {
+            match requests.try_recv() {
+                Ok(request) if request.reply.is_closed() => {}
+                Ok(request) if size + request.writes.len() <= max_batch_size => {
+                    size += request.writes.len();
+                    batch.push(request);
+                }
+                Ok(request) => {
+                    carried = Some(request);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        store_batch(&*backend, batch, max_batch_size, &counters).await;
+    }
+}
+
+/// Stores the writes of the batched requests (in consecutive transactions of at most
+/// `max_batch_size` writes, which only a lone oversized request needs) and answers each
+/// request.
+async fn store_batch<B: Backend>(
+    backend: &B,
+    batch: Vec<Request<B::Write>>,
+    max_batch_size: usize,
+    counters: &WriteCounters,
+) {
+    let mut writes = Vec::new();
+    let mut replies = Vec::with_capacity(batch.len());
+    for request in batch {
+        replies.push((request.reply, request.writes.len()));
+        writes.extend(request.writes);
+    }
+    let mut results = Vec::with_capacity(writes.len());
+    for chunk in writes.chunks(max_batch_size) {
+        results.extend(backend.commit_batch(chunk, counters).await);
+    }
+    let mut results = results.into_iter();
+    for (reply, count) in replies {
+        // A caller that is gone no longer needs its answer.
+        let _ = reply.send(results.by_ref().take(count).collect());
+    }
+}
+
+/// Fails every write of a batch with the same error.
+pub(crate) fn fail_all<W>(writes: &[W], error: &JournalError) -> Vec<AtomicWriteResult> {
+    writes
+        .iter()
+        .map(|_| Err(AtomicWriteError::Failed(error.clone())))
+        .collect()
+}
+
+/// The results of a batch whose transaction ended: the outcome of each write if it
+/// committed, and `commit_error` in place of every success if it did not.
+pub(crate) fn settle(
+    outcomes: Vec<Result<(), JournalError>>,
+    commit_error: Option<JournalError>,
+) -> Vec<AtomicWriteResult> {
+    outcomes
+        .into_iter()
+        .map(|outcome| match (outcome, &commit_error) {
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(error)) => Err(AtomicWriteError::Failed(error.clone())),
+            (Err(error), _) => Err(AtomicWriteError::Failed(error)),
+        })
+        .collect()
+}

@@ -1,0 +1,796 @@
+//! The PostgreSQL journal store: [`PostgresJournal`] and its [`PostgresJournalOptions`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use actix_persistence_core::{
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
+    WriteRejection,
+};
+use async_trait::async_trait;
+use futures::stream::{self, StreamExt};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Executor, Row};
+
+use crate::error::SqlStoreError;
+use crate::group_commit::{
+    fail_all, settle, Backend, WriteCounters, WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE,
+};
+use crate::postgres_snapshot::PostgresSnapshotStore;
+use crate::DEFAULT_REPLAY_BATCH_SIZE;
+
+/// The schema migrations under `migrations/postgres/`, embedded at compile time. Without the
+/// advisory lock sqlx takes by default: Postgres-compatible engines (CockroachDB, ...) lack it.
+static MIGRATOR: Migrator = Migrator {
+    locking: false,
+    ..sqlx::migrate!("migrations/postgres")
+};
+
+/// Events per `INSERT` statement: an atomic write with more events takes several statements
+/// (in the same savepoint), keeping each under PostgreSQL's 65535 bind parameters.
+const ROWS_PER_STATEMENT: usize = 1000;
+
+/// How [`PostgresJournal::connect`] reaches the database.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use actix_persistence_sql::PostgresJournalOptions;
+///
+/// let options = PostgresJournalOptions {
+///     max_connections: 20,
+///     statement_timeout: Duration::from_secs(30),
+///     ..PostgresJournalOptions::new("postgres://app@db.internal/events")
+/// };
+/// assert_eq!(options.max_batch_size, 64);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresJournalOptions {
+    /// The database, as a sqlx PostgreSQL URL:
+    /// `postgres://user:password@host:5432/database?sslmode=require`, or a Unix socket as in
+    /// `postgres:///database?host=/var/run/postgresql&user=app`. The database must exist; the
+    /// embedded migrations create the tables. sqlx also reads the libpq variables (`PGHOST`,
+    /// `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, ...) for parts the URL leaves out.
+    ///
+    /// No default: [`connect`](PostgresJournal::connect) refuses an empty URL. (The
+    /// `journal.postgres.url` setting falls back to the `DATABASE_URL` environment variable.)
+    pub url: String,
+    /// Size of the connection pool, shared by writes, replays and deletes (and by a snapshot
+    /// store made with [`PostgresJournal::snapshot_store`]). With group commit, writes use one
+    /// connection at a time. Must be at least 1.
+    ///
+    /// Default: 10.
+    pub max_connections: u32,
+    /// How long an operation waits for a free connection of the pool (or for a new one to
+    /// connect) before it fails.
+    ///
+    /// Default: 5 s.
+    pub acquire_timeout: Duration,
+    /// The server-side `statement_timeout` of every connection: a statement running longer is
+    /// cancelled by the server and its operation fails. Zero means no limit.
+    ///
+    /// Default: 10 s.
+    pub statement_timeout: Duration,
+    /// Group commit: at most this many atomic writes, from any number of concurrent
+    /// [`write_messages`](JournalStore::write_messages) calls, share one transaction (see
+    /// [`PostgresJournal`]). 1 turns group commit off: every atomic write is then its own
+    /// transaction, run by the calling task on a connection of the pool. Must be at least 1.
+    ///
+    /// Default: 64 ([`DEFAULT_MAX_BATCH_SIZE`]).
+    pub max_batch_size: u32,
+    /// How many events a replay reads per query. A replay holds at most one page in memory,
+    /// however many events it returns. Must be at least 1.
+    ///
+    /// Default: 500 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
+    pub replay_batch_size: u32,
+}
+
+impl PostgresJournalOptions {
+    /// The default options with this database URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresJournalOptions {
+            url: url.into(),
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for PostgresJournalOptions {
+    /// The defaults, with an empty URL (which [`PostgresJournal::connect`] refuses).
+    fn default() -> Self {
+        PostgresJournalOptions {
+            url: String::new(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+            max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+            replay_batch_size: DEFAULT_REPLAY_BATCH_SIZE,
+        }
+    }
+}
+
+/// Opens the pool and brings the schema (journal and snapshots) up to date.
+pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
+    if options.url.trim().is_empty() {
+        return Err(SqlStoreError::InvalidOption {
+            option: "url",
+            value: format!("{:?}", options.url),
+            reason: "name the PostgreSQL database, e.g. postgres://user@host/database",
+        });
+    }
+    if options.max_connections == 0 {
+        return Err(SqlStoreError::InvalidOption {
+            option: "max_connections",
+            value: options.max_connections.to_string(),
+            reason: "the pool needs at least one connection",
+        });
+    }
+    let connect_error = |source| SqlStoreError::Connect {
+        url: redact_password(&options.url),
+        source,
+    };
+    let connect_options = PgConnectOptions::from_str(&options.url).map_err(connect_error)?;
+    let set_timeout = format!(
+        "SET statement_timeout = {}",
+        options.statement_timeout.as_millis()
+    );
+    let pool = PgPoolOptions::new()
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .after_connect(move |conn, _| {
+            let set_timeout = set_timeout.clone();
+            Box::pin(async move {
+                conn.execute(sqlx::raw_sql(&set_timeout)).await?;
+                Ok(())
+            })
+        })
+        .connect_with(connect_options)
+        .await
+        .map_err(connect_error)?;
+    // Without the advisory lock, processes starting together may apply the same migration at
+    // once: the losers fail when the winner commits. Each such failure means another process
+    // made progress (it created the migrations table or applied a migration), so a bounded
+    // number of retries always ends with every migration applied, or with a real error.
+    let attempts = MIGRATOR.iter().count() + 2;
+    let mut attempt = 1;
+    loop {
+        match MIGRATOR.run(&pool).await {
+            Ok(()) => break,
+            Err(error) if attempt < attempts => {
+                tracing::debug!(%error, attempt, "journal migration failed; running it again");
+                attempt += 1;
+            }
+            Err(source) => return Err(SqlStoreError::Migrate { source }),
+        }
+    }
+    Ok(pool)
+}
+
+/// `url` with the password of its user info (`user:password@`) and any `password=` parameter
+/// replaced by `***`, for error messages.
+pub(crate) fn redact_password(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let authority_start = scheme_end + 3;
+        let authority_end = out[authority_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| authority_start + i);
+        if let Some(at) = out[authority_start..authority_end].rfind('@') {
+            let user_info = &out[authority_start..authority_start + at];
+            if let Some(colon) = user_info.find(':') {
+                out.replace_range(authority_start + colon + 1..authority_start + at, "***");
+            }
+        }
+    }
+    if let Some(query_start) = out.find('?') {
+        let (base, query) = out.split_at(query_start + 1);
+        let query = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        out = format!("{base}{query}");
+    }
+    out
+}
+
+/// A [`JournalStore`] in a PostgreSQL database (or a Postgres-compatible one: the SQL uses no
+/// extension, no advisory lock and no `LISTEN`/`NOTIFY`).
+///
+/// Holds one pool of [`max_connections`](PostgresJournalOptions::max_connections) connections.
+/// Cheap to clone: clones share the pool, the writer task and the [`stats`](Self::stats).
+///
+/// # Group commit
+/// Atomic writes that arrive while a transaction is in flight, from any number of concurrent
+/// [`write_messages`](JournalStore::write_messages) calls (many persistent actors), wait in a
+/// queue; when the transaction ends, a writer task stores up to
+/// [`max_batch_size`](PostgresJournalOptions::max_batch_size) of them in the next transaction,
+/// so one commit (one WAL flush, one round trip) stores many atomic writes. Each atomic write of
+/// a batch runs in a savepoint of its own: one that fails (its sequence number is already
+/// stored by another writer, or the database refuses one of its rows) is rolled back alone and
+/// the others commit. With `max_batch_size` 1 there is no writer task: each atomic write is its
+/// own transaction, run by the calling task, and calls run concurrently on the pool.
+///
+/// # Guarantees
+/// - **Durability**: an event is durable once its transaction has committed, that is when
+///   [`write_messages`](JournalStore::write_messages) returns `Ok(())` for its atomic write (as
+///   durable as the server's `synchronous_commit` makes a commit): no success is ever reported
+///   before `COMMIT` returned, and every later replay sees the event.
+/// - **Atomicity**: all events of an atomic write are stored, or none. A failed `COMMIT` fails
+///   every atomic write of its batch ([`AtomicWriteError::Failed`]) and stores none of them.
+/// - **Order**: the atomic writes of one call are stored in the order given, calls in the order
+///   they were made, and the results come back in call order, one per atomic write.
+/// - **No overwrite**: a sequence number that is stored for the persistence id makes its atomic
+///   write fail with [`JournalError::ConcurrentWrite`] naming the first such sequence number;
+///   the stored event is kept.
+/// - **Highest sequence number**: kept per persistence id in the `journal_highest` table,
+///   raised in the write's transaction, never lowered, not even by deletes.
+/// - **Persistence ids** are byte-exact `TEXT`: ids that differ only by case (or by Unicode
+///   normalization) are different ids. PostgreSQL text cannot hold NUL, so a write whose
+///   persistence id, writer id, manifest or tags hold one is rejected.
+///
+/// Sequence numbers are stored as `BIGINT`s, so at most `i64::MAX`: a write above it is
+/// rejected, and replay and delete bounds above it mean "no bound". Serializer ids are stored as
+/// the `INTEGER` with the same 32 bits.
+///
+/// [`AtomicWriteError::Failed`]: actix_persistence_core::AtomicWriteError::Failed
+#[derive(Debug, Clone)]
+pub struct PostgresJournal {
+    pool: PgPool,
+    writer: Writer<PgBackend>,
+    replay_batch_size: u32,
+}
+
+impl PostgresJournal {
+    /// Connects the pool (at least one connection, to report a wrong URL at once), sets each
+    /// connection's `statement_timeout`, brings the schema up to date with the embedded
+    /// migrations and, with [`max_batch_size`](PostgresJournalOptions::max_batch_size) above
+    /// 1, starts the writer task on the current Tokio runtime (it ends when the last clone of
+    /// the journal is dropped).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn example() -> Result<(), actix_persistence_sql::SqlStoreError> {
+    /// use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions};
+    ///
+    /// let url = std::env::var("DATABASE_URL").unwrap_or_default();
+    /// let journal = PostgresJournal::connect(&PostgresJournalOptions::new(url)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`SqlStoreError::InvalidOption`] when `url` is empty or `max_connections`,
+    ///   `replay_batch_size` or `max_batch_size` is 0;
+    /// - [`SqlStoreError::Connect`], naming the URL (password hidden), when it does not parse
+    ///   or the server refuses or cannot be reached within `acquire_timeout`;
+    /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+    pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
+        if options.replay_batch_size == 0 {
+            return Err(SqlStoreError::InvalidOption {
+                option: "replay_batch_size",
+                value: options.replay_batch_size.to_string(),
+                reason: "a replay must read at least one event per query",
+            });
+        }
+        if options.max_batch_size == 0 {
+            return Err(SqlStoreError::InvalidOption {
+                option: "max_batch_size",
+                value: options.max_batch_size.to_string(),
+                reason:
+                    "a transaction must store at least one atomic write (1 turns group commit off)",
+            });
+        }
+        let pool = open_pool(options).await?;
+        let backend = PgBackend { pool: pool.clone() };
+        Ok(PostgresJournal {
+            writer: Writer::start(backend, options.max_batch_size),
+            pool,
+            replay_batch_size: options.replay_batch_size,
+        })
+    }
+
+    /// Closes the pool, waiting for the connections in use to be returned. Every clone of this
+    /// journal, and every snapshot store made by [`snapshot_store`](Self::snapshot_store), is
+    /// closed with it; later operations fail with [`JournalError::Storage`].
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Counters of the writes so far (shared by every clone): how many transactions committed
+    /// and how many atomic writes they stored, which shows how well group commit batches.
+    pub fn stats(&self) -> WriteStats {
+        self.writer.stats()
+    }
+
+    /// A snapshot store in the same database, sharing this journal's pool.
+    pub fn snapshot_store(&self) -> PostgresSnapshotStore {
+        PostgresSnapshotStore::from_pool(self.pool.clone())
+    }
+}
+
+/// The PostgreSQL side of group commit.
+#[derive(Debug)]
+struct PgBackend {
+    pool: PgPool,
+}
+
+/// An atomic write that passed every check before storage: what is left can only fail in the
+/// database.
+struct PreparedWrite {
+    write: AtomicWrite,
+    highest_seq_nr: i64,
+}
+
+/// Whether `text` can be stored in a PostgreSQL `TEXT` column.
+fn holds_nul(text: &str) -> bool {
+    text.contains('\0')
+}
+
+impl Backend for PgBackend {
+    type Write = PreparedWrite;
+
+    fn prepare(write: AtomicWrite) -> Result<PreparedWrite, WriteRejection> {
+        write.check_shape()?;
+        let reject = |reason: String| WriteRejection {
+            persistence_id: write.persistence_id().to_owned(),
+            seq_nr: write.lowest_seq_nr(),
+            reason,
+        };
+        let highest_seq_nr = i64::try_from(write.highest_seq_nr()).map_err(|_| {
+            reject(format!(
+                "sequence number {} is above {}, the highest PostgreSQL BIGINT",
+                write.highest_seq_nr(),
+                i64::MAX
+            ))
+        })?;
+        if holds_nul(write.persistence_id()) {
+            return Err(reject(
+                "the persistence id holds a NUL character, which PostgreSQL text cannot store"
+                    .to_owned(),
+            ));
+        }
+        for event in &write.events {
+            let nul_in = if holds_nul(&event.writer_uuid) {
+                Some("writer id")
+            } else if holds_nul(&event.manifest) {
+                Some("manifest")
+            } else if event.tags.iter().any(|tag| holds_nul(tag)) {
+                Some("a tag")
+            } else {
+                None
+            };
+            if let Some(field) = nul_in {
+                return Err(reject(format!(
+                    "the {field} of the event at sequence number {} holds a NUL character, \
+                     which PostgreSQL text cannot store",
+                    event.seq_nr
+                )));
+            }
+        }
+        Ok(PreparedWrite {
+            write,
+            highest_seq_nr,
+        })
+    }
+
+    async fn commit_batch(
+        &self,
+        writes: &[PreparedWrite],
+        counters: &WriteCounters,
+    ) -> Vec<AtomicWriteResult> {
+        let storage = |e| JournalError::storage("write", e);
+        let mut conn = match self.pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return fail_all(writes, &storage(e)),
+        };
+        let mut tx = match conn.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return fail_all(writes, &storage(e)),
+        };
+        let outcomes = match insert_in_savepoints(&mut tx, writes).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                rollback(tx, writes).await;
+                return fail_all(writes, &error);
+            }
+        };
+        let stored = outcomes.iter().filter(|o| o.is_ok()).count();
+        if stored == 0 {
+            rollback(tx, writes).await;
+            return settle(outcomes, None);
+        }
+        match tx.commit().await {
+            Ok(()) => {
+                counters.committed(stored);
+                settle(outcomes, None)
+            }
+            // The server ended the transaction: nothing of it is stored.
+            Err(e) => settle(outcomes, Some(storage(e))),
+        }
+    }
+}
+
+/// Rolls back a batch's transaction, logging (not returning) a failure.
+async fn rollback(tx: sqlx::Transaction<'_, sqlx::Postgres>, writes: &[PreparedWrite]) {
+    if let Err(error) = tx.rollback().await {
+        tracing::warn!(
+            atomic_writes = writes.len(),
+            %error,
+            "rolling back a failed journal batch failed"
+        );
+    }
+}
+
+/// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
+/// own (a batch of one needs none: the transaction is rolled back instead), so one that fails
+/// is rolled back alone. Returns the outcome of each write.
+///
+/// # Errors
+/// When a savepoint cannot be opened, released or rolled back: the transaction can then no
+/// longer be trusted and the caller must roll it back whole.
+async fn insert_in_savepoints(
+    conn: &mut PgConnection,
+    writes: &[PreparedWrite],
+) -> Result<Vec<Result<(), JournalError>>, JournalError> {
+    if let [single] = writes {
+        return Ok(vec![insert_atomic_write(conn, single).await]);
+    }
+    let storage = |e| JournalError::storage("write", e);
+    let mut outcomes = Vec::with_capacity(writes.len());
+    for write in writes {
+        let mut savepoint = conn.begin().await.map_err(storage)?;
+        match insert_atomic_write(&mut savepoint, write).await {
+            Ok(()) => {
+                savepoint.commit().await.map_err(storage)?;
+                outcomes.push(Ok(()));
+            }
+            Err(error) => {
+                savepoint.rollback().await.map_err(storage)?;
+                outcomes.push(Err(error));
+            }
+        }
+    }
+    Ok(outcomes)
+}
+
+/// The statement inserting `rows` events of one persistence id (`$1`) and raising its highest
+/// sequence number to `$2`; returns the sequence numbers it inserted. Events whose sequence
+/// number is already stored are skipped (`DO NOTHING`), which the caller detects.
+fn insert_statement(rows: usize) -> String {
+    let mut sql = String::from(
+        "WITH inserted AS (\
+             INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                                  serializer_id, manifest, payload, tags) VALUES ",
+    );
+    for row in 0..rows {
+        let p = 3 + row * 7;
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!(
+            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            p,
+            p + 1,
+            p + 2,
+            p + 3,
+            p + 4,
+            p + 5,
+            p + 6
+        ));
+    }
+    sql.push_str(
+        " ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING seq_nr\
+         ), raised AS (\
+             INSERT INTO journal_highest (persistence_id, highest_seq_nr) VALUES ($1, $2) \
+             ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
+                 GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr)\
+         ) \
+         SELECT seq_nr FROM inserted",
+    );
+    sql
+}
+
+/// A serializer id (u32) as the PostgreSQL `INTEGER` with the same bits.
+pub(crate) fn serializer_id_to_sql(id: u32) -> i32 {
+    i32::from_ne_bytes(id.to_ne_bytes())
+}
+
+/// The serializer id stored by [`serializer_id_to_sql`].
+pub(crate) fn serializer_id_from_sql(id: i32) -> u32 {
+    u32::from_ne_bytes(id.to_ne_bytes())
+}
+
+/// Inserts the events of one atomic write and raises its persistence id's highest sequence
+/// number, inside a transaction the caller opened and will commit or roll back.
+///
+/// On error some of the events may already be inserted: the caller must roll back (the whole
+/// transaction, or the savepoint around this call when several atomic writes share one).
+///
+/// # Errors
+/// [`JournalError::ConcurrentWrite`] with the first sequence number that is already stored;
+/// [`JournalError::Storage`] for any other database error.
+async fn insert_atomic_write(
+    conn: &mut PgConnection,
+    write: &PreparedWrite,
+) -> Result<(), JournalError> {
+    let persistence_id = write.write.persistence_id();
+    for chunk in write.write.events.chunks(ROWS_PER_STATEMENT) {
+        let sql = insert_statement(chunk.len());
+        let mut query = sqlx::query_scalar::<_, i64>(&sql)
+            .bind(persistence_id)
+            .bind(write.highest_seq_nr);
+        for event in chunk {
+            query = query
+                // Consecutive and at most `highest_seq_nr`, which fits.
+                .bind(clamp_seq_nr(event.seq_nr))
+                .bind(&event.writer_uuid)
+                .bind(event.timestamp)
+                .bind(serializer_id_to_sql(event.serializer_id))
+                .bind(&event.manifest)
+                .bind(&event.payload)
+                .bind(&event.tags);
+        }
+        let concurrent_write = |seq_nr| JournalError::ConcurrentWrite {
+            persistence_id: persistence_id.to_owned(),
+            seq_nr,
+        };
+        let inserted = match query.fetch_all(&mut *conn).await {
+            Ok(inserted) => inserted,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(concurrent_write(chunk[0].seq_nr))
+            }
+            Err(e) => return Err(JournalError::storage("write", e)),
+        };
+        if inserted.len() < chunk.len() {
+            let taken = chunk
+                .iter()
+                .map(|event| event.seq_nr)
+                .find(|seq_nr| !inserted.contains(&clamp_seq_nr(*seq_nr)))
+                .unwrap_or(chunk[0].seq_nr);
+            return Err(concurrent_write(taken));
+        }
+    }
+    Ok(())
+}
+
+/// A sequence number bound in the API (u64) as a `BIGINT`: above `i64::MAX` (no stored
+/// sequence number is) it is as good as no bound.
+pub(crate) fn clamp_seq_nr(seq_nr: u64) -> i64 {
+    i64::try_from(seq_nr).unwrap_or(i64::MAX)
+}
+
+/// Where a replay stands: the next page starts at `next_from`.
+struct ReplayCursor {
+    pool: PgPool,
+    persistence_id: String,
+    next_from: i64,
+    to: i64,
+    remaining: u64,
+    page_size: u32,
+}
+
+/// The events of one page (a failed page ends with its error), and the cursor for the next
+/// page if there may be one.
+type Page = (
+    Vec<Result<PersistentRepr, JournalError>>,
+    Option<ReplayCursor>,
+);
+
+impl ReplayCursor {
+    async fn next_page(mut self) -> Page {
+        let limit = self.remaining.min(u64::from(self.page_size));
+        let rows = sqlx::query(
+            "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
+                    manifest, payload, tags \
+             FROM journal \
+             WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
+             ORDER BY seq_nr \
+             LIMIT $4",
+        )
+        .bind(&self.persistence_id)
+        .bind(self.next_from)
+        .bind(self.to)
+        // At most `page_size`, a u32.
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+        };
+        let mut events = Vec::with_capacity(rows.len());
+        let mut last_seq_nr = None;
+        for row in &rows {
+            match decode_event(row) {
+                Ok((seq_nr, event)) => {
+                    last_seq_nr = Some(seq_nr);
+                    events.push(Ok(event));
+                }
+                Err(error) => {
+                    events.push(Err(error));
+                    return (events, None);
+                }
+            }
+        }
+        let full_page = rows.len() as u64 == limit;
+        self.remaining -= rows.len() as u64;
+        let next = match last_seq_nr {
+            Some(last) if full_page && self.remaining > 0 && last < self.to => {
+                self.next_from = last + 1;
+                Some(self)
+            }
+            _ => None,
+        };
+        (events, next)
+    }
+}
+
+/// Reads one journal row back into an event; also returns its sequence number as stored.
+fn decode_event(row: &PgRow) -> Result<(i64, PersistentRepr), JournalError> {
+    let column_error = |e| JournalError::storage("replay", e);
+    let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
+    let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
+    let seq_nr = u64::try_from(stored_seq_nr).map_err(|_| {
+        JournalError::storage(
+            "replay",
+            SqlStoreError::CorruptRow {
+                persistence_id: persistence_id.clone(),
+                seq_nr: stored_seq_nr,
+                reason: "negative sequence number".to_owned(),
+            },
+        )
+    })?;
+    let serializer_id: i32 = row.try_get("serializer_id").map_err(column_error)?;
+    let event = PersistentRepr {
+        seq_nr,
+        payload: row.try_get("payload").map_err(column_error)?,
+        serializer_id: serializer_id_from_sql(serializer_id),
+        manifest: row.try_get("manifest").map_err(column_error)?,
+        writer_uuid: row.try_get("writer_uuid").map_err(column_error)?,
+        timestamp: row.try_get("write_timestamp").map_err(column_error)?,
+        tags: row.try_get("tags").map_err(column_error)?,
+        persistence_id,
+    };
+    Ok((stored_seq_nr, event))
+}
+
+#[async_trait]
+impl JournalStore for PostgresJournal {
+    /// Stores the atomic writes, in order, through group commit (see [`PostgresJournal`]):
+    /// they share transactions with the writes of other concurrent calls. A write is durable
+    /// once this returns `Ok(())` for it; no result comes before its transaction has ended.
+    ///
+    /// Per atomic write: a bad shape, a sequence number above `i64::MAX` or a NUL character in
+    /// a text field is rejected (not stored, nothing attempted); a sequence number already
+    /// stored fails it with [`JournalError::ConcurrentWrite`] (the first such one); another
+    /// database error on one of its rows fails it with [`JournalError::Storage`]. The other
+    /// writes of the batch are unaffected by either. When the transaction cannot begin or
+    /// commit (or no connection can be had within `acquire_timeout`), every write of that
+    /// transaction fails with [`JournalError::Storage`] and none of them is stored.
+    ///
+    /// Always returns `Ok`, with one result per atomic write.
+    ///
+    /// Cancel safety: the writes are queued when the future is first polled. Dropping it
+    /// before the writer task took them stores none of them; afterwards they may still be
+    /// stored. Without group commit (`max_batch_size` 1), dropping it rolls back the atomic
+    /// write in progress; the writes before it stay committed, the ones after it are not
+    /// attempted.
+    async fn write_messages(
+        &self,
+        writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        Ok(self.writer.write(writes).await)
+    }
+
+    /// Streams the events page by page ([`PostgresJournalOptions::replay_batch_size`] per
+    /// query, on the pool), so memory stays bounded however long the replay. Each page is read
+    /// in its own snapshot: events committed while the replay runs may or may not be seen.
+    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        let to = clamp_seq_nr(to);
+        let Ok(from) = i64::try_from(from) else {
+            return Box::pin(stream::empty());
+        };
+        // No stored id holds NUL (writes holding one are rejected).
+        if max == 0 || from > to || holds_nul(pid) {
+            return Box::pin(stream::empty());
+        }
+        let cursor = ReplayCursor {
+            pool: self.pool.clone(),
+            persistence_id: pid.to_owned(),
+            next_from: from,
+            to,
+            remaining: max,
+            page_size: self.replay_batch_size,
+        };
+        stream::unfold(Some(cursor), |cursor| async move {
+            Some(cursor?.next_page().await)
+        })
+        .flat_map(stream::iter)
+        .boxed()
+    }
+
+    /// Reads the highest sequence number from `journal_highest` (0 for an id that never
+    /// wrote); `from` is not needed.
+    async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
+        if holds_nul(pid) {
+            return Ok(0);
+        }
+        let highest: Option<i64> = sqlx::query_scalar(
+            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+        )
+        .bind(pid)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        match highest {
+            None => Ok(0),
+            Some(highest) => u64::try_from(highest).map_err(|_| {
+                JournalError::storage(
+                    "read highest sequence number",
+                    SqlStoreError::CorruptRow {
+                        persistence_id: pid.to_owned(),
+                        seq_nr: highest,
+                        reason: "negative highest sequence number".to_owned(),
+                    },
+                )
+            }),
+        }
+    }
+
+    /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one statement;
+    /// the highest sequence number is kept.
+    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+        if holds_nul(pid) {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
+            .bind(pid)
+            .bind(clamp_seq_nr(to))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| JournalError::storage("delete", e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(
+            redact_password("postgres://app:s3cr:et@db:5432/events?sslmode=require"),
+            "postgres://app:***@db:5432/events?sslmode=require"
+        );
+        assert_eq!(
+            redact_password("postgres:///events?host=/run/pg&user=app&password=hunter2"),
+            "postgres:///events?host=/run/pg&user=app&password=***"
+        );
+        assert_eq!(
+            redact_password("postgres://app@db/events"),
+            "postgres://app@db/events"
+        );
+        assert_eq!(redact_password("not a url"), "not a url");
+    }
+
+    #[test]
+    fn serializer_ids_round_trip_through_integer() {
+        for id in [0, 1, 7, i32::MAX as u32, i32::MAX as u32 + 1, u32::MAX] {
+            assert_eq!(serializer_id_from_sql(serializer_id_to_sql(id)), id);
+        }
+        assert_eq!(serializer_id_to_sql(u32::MAX), -1);
+    }
+
+    #[test]
+    fn insert_statement_numbers_parameters_per_row() {
+        let sql = insert_statement(2);
+        assert!(sql.contains("($1, $3, $4, $5, $6, $7, $8, $9), ($1, $10, $11"));
+        assert!(sql.contains("VALUES ($1, $2)"));
+    }
+}
