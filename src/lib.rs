@@ -57,7 +57,8 @@
 //! - `actix-persistence-core`: persistent actors, the journal protocol and actor, resequencers,
 //!   store traits, the in-memory store;
 //! - `actix-persistence-config`: settings from `reference.toml`, a file and env vars;
-//! - `actix-persistence-sql`: the SQLite store (feature `sqlite`, default);
+//! - `actix-persistence-sql`: the SQLite (feature `sqlite`) and PostgreSQL (feature
+//!   `postgres`) journals and snapshot stores, both on by default;
 //! - `actix-persistence-derive`: `#[derive(PersistentActor)]`;
 //! - `actix-persistence-testkit`: a controlled store for deterministic tests.
 #![warn(missing_docs)]
@@ -88,5 +89,10 @@ pub use actix_persistence_core::{
 pub use actix_persistence_derive::PersistentActor;
 
 #[doc(inline)]
+pub use actix_persistence_sql::WriteStats;
+#[doc(inline)]
+#[cfg(feature = "postgres")]
+pub use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions, PostgresSnapshotStore};
+#[doc(inline)]
 #[cfg(feature = "sqlite")]
-pub use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions};
+pub use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions, SqliteSnapshotStore};

@@ -1,10 +1,17 @@
 use std::sync::Arc;
 
 use actix::Addr;
-use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader};
+use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader, SnapshotStorePlugin};
 use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
+use actix_persistence_core::persistent::RecoveryPermits;
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
+use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
+use actix_persistence_sql::SqlStoreError;
+#[cfg(feature = "postgres")]
+use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions, PostgresSnapshotStore};
+#[cfg(feature = "sqlite")]
+use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions, SqliteSnapshotStore};
 
 use crate::ConfigError;
 
@@ -42,6 +49,8 @@ pub enum StartError {
 pub struct Persistence {
     settings: Arc<Settings>,
     journal: Addr<JournalActor>,
+    snapshots: Arc<dyn SnapshotStore>,
+    permits: RecoveryPermits,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -79,13 +88,21 @@ impl Persistence {
     /// # Errors
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start_with(settings: Settings) -> Result<Self, StartError> {
-        let store = open_store(&settings).await?;
-        Ok(Self::start_with_store(settings, store))
+        let stores = open_stores(&settings).await?;
+        Ok(Self::start_with_stores(
+            settings,
+            stores.journal,
+            stores.snapshots,
+        ))
     }
 
-    /// Starts the journal actor over a store of the caller's (a third-party plugin, or the
-    /// testkit's controlled store). `settings.journal.plugin` is ignored.
-    pub fn start_with_store(settings: Settings, store: Arc<dyn JournalStore>) -> Self {
+    /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
+    /// testkit's controlled store). The plugin settings are ignored; the others apply.
+    pub fn start_with_stores(
+        settings: Settings,
+        store: Arc<dyn JournalStore>,
+        snapshots: Arc<dyn SnapshotStore>,
+    ) -> Self {
         let breaker = &settings.journal.circuit_breaker;
         let config = JournalConfig {
             write_reply_ordering_groups: settings.journal.write_reply_ordering_groups,
@@ -96,9 +113,12 @@ impl Persistence {
             },
         };
         let journal = JournalActor::start_with(store, config);
+        let permits = RecoveryPermits::new(settings.journal.max_concurrent_recoveries.get());
         Persistence {
             settings: Arc::new(settings),
             journal,
+            snapshots,
+            permits,
         }
     }
 
@@ -112,8 +132,16 @@ impl Persistence {
         &self.journal
     }
 
+    /// The snapshot store.
+    pub fn snapshot_store(&self) -> &Arc<dyn SnapshotStore> {
+        &self.snapshots
+    }
+
     /// The persistence state of a new incarnation of `persistence_id`, for a persistent actor
-    /// about to start.
+    /// about to start: the journal, the snapshot store, the shared recovery permits
+    /// (`journal.max-concurrent-recoveries`) and the recovery timeout
+    /// (`journal.recovery-timeout`). Adjust it further with the `PersistenceState::with_*`
+    /// methods.
     ///
     /// # Errors
     /// [`InvalidPersistenceId`] for an empty id or one holding NUL.
@@ -121,7 +149,14 @@ impl Persistence {
         &self,
         persistence_id: impl Into<String>,
     ) -> Result<PersistenceState<A>, InvalidPersistenceId> {
-        PersistenceState::new(self.journal.clone(), persistence_id)
+        let state = PersistenceState::new(self.journal.clone(), persistence_id)?
+            .with_snapshot_store(
+                Arc::clone(&self.snapshots),
+                self.settings.snapshot_store.call_timeout,
+            )
+            .with_recovery_permits(self.permits.clone())
+            .with_recovery_timeout(self.settings.journal.recovery_timeout);
+        Ok(state)
     }
 }
 
@@ -129,43 +164,131 @@ fn plugin_name(plugin: &JournalPlugin) -> &'static str {
     plugin.as_str()
 }
 
-async fn open_store(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
-    match settings.journal.plugin {
-        JournalPlugin::InMemory => Ok(Arc::new(InMemoryJournal::new())),
-        JournalPlugin::Sqlite => open_sqlite(settings).await,
-        #[allow(unreachable_patterns)]
-        _ => Err(StartError::PluginNotCompiled {
-            plugin: plugin_name(&settings.journal.plugin),
-            feature: plugin_name(&settings.journal.plugin),
+fn store_error(plugin: &'static str) -> impl FnOnce(SqlStoreError) -> StartError {
+    move |e| StartError::Store {
+        plugin,
+        source: Box::new(e),
+    }
+}
+
+/// The journal store and the snapshot store `settings` choose; a SQL snapshot store on the
+/// journal's own database shares its connections.
+async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
+    let journal = settings.journal.plugin;
+    let snapshots = settings.snapshot_store.plugin;
+    match (journal, snapshots) {
+        (JournalPlugin::InMemory, SnapshotStorePlugin::InMemory) => Ok(Stores::in_memory()),
+        #[cfg(feature = "sqlite")]
+        (JournalPlugin::Sqlite, SnapshotStorePlugin::Sqlite) => {
+            let store = SqliteJournal::connect(&sqlite_options(settings))
+                .await
+                .map_err(store_error("sqlite"))?;
+            Ok(Stores::new(store.clone(), store.snapshot_store()))
+        }
+        #[cfg(feature = "postgres")]
+        (JournalPlugin::Postgres, SnapshotStorePlugin::Postgres) => {
+            let store = PostgresJournal::connect(&postgres_options(settings))
+                .await
+                .map_err(store_error("postgres"))?;
+            Ok(Stores::new(store.clone(), store.snapshot_store()))
+        }
+        _ => Ok(Stores {
+            journal: open_journal(settings).await?,
+            snapshots: open_snapshot_store(settings).await?,
         }),
     }
 }
 
+async fn open_journal(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
+    match settings.journal.plugin {
+        JournalPlugin::InMemory => Ok(Arc::new(InMemoryJournal::new())),
+        #[cfg(feature = "sqlite")]
+        JournalPlugin::Sqlite => Ok(Arc::new(
+            SqliteJournal::connect(&sqlite_options(settings))
+                .await
+                .map_err(store_error("sqlite"))?,
+        )),
+        #[cfg(feature = "postgres")]
+        JournalPlugin::Postgres => Ok(Arc::new(
+            PostgresJournal::connect(&postgres_options(settings))
+                .await
+                .map_err(store_error("postgres"))?,
+        )),
+        #[allow(unreachable_patterns)]
+        other => Err(StartError::PluginNotCompiled {
+            plugin: plugin_name(&other),
+            feature: plugin_name(&other),
+        }),
+    }
+}
+
+async fn open_snapshot_store(settings: &Settings) -> Result<Arc<dyn SnapshotStore>, StartError> {
+    match settings.snapshot_store.plugin {
+        SnapshotStorePlugin::InMemory => Ok(Arc::new(InMemorySnapshotStore::new())),
+        #[cfg(feature = "sqlite")]
+        SnapshotStorePlugin::Sqlite => Ok(Arc::new(
+            SqliteSnapshotStore::connect(&sqlite_options(settings))
+                .await
+                .map_err(store_error("sqlite"))?,
+        )),
+        #[cfg(feature = "postgres")]
+        SnapshotStorePlugin::Postgres => Ok(Arc::new(
+            PostgresSnapshotStore::connect(&postgres_options(settings))
+                .await
+                .map_err(store_error("postgres"))?,
+        )),
+        #[allow(unreachable_patterns)]
+        other => Err(StartError::PluginNotCompiled {
+            plugin: other.as_str(),
+            feature: other.as_str(),
+        }),
+    }
+}
+
+struct Stores {
+    journal: Arc<dyn JournalStore>,
+    snapshots: Arc<dyn SnapshotStore>,
+}
+
+impl Stores {
+    fn new(journal: impl JournalStore, snapshots: impl SnapshotStore) -> Self {
+        Stores {
+            journal: Arc::new(journal),
+            snapshots: Arc::new(snapshots),
+        }
+    }
+
+    fn in_memory() -> Self {
+        Self::new(InMemoryJournal::new(), InMemorySnapshotStore::new())
+    }
+}
+
+fn replay_batch_size(settings: &Settings) -> u32 {
+    u32::try_from(settings.journal.replay_batch_size.get()).unwrap_or(u32::MAX)
+}
+
 #[cfg(feature = "sqlite")]
-async fn open_sqlite(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
-    use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions};
+fn sqlite_options(settings: &Settings) -> SqliteJournalOptions {
     let sqlite = &settings.journal.sqlite;
-    let options = SqliteJournalOptions {
+    SqliteJournalOptions {
         url: sqlite.url.clone(),
         max_connections: sqlite.max_connections.get(),
         busy_timeout: sqlite.busy_timeout,
-        replay_batch_size: u32::try_from(settings.journal.replay_batch_size.get())
-            .unwrap_or(u32::MAX),
-        ..SqliteJournalOptions::default()
-    };
-    let store = SqliteJournal::connect(&options)
-        .await
-        .map_err(|e| StartError::Store {
-            plugin: "sqlite",
-            source: Box::new(e),
-        })?;
-    Ok(Arc::new(store))
+        replay_batch_size: replay_batch_size(settings),
+        max_batch_size: settings.journal.max_batch_size.get(),
+    }
 }
 
-#[cfg(not(feature = "sqlite"))]
-async fn open_sqlite(_: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
-    Err(StartError::PluginNotCompiled {
-        plugin: "sqlite",
-        feature: "sqlite",
-    })
+#[cfg(feature = "postgres")]
+fn postgres_options(settings: &Settings) -> PostgresJournalOptions {
+    let postgres = &settings.journal.postgres;
+    PostgresJournalOptions {
+        // Already falls back to DATABASE_URL.
+        url: postgres.url.clone(),
+        max_connections: postgres.max_connections.get(),
+        acquire_timeout: postgres.acquire_timeout,
+        statement_timeout: postgres.statement_timeout,
+        max_batch_size: settings.journal.max_batch_size.get(),
+        replay_batch_size: replay_batch_size(settings),
+    }
 }

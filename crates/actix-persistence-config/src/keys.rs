@@ -102,6 +102,14 @@ pub(crate) const KEYS: &[Key] = &[
         kind: Kind::Count { max: U32_MAX },
     },
     Key {
+        path: "journal.max-concurrent-recoveries",
+        kind: Kind::Count { max: USIZE_MAX },
+    },
+    Key {
+        path: "journal.recovery-timeout",
+        kind: Kind::Duration,
+    },
+    Key {
         path: "journal.circuit-breaker.max-failures",
         kind: Kind::Count { max: U32_MAX },
     },
@@ -144,6 +152,10 @@ pub(crate) const KEYS: &[Key] = &[
     Key {
         path: "snapshot-store.plugin",
         kind: Kind::SnapshotPlugin,
+    },
+    Key {
+        path: "snapshot-store.call-timeout",
+        kind: Kind::Duration,
     },
 ];
 
@@ -247,16 +259,16 @@ pub(crate) fn closest(path: &str) -> Option<&'static str> {
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(c, _)| c)
     };
+    // The right key in the wrong (or misspelt) section: the closest such path.
+    let same_name: Vec<_> = known_paths().filter(|k| last(k) == last(path)).collect();
+    if let Some(hit) = best(same_name, &|c| score(c, path), 0.0) {
+        return Some(hit);
+    }
     // A misspelt key in the right section.
     let siblings: Vec<_> = known_paths()
         .filter(|k| parent(k) == parent(path))
         .collect();
     if let Some(hit) = best(siblings, &|c| score(last(c), last(path)), 0.5) {
-        return Some(hit);
-    }
-    // The right key in the wrong section.
-    let same_name: Vec<_> = known_paths().filter(|k| last(k) == last(path)).collect();
-    if let Some(hit) = same_name.first() {
         return Some(hit);
     }
     // A misspelt section.
@@ -320,6 +332,10 @@ mod tests {
         assert_eq!(
             closest("journal.busy-timeout"),
             Some("journal.sqlite.busy-timeout")
+        );
+        assert_eq!(
+            closest("snapshot-stor.plugin"),
+            Some("snapshot-store.plugin")
         );
         assert_eq!(closest("journal.zzzzzzzz"), None);
     }

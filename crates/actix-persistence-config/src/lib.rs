@@ -136,6 +136,13 @@ pub struct JournalSettings {
     /// commit off (one transaction per atomic write). Default: 64.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_BATCH_SIZE`.
     pub max_batch_size: NonZeroU32,
+    /// `journal.max-concurrent-recoveries`: persistent actors that may recover at once; the
+    /// others wait in arrival order. Default: 50.
+    /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_CONCURRENT_RECOVERIES`.
+    pub max_concurrent_recoveries: NonZeroUsize,
+    /// `journal.recovery-timeout`: a recovery that makes no progress for this long fails and
+    /// its actor stops. Default: 30 s. Env: `ACTIX_PERSISTENCE__JOURNAL__RECOVERY_TIMEOUT`.
+    pub recovery_timeout: Duration,
     /// `[journal.circuit-breaker]`: the circuit breaker in front of the journal.
     pub circuit_breaker: CircuitBreakerSettings,
     /// `[journal.sqlite]`: the SQLite journal plugin.
@@ -282,6 +289,9 @@ pub struct SnapshotStoreSettings {
     /// as the SQLite journal), `"postgres"` with `[journal.postgres]`. Default:
     /// [`SnapshotStorePlugin::Sqlite`]. Env: `ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN`.
     pub plugin: SnapshotStorePlugin,
+    /// `snapshot-store.call-timeout`: how long a snapshot save, load or delete may take before
+    /// it fails. Default: 10 s. Env: `ACTIX_PERSISTENCE__SNAPSHOT_STORE__CALL_TIMEOUT`.
+    pub call_timeout: Duration,
 }
 
 /// `snapshot-store.plugin`: which store keeps snapshots.

@@ -664,6 +664,9 @@ impl Merged {
         let limit = self.count(MAX_GROUPS, problems);
         let replay_batch_size = self.count_usize("journal.replay-batch-size", problems);
         let max_batch_size = self.count_u32("journal.max-batch-size", problems);
+        let max_concurrent_recoveries =
+            self.count_usize("journal.max-concurrent-recoveries", problems);
+        let recovery_timeout = self.duration("journal.recovery-timeout", problems);
         let max_failures = self.count_u32("journal.circuit-breaker.max-failures", problems);
         let call_timeout = self.duration("journal.circuit-breaker.call-timeout", problems);
         let reset_timeout = self.duration("journal.circuit-breaker.reset-timeout", problems);
@@ -678,6 +681,7 @@ impl Merged {
         let acquire_timeout = self.duration("journal.postgres.acquire-timeout", problems);
         let statement_timeout = self.duration("journal.postgres.statement-timeout", problems);
         problems.extend(snapshot_problems);
+        let snapshot_call_timeout = self.duration("snapshot-store.call-timeout", problems);
 
         // The limit rule, on merged values: only when both are valid integers on their own.
         let mut groups_ok = groups.is_some();
@@ -708,6 +712,8 @@ impl Merged {
                 max_write_reply_ordering_groups: max_write_reply_ordering_groups?,
                 replay_batch_size: replay_batch_size?,
                 max_batch_size: max_batch_size?,
+                max_concurrent_recoveries: max_concurrent_recoveries?,
+                recovery_timeout: recovery_timeout?,
                 circuit_breaker: CircuitBreakerSettings {
                     max_failures: max_failures?.get(),
                     call_timeout: call_timeout?,
@@ -727,6 +733,7 @@ impl Merged {
             },
             snapshot_store: SnapshotStoreSettings {
                 plugin: snapshot_plugin?,
+                call_timeout: snapshot_call_timeout?,
             },
         })
     }

@@ -59,6 +59,12 @@ const CHANGES: &[(&str, &str, Check)] = &[
     ("journal.max-batch-size", "1", |s| {
         s.journal.max_batch_size.get() == 1
     }),
+    ("journal.max-concurrent-recoveries", "7", |s| {
+        s.journal.max_concurrent_recoveries.get() == 7
+    }),
+    ("journal.recovery-timeout", "\"45s\"", |s| {
+        s.journal.recovery_timeout == Duration::from_secs(45)
+    }),
     ("journal.circuit-breaker.max-failures", "3", |s| {
         s.journal.circuit_breaker.max_failures == 3
     }),
@@ -94,6 +100,9 @@ const CHANGES: &[(&str, &str, Check)] = &[
     ("snapshot-store.plugin", "\"inmem\"", |s| {
         s.snapshot_store.plugin == SnapshotStorePlugin::InMemory
     }),
+    ("snapshot-store.call-timeout", "\"3s\"", |s| {
+        s.snapshot_store.call_timeout == Duration::from_secs(3)
+    }),
 ];
 
 fn inline_toml(key: &str, value: &str) -> String {
@@ -120,6 +129,8 @@ fn reference_parses_into_the_documented_defaults() {
                 reset_timeout: Duration::from_secs(30),
             },
             max_batch_size: NonZeroU32::new(64).expect("non-zero"),
+            max_concurrent_recoveries: NonZeroUsize::new(50).expect("non-zero"),
+            recovery_timeout: Duration::from_secs(30),
             sqlite: SqliteSettings {
                 url: "sqlite:actix-persistence.db".to_owned(),
                 max_connections: NonZeroU32::new(4).expect("non-zero"),
@@ -134,6 +145,7 @@ fn reference_parses_into_the_documented_defaults() {
         },
         snapshot_store: SnapshotStoreSettings {
             plugin: SnapshotStorePlugin::Sqlite,
+            call_timeout: Duration::from_secs(10),
         },
     };
     assert_eq!(Settings::reference(), expected);
