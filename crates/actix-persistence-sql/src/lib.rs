@@ -80,6 +80,9 @@ mod sqlite;
 #[cfg(feature = "sqlite")]
 mod sqlite_snapshot;
 
+#[cfg(feature = "test-util")]
+pub mod test_util;
+
 pub use error::SqlStoreError;
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
 #[cfg(feature = "postgres")]
