@@ -115,7 +115,10 @@ impl Drop for TestDatabase {
         })
         .join();
         if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("warning: could not drop test database {}: {dropped:?}", self.name);
+            eprintln!(
+                "warning: could not drop test database {}: {dropped:?}",
+                self.name
+            );
         }
     }
 }

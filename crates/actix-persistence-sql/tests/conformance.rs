@@ -21,7 +21,9 @@ async fn sqlite_journal() -> WithGuard<SqliteJournal, TempDir> {
 
 async fn sqlite_snapshots() -> WithGuard<SqliteSnapshotStore, TempDir> {
     let (options, dir) = sqlite_options().await;
-    let store = SqliteSnapshotStore::connect(&options).await.expect("connect");
+    let store = SqliteSnapshotStore::connect(&options)
+        .await
+        .expect("connect");
     WithGuard::new(store, dir)
 }
 
@@ -48,7 +50,9 @@ mod postgres {
 
     pub async fn journal() -> Option<WithGuard<PostgresJournal, TestDatabase>> {
         let db = TestDatabase::create().await?;
-        let journal = PostgresJournal::connect(&options(&db)).await.expect("connect");
+        let journal = PostgresJournal::connect(&options(&db))
+            .await
+            .expect("connect");
         Some(WithGuard::new(journal, db))
     }
 
