@@ -130,9 +130,8 @@ async fn defer_only_commands_never_count_as_failures_for_the_circuit_breaker() {
     assert_eq!(reply.await.expect("mailbox").expect("stored"), 1);
 }
 
-#[actix::test]
-async fn a_panicking_serializer_rejects_only_that_write_and_the_actor_goes_on() {
-    let mut h = Harness::new(1);
+async fn a_panicking_serializer_rejects_only_that_write_and_the_actor_goes_on(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("h2-panic", 0).await;
     let answer = a
         .send(Persist(vec![Evt::Panicking("boom".into())]))
@@ -175,9 +174,8 @@ async fn recovery_without_progress_fails_after_the_recovery_timeout() {
     );
 }
 
-#[actix::test]
-async fn recovery_permits_let_one_actor_recover_at_a_time_in_order() {
-    let mut h = Harness::new(1);
+async fn recovery_permits_let_one_actor_recover_at_a_time_in_order(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let permits = RecoveryPermits::new(1);
     let gated = GatedSnapshots::default();
     let gate = Arc::clone(&gated.gate);
@@ -216,9 +214,8 @@ async fn recovery_permits_let_one_actor_recover_at_a_time_in_order() {
     );
 }
 
-#[actix::test]
-async fn five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order() {
-    let mut h = Harness::new(1);
+async fn five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("queued", 0).await;
     a.do_send(Persist(vec![named("slow")]));
     let slow = h.control.next_write_for("queued").await;
@@ -242,9 +239,10 @@ async fn five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order(
     assert_eq!(noted, (0..5_000).collect::<Vec<_>>());
 }
 
-#[actix::test]
-async fn the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_continues() {
-    let mut h = Harness::new(1);
+async fn the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_continues(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
     let journal = h.journal.clone();
     let log = h.log_tx.clone();
     let backoff = Backoff {
@@ -415,3 +413,10 @@ async fn an_unreachable_store_fails_the_write_within_the_call_timeout_and_a_rest
     .collect();
     assert_eq!(seqs, vec![1, 2]);
 }
+
+on_every_backend!(
+    a_panicking_serializer_rejects_only_that_write_and_the_actor_goes_on,
+    recovery_permits_let_one_actor_recover_at_a_time_in_order,
+    five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order,
+    the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_continues,
+);

@@ -7,9 +7,10 @@ use actix_persistence::JournalError;
 use actix_persistence_testkit::Outcome;
 use support::*;
 
-#[actix::test]
-async fn reply_in_another_group_is_delivered_while_an_earlier_write_is_outstanding() {
-    let mut h = Harness::new(2);
+async fn reply_in_another_group_is_delivered_while_an_earlier_write_is_outstanding(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 2).await;
     let a = h.probe_in_group("o1-a", 0).await;
     let b = h.probe_in_group("o1-b", 1).await;
 
@@ -36,9 +37,8 @@ async fn reply_in_another_group_is_delivered_while_an_earlier_write_is_outstandi
     assert_eq!(h.next_seen().await, handler("o1-a", "a1", 1));
 }
 
-#[actix::test]
-async fn reply_in_the_same_group_waits_for_the_earlier_write() {
-    let mut h = Harness::new(1);
+async fn reply_in_the_same_group_waits_for_the_earlier_write(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("o2-a", 0).await;
     let b = h.probe_in_group("o2-b", 0).await;
 
@@ -67,9 +67,8 @@ async fn reply_in_the_same_group_waits_for_the_earlier_write() {
     );
 }
 
-#[actix::test]
-async fn persist_all_defer_and_failure_keep_their_own_order_in_three_groups() {
-    let mut h = Harness::new(3);
+async fn persist_all_defer_and_failure_keep_their_own_order_in_three_groups(backend: Backend) {
+    let mut h = Harness::on(backend, 3).await;
     let p = h.probe_in_group("o3-p", 0).await;
     let q = h.probe_in_group("o3-q", 0).await;
     let d = h.probe_in_group("o3-d", 1).await;
@@ -133,9 +132,8 @@ async fn persist_all_defer_and_failure_keep_their_own_order_in_three_groups() {
     );
 }
 
-#[actix::test]
-async fn commands_arriving_during_a_write_wait_until_its_handler_ran() {
-    let mut h = Harness::new(1);
+async fn commands_arriving_during_a_write_wait_until_its_handler_ran(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("wait-a", 0).await;
 
     a.do_send(Persist(vec![named("a1")]));
@@ -160,3 +158,10 @@ async fn commands_arriving_during_a_write_wait_until_its_handler_ran() {
     second.complete();
     assert_eq!(h.next_seen().await, handler("wait-a", "a2", 2));
 }
+
+on_every_backend!(
+    reply_in_another_group_is_delivered_while_an_earlier_write_is_outstanding,
+    reply_in_the_same_group_waits_for_the_earlier_write,
+    persist_all_defer_and_failure_keep_their_own_order_in_three_groups,
+    commands_arriving_during_a_write_wait_until_its_handler_ran,
+);

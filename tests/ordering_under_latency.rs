@@ -117,9 +117,8 @@ async fn sixteen_actors_in_four_groups_see_their_own_order_and_a_slow_one_delays
     }
 }
 
-#[actix::test]
-async fn a_restarted_actor_in_another_group_keeps_its_order_and_sequence() {
-    let mut h = Harness::new(2);
+async fn a_restarted_actor_in_another_group_keeps_its_order_and_sequence(backend: Backend) {
+    let mut h = Harness::on(backend, 2).await;
     let first = h.probe_in_group("o5", 0).await;
     let reply = first.send(Persist(vec![named("e1"), named("e2")]));
     h.control.next_write_for("o5").await.complete();
@@ -174,3 +173,5 @@ async fn a_restarted_actor_in_another_group_keeps_its_order_and_sequence() {
     assert_eq!(released.first(), Some(&handler("o5-x", "x1", 1)));
     assert_eq!(released.last(), Some(&handler("o5", "e3", 3)));
 }
+
+on_every_backend!(a_restarted_actor_in_another_group_keeps_its_order_and_sequence,);

@@ -25,9 +25,8 @@ fn payloads(events: &[PersistentRepr]) -> Vec<(u64, String)> {
         .collect()
 }
 
-#[actix::test]
-async fn persist_all_is_one_atomic_write_with_one_completion_at_every_size() {
-    let mut h = Harness::new(1);
+async fn persist_all_is_one_atomic_write_with_one_completion_at_every_size(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("a1-sizes", 0).await;
     let mut next_seq = 1;
     for k in [1usize, 2, 3, 10] {
@@ -59,9 +58,10 @@ async fn persist_all_is_one_atomic_write_with_one_completion_at_every_size() {
     assert_eq!(stored(&h, "a1-sizes").await.len(), 16);
 }
 
-#[actix::test]
-async fn persist_then_persist_all_in_one_command_is_one_batch_with_consecutive_seq() {
-    let mut h = Harness::new(1);
+async fn persist_then_persist_all_in_one_command_is_one_batch_with_consecutive_seq(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("a1-mixed", 0).await;
     // Persist of x, then (through PersistAll) y and z: use the persist+defer command with a
     // persist_all done by the probe in sequence.
@@ -90,9 +90,10 @@ async fn persist_then_persist_all_in_one_command_is_one_batch_with_consecutive_s
     );
 }
 
-#[actix::test]
-async fn a_store_returning_the_wrong_number_of_results_fails_the_batch_explicitly() {
-    let mut h = Harness::new(1);
+async fn a_store_returning_the_wrong_number_of_results_fails_the_batch_explicitly(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("a1-count", 0).await;
     let reply = a.send(Persist(vec![named("x"), named("y")]));
     let write = h.control.next_write_for("a1-count").await;
@@ -117,9 +118,10 @@ async fn a_store_returning_the_wrong_number_of_results_fails_the_batch_explicitl
     );
 }
 
-#[actix::test]
-async fn a_failing_write_in_persist_all_stores_nothing_and_the_next_incarnation_goes_on() {
-    let mut h = Harness::new(1);
+async fn a_failing_write_in_persist_all_stores_nothing_and_the_next_incarnation_goes_on(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("a2", 0).await;
     let first = a.send(Persist(vec![named("e1"), named("e2"), named("e3")]));
     h.control.next_write_for("a2").await.complete();
@@ -152,9 +154,8 @@ async fn a_failing_write_in_persist_all_stores_nothing_and_the_next_incarnation_
     assert_eq!(reply.await.expect("mailbox").expect("stored"), 4);
 }
 
-#[actix::test]
-async fn recovery_replays_stored_events_in_order_and_reports_the_highest_seq_nr() {
-    let mut h = Harness::new(2);
+async fn recovery_replays_stored_events_in_order_and_reports_the_highest_seq_nr(backend: Backend) {
+    let mut h = Harness::on(backend, 2).await;
     let a = h.probe_in_group("recover", 0).await;
     let reply = a.send(Persist(vec![named("r1"), named("r2")]));
     h.control.next_write_for("recover").await.complete();
@@ -180,9 +181,8 @@ async fn recovery_replays_stored_events_in_order_and_reports_the_highest_seq_nr(
     );
 }
 
-#[actix::test]
-async fn an_unserializable_event_is_rejected_and_the_actor_goes_on() {
-    let mut h = Harness::new(2);
+async fn an_unserializable_event_is_rejected_and_the_actor_goes_on(backend: Backend) {
+    let mut h = Harness::on(backend, 2).await;
     let a = h.probe_in_group("h2-a", 0).await;
     let b = h.probe_in_group("h2-b", 1).await;
 
@@ -227,9 +227,8 @@ async fn an_unserializable_event_is_rejected_and_the_actor_goes_on() {
     h.probe_in_group("h2-a", 1).await;
 }
 
-#[actix::test]
-async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone() {
-    let mut h = Harness::new(1);
+async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("j21", 0).await;
     let reply = a.send(Persist(vec![named("s6"), named("s7"), named("s8")]));
     let write = h.control.next_write_for("j21").await;
@@ -257,9 +256,8 @@ async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone() {
     assert_eq!(seqs, vec![1, 3]);
 }
 
-#[actix::test]
-async fn defer_only_commands_never_reach_the_store_and_run_in_order() {
-    let mut h = Harness::new(1);
+async fn defer_only_commands_never_reach_the_store_and_run_in_order(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("h3", 0).await;
     let mut replies = Vec::new();
     for i in 0..25 {
@@ -299,9 +297,8 @@ async fn defer_only_commands_never_reach_the_store_and_run_in_order() {
     );
 }
 
-#[actix::test]
-async fn a_failed_write_answers_every_waiting_continuation() {
-    let mut h = Harness::new(1);
+async fn a_failed_write_answers_every_waiting_continuation(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("fail-all", 0).await;
     let reply = a.send(PersistThenDefer(vec![named("x")], "never".into()));
     let write = h.control.next_write_for("fail-all").await;
@@ -319,3 +316,15 @@ async fn a_failed_write_answers_every_waiting_continuation() {
     );
     assert!(!seen.iter().any(|s| matches!(s, Seen::Deferred { .. })));
 }
+
+on_every_backend!(
+    persist_all_is_one_atomic_write_with_one_completion_at_every_size,
+    persist_then_persist_all_in_one_command_is_one_batch_with_consecutive_seq,
+    a_store_returning_the_wrong_number_of_results_fails_the_batch_explicitly,
+    a_failing_write_in_persist_all_stores_nothing_and_the_next_incarnation_goes_on,
+    recovery_replays_stored_events_in_order_and_reports_the_highest_seq_nr,
+    an_unserializable_event_is_rejected_and_the_actor_goes_on,
+    a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone,
+    defer_only_commands_never_reach_the_store_and_run_in_order,
+    a_failed_write_answers_every_waiting_continuation,
+);

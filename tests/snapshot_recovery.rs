@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence::snapshot::{
-    InMemorySnapshotStore, SerializedSnapshot, SnapshotMetadata, SnapshotSelectionCriteria,
-    SnapshotStore,
+    SerializedSnapshot, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
 };
 use actix_persistence::{
     AtomicWrite, JournalStore, PersistentRepr, Recovery, SnapshotPolicy, MAX_SEQ_NR,
@@ -46,7 +45,7 @@ async fn store_events(h: &Harness, pid: &str, names: &[&str]) {
     assert!(results.iter().all(Result::is_ok));
 }
 
-async fn save_snapshot(store: &InMemorySnapshotStore, pid: &str, seq_nr: u64, applied: &[Evt]) {
+async fn save_snapshot(store: &Arc<dyn SnapshotStore>, pid: &str, seq_nr: u64, applied: &[Evt]) {
     let metadata = SnapshotMetadata {
         persistence_id: pid.to_owned(),
         seq_nr,
@@ -57,10 +56,10 @@ async fn save_snapshot(store: &InMemorySnapshotStore, pid: &str, seq_nr: u64, ap
 }
 
 fn with_snapshots(
-    store: &InMemorySnapshotStore,
+    store: &Arc<dyn SnapshotStore>,
 ) -> impl FnOnce(actix_persistence::PersistenceState<Probe>) -> actix_persistence::PersistenceState<Probe>
 {
-    let store: Arc<dyn SnapshotStore> = Arc::new(store.clone());
+    let store = Arc::clone(store);
     move |state| state.with_snapshot_store(store, Duration::from_secs(5))
 }
 
@@ -73,10 +72,9 @@ async fn stored_seq_nrs(h: &Harness, pid: &str) -> Vec<u64> {
         .await
 }
 
-#[actix::test]
-async fn snapshot_at_42_with_an_empty_journal_recovers_42_and_continues_at_43() {
-    let mut h = Harness::new(1);
-    let snapshots = InMemorySnapshotStore::new();
+async fn snapshot_at_42_with_an_empty_journal_recovers_42_and_continues_at_43(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
     save_snapshot(&snapshots, "q2-a", 42, &[named("s42")]).await;
 
     let addr = h.start_probe("q2-a", 0, with_snapshots(&snapshots));
@@ -93,10 +91,9 @@ async fn snapshot_at_42_with_an_empty_journal_recovers_42_and_continues_at_43() 
     assert_eq!(write.writes()[0].lowest_seq_nr(), 43);
 }
 
-#[actix::test]
-async fn snapshot_at_4_then_exactly_events_5_and_6_are_replayed() {
-    let mut h = Harness::new(1);
-    let snapshots = InMemorySnapshotStore::new();
+async fn snapshot_at_4_then_exactly_events_5_and_6_are_replayed(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
     store_events(&h, "q2-b", &["e1", "e2", "e3", "e4", "e5", "e6"]).await;
     save_snapshot(&snapshots, "q2-b", 4, &[named("snap4")]).await;
 
@@ -111,9 +108,8 @@ async fn snapshot_at_4_then_exactly_events_5_and_6_are_replayed() {
     );
 }
 
-#[actix::test]
-async fn recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest() {
-    let mut h = Harness::new(1);
+async fn recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     store_events(&h, "bounded", &["e1", "e2", "e3", "e4", "e5"]).await;
     let _first = h.start_probe("bounded", 0, |s| {
         s.with_recovery(Recovery {
@@ -145,10 +141,9 @@ async fn recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest
     );
 }
 
-#[actix::test]
-async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts() {
-    let mut h = Harness::new(1);
-    let snapshots = InMemorySnapshotStore::new();
+async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
     let a = h.probe_with("q3", 0, with_snapshots(&snapshots)).await;
     let reply = a.send(Persist(["e1", "e2", "e3", "e4", "e5"].map(named).to_vec()));
     h.control.next_write_for("q3").await.complete();
@@ -235,10 +230,11 @@ async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts() 
         .expect("no conflict after a full cleanup");
 }
 
-#[actix::test]
-async fn a_snapshot_that_cannot_be_read_fails_recovery_instead_of_skipping_events() {
-    let mut h = Harness::new(1);
-    let snapshots = InMemorySnapshotStore::new();
+async fn a_snapshot_that_cannot_be_read_fails_recovery_instead_of_skipping_events(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
     store_events(&h, "bad-snap", &["e1", "e2", "e3"]).await;
     let metadata = SnapshotMetadata {
         persistence_id: "bad-snap".into(),
@@ -268,10 +264,11 @@ async fn a_snapshot_that_cannot_be_read_fails_recovery_instead_of_skipping_event
     );
 }
 
-#[actix::test]
-async fn snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_events() {
-    let mut h = Harness::new(1);
-    let snapshots = InMemorySnapshotStore::new();
+async fn snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_events(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
     let policy = SnapshotPolicy::every(NonZeroU64::new(3).expect("3"))
         .keep(1)
         .delete_events(true);
@@ -311,9 +308,8 @@ async fn snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_ev
     assert_eq!(older, None, "keep(1) deleted the snapshot at 3");
 }
 
-#[actix::test]
-async fn saving_a_snapshot_without_a_store_tells_the_actor() {
-    let mut h = Harness::new(1);
+async fn saving_a_snapshot_without_a_store_tells_the_actor(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("no-store", 0).await;
     a.do_send(SaveSnapshot);
     match h.next_seen().await {
@@ -324,9 +320,8 @@ async fn saving_a_snapshot_without_a_store_tells_the_actor() {
     }
 }
 
-#[actix::test]
-async fn deleting_beyond_the_last_seq_nr_is_refused() {
-    let mut h = Harness::new(1);
+async fn deleting_beyond_the_last_seq_nr_is_refused(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("del-beyond", 0).await;
     a.do_send(DeleteEventsTo(3));
     match h.next_seen().await {
@@ -336,3 +331,14 @@ async fn deleting_beyond_the_last_seq_nr_is_refused() {
         other => panic!("expected a refused delete, saw {other:?}"),
     }
 }
+
+on_every_backend!(
+    snapshot_at_42_with_an_empty_journal_recovers_42_and_continues_at_43,
+    snapshot_at_4_then_exactly_events_5_and_6_are_replayed,
+    recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest,
+    snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts,
+    a_snapshot_that_cannot_be_read_fails_recovery_instead_of_skipping_events,
+    snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_events,
+    saving_a_snapshot_without_a_store_tells_the_actor,
+    deleting_beyond_the_last_seq_nr_is_refused,
+);

@@ -9,12 +9,14 @@ use actix_persistence::actix::{Actor, ActorContext, Addr, Context, Handler, Mess
 use actix_persistence::journal::{JournalActor, JournalConfig};
 use actix_persistence::serialization::SerializationError;
 use actix_persistence::snapshot::{
-    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    InMemorySnapshotStore, SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotStore,
 };
 use actix_persistence::{
     start_recovery, DeleteError, EventSourced, JournalError, PersistReply, PersistResult,
     PersistenceState, PersistentActor, RecoveryError, WriteRejection,
 };
+use actix_persistence::{InMemoryJournal, JournalStore, SqliteJournal, SqliteJournalOptions};
 use actix_persistence_testkit::{persistence_state_in_group, ControlledJournal, WriteController};
 use serde::{Deserialize, Serialize, Serializer};
 use tokio::sync::mpsc;
@@ -375,19 +377,79 @@ impl Handler<Stop> for Probe {
     }
 }
 
+/// The stores a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    InMemory,
+    Sqlite,
+}
+
+/// Runs each named `async fn(Backend)` test on every backend, as `<name>::in_memory` and
+/// `<name>::sqlite`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[actix::test]
+            async fn in_memory() {
+                super::$name(super::Backend::InMemory).await
+            }
+
+            #[actix::test]
+            async fn sqlite() {
+                super::$name(super::Backend::Sqlite).await
+            }
+        }
+    )*};
+}
+
 /// A journal over a controlled store, and what tests need around it.
 pub struct Harness {
     pub journal: Addr<JournalActor>,
     pub control: WriteController,
+    pub snapshots: Arc<dyn SnapshotStore>,
     pub groups: NonZeroUsize,
     pub log_tx: mpsc::UnboundedSender<Seen>,
     pub log: mpsc::UnboundedReceiver<Seen>,
+    /// Keeps a SQLite file alive as long as the harness.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Harness {
+    /// A harness over in-memory stores.
     pub fn new(groups: usize) -> Self {
+        Self::over(
+            groups,
+            InMemoryJournal::new(),
+            Arc::new(InMemorySnapshotStore::new()),
+            None,
+        )
+    }
+
+    /// A harness over the stores of `backend` (a fresh SQLite file for [`Backend::Sqlite`]).
+    pub async fn on(backend: Backend, groups: usize) -> Self {
+        match backend {
+            Backend::InMemory => Self::new(groups),
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+                let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+                    .await
+                    .expect("open SQLite");
+                let snapshots = Arc::new(journal.snapshot_store());
+                Self::over(groups, journal, snapshots, Some(dir))
+            }
+        }
+    }
+
+    fn over(
+        groups: usize,
+        store: impl JournalStore,
+        snapshots: Arc<dyn SnapshotStore>,
+        dir: Option<tempfile::TempDir>,
+    ) -> Self {
         let groups = NonZeroUsize::new(groups).expect("a test uses at least one group");
-        let (store, control) = ControlledJournal::new();
+        let (store, control) = ControlledJournal::over(store);
         let journal = JournalActor::start_with(
             Arc::new(store),
             JournalConfig {
@@ -400,9 +462,11 @@ impl Harness {
         Harness {
             journal,
             control,
+            snapshots,
             groups,
             log_tx,
             log,
+            _dir: dir,
         }
     }
 

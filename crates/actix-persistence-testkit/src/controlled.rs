@@ -1,4 +1,5 @@
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence_core::{
@@ -13,18 +14,18 @@ use tokio::sync::{mpsc, oneshot};
 const WAIT_FOR_WRITE: Duration = Duration::from_secs(10);
 
 /// A [`JournalStore`] whose writes wait until the test completes them through its
-/// [`WriteController`]. Replays, highest sequence numbers and deletes go straight to an
-/// in-memory journal, where completed writes are stored *before* they are acknowledged.
-#[derive(Debug, Clone)]
+/// [`WriteController`]. Replays, highest sequence numbers and deletes go straight to the
+/// wrapped store (in memory by default), where completed writes are stored *before* they are
+/// acknowledged.
+#[derive(Clone)]
 pub struct ControlledJournal {
-    inner: InMemoryJournal,
+    inner: Arc<dyn JournalStore>,
     writes: mpsc::UnboundedSender<PendingWrite>,
 }
 
 /// The test's side of a [`ControlledJournal`]: receives the writes as they arrive.
-#[derive(Debug)]
 pub struct WriteController {
-    inner: InMemoryJournal,
+    inner: Arc<dyn JournalStore>,
     arrived: mpsc::UnboundedReceiver<PendingWrite>,
     held: VecDeque<PendingWrite>,
 }
@@ -80,17 +81,33 @@ impl std::fmt::Debug for Decided {
     }
 }
 
+impl std::fmt::Debug for ControlledJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlledJournal").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for WriteController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteController")
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl ControlledJournal {
     /// A controlled journal over an empty in-memory journal, and its controller.
     pub fn new() -> (Self, WriteController) {
         Self::over(InMemoryJournal::new())
     }
 
-    /// A controlled journal over `inner`, and its controller.
-    pub fn over(inner: InMemoryJournal) -> (Self, WriteController) {
+    /// A controlled journal over `inner` (any store: in-memory, SQLite, PostgreSQL), and its
+    /// controller.
+    pub fn over(inner: impl JournalStore) -> (Self, WriteController) {
+        let inner: Arc<dyn JournalStore> = Arc::new(inner);
         let (tx, rx) = mpsc::unbounded_channel();
         let store = ControlledJournal {
-            inner: inner.clone(),
+            inner: Arc::clone(&inner),
             writes: tx,
         };
         let controller = WriteController {
@@ -189,7 +206,7 @@ impl std::error::Error for ControllerGone {}
 
 impl WriteController {
     /// The in-memory journal behind the controlled store: what is really stored.
-    pub fn stored(&self) -> &InMemoryJournal {
+    pub fn stored(&self) -> &Arc<dyn JournalStore> {
         &self.inner
     }
 

@@ -109,7 +109,7 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         let call = store.save(metadata.clone(), snapshot);
         with_timeout("save", timeout, call).await.map(|()| metadata)
     };
-    ctx.spawn(save.into_actor(act).map(|saved, act, ctx| match saved {
+    ctx.spawn(detached(save).into_actor(act).map(|saved, act, ctx| match saved {
         Ok(metadata) => {
             act.on_snapshot_saved(&metadata, ctx);
             apply_retention(act, ctx, &metadata);
@@ -136,7 +136,7 @@ fn apply_retention<A: PersistentActor>(
                 let call = store.delete_matching(&pid, SnapshotSelectionCriteria::up_to(older));
                 with_timeout("delete", timeout, call).await
             };
-            ctx.spawn(delete.into_actor(act).map(|deleted, act, ctx| {
+            ctx.spawn(detached(delete).into_actor(act).map(|deleted, act, ctx| {
                 if let Err(error) = deleted {
                     act.on_snapshot_failure(&error, ctx);
                 }
@@ -191,6 +191,25 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
                 Err(error) => act.on_delete_failure(&DeleteError::Journal(error), ctx),
             }),
     );
+}
+
+/// Runs `call` as a task of its own, so the store call progresses even while the actor waits
+/// for a write (`ctx.wait` holds back the actor's own futures): a store that serializes calls,
+/// like SQLite's single writer, would otherwise wait for the write while the write waits for
+/// it. The returned future only hands the outcome back to the actor.
+fn detached<T: 'static>(
+    call: impl std::future::Future<Output = Result<T, SnapshotError>> + 'static,
+) -> impl std::future::Future<Output = Result<T, SnapshotError>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    actix::spawn(async move {
+        let _ = tx.send(call.await);
+    });
+    async move {
+        rx.await.unwrap_or(Err(SnapshotError::Timeout {
+            operation: "snapshot call (task dropped)",
+            timeout: Duration::ZERO,
+        }))
+    }
 }
 
 async fn with_timeout<T>(
