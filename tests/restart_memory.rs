@@ -73,10 +73,10 @@ async fn ten_thousand_restarts_do_not_grow_resident_memory() {
         end as f64 / 1048576.0,
         growth as f64 / 1048576.0
     );
-    // 8,000 more incarnations may not keep what they used (the journal itself grows by 8,000
-    // small events, well under 4 MiB).
+    // 8,000 more incarnations, each recovering 10 events: none may keep what it used. The
+    // bound leaves room for allocator noise only (64 bytes per restart).
     assert!(
-        growth < 8 * 1024 * 1024,
+        growth < 512 * 1024,
         "resident memory grew by {growth} bytes"
     );
 }
