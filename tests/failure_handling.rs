@@ -243,24 +243,7 @@ async fn the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_conti
     backend: Backend,
 ) {
     let mut h = Harness::on(backend, 1).await;
-    let journal = h.journal.clone();
-    let log = h.log_tx.clone();
-    let backoff = Backoff {
-        min: Duration::from_millis(1),
-        max: Duration::from_millis(5),
-        random_factor: 0.0,
-        reset_after: Duration::from_secs(60),
-    };
-    let supervisor = BackoffSupervisor::new(backoff, move || Probe {
-        persistence: PersistenceState::new(journal.clone(), "supervised").expect("valid id"),
-        applied: Vec::new(),
-        log: log.clone(),
-    })
-    .start();
-    assert!(matches!(
-        h.next_seen().await,
-        Seen::Recovered { last_seq_nr: 0, .. }
-    ));
+    let supervisor = supervised(&mut h, "supervised", Duration::from_millis(1)).await;
 
     let first = supervisor.send(Persist(vec![named("e1")]));
     h.control.next_write_for("supervised").await.complete();
@@ -311,6 +294,34 @@ async fn the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_conti
     assert_eq!(after.await.expect("mailbox").expect("stored"), 2);
 }
 
+/// A backoff supervisor over probes of `pid` restarting after `delay`, once its first child
+/// recovered empty.
+async fn supervised(
+    h: &mut Harness,
+    pid: &'static str,
+    delay: Duration,
+) -> actix::Addr<BackoffSupervisor<Probe>> {
+    let journal = h.journal.clone();
+    let log = h.log_tx.clone();
+    let backoff = Backoff {
+        min: delay,
+        max: delay,
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(600),
+    };
+    let supervisor = BackoffSupervisor::new(backoff, move || Probe {
+        persistence: PersistenceState::new(journal.clone(), pid).expect("valid id"),
+        applied: Vec::new(),
+        log: log.clone(),
+    })
+    .start();
+    assert!(matches!(
+        h.next_seen().await,
+        Seen::Recovered { last_seq_nr: 0, .. }
+    ));
+    supervisor
+}
+
 #[test]
 fn backoff_doubles_from_min_up_to_max_plus_the_random_share() {
     let backoff = Backoff {
@@ -340,24 +351,7 @@ async fn an_unreachable_store_fails_the_write_within_the_call_timeout_and_a_rest
             ..JournalConfig::default()
         },
     );
-    let journal = h.journal.clone();
-    let log = h.log_tx.clone();
-    let backoff = Backoff {
-        min: Duration::from_secs(1),
-        max: Duration::from_secs(1),
-        random_factor: 0.0,
-        reset_after: Duration::from_secs(600),
-    };
-    let supervisor = BackoffSupervisor::new(backoff, move || Probe {
-        persistence: PersistenceState::new(journal.clone(), "h1").expect("valid id"),
-        applied: Vec::new(),
-        log: log.clone(),
-    })
-    .start();
-    assert!(matches!(
-        h.next_seen().await,
-        Seen::Recovered { last_seq_nr: 0, .. }
-    ));
+    let supervisor = supervised(&mut h, "h1", Duration::from_secs(1)).await;
     let stored = supervisor.send(Persist(vec![named("e0")]));
     assert_eq!(stored.await.expect("mailbox").expect("stored"), 1);
 
