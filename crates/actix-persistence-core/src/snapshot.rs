@@ -148,6 +148,10 @@ pub enum SnapshotError {
         /// The timeout that expired.
         timeout: std::time::Duration,
     },
+    /// The call ended without an answer from the store (its task was dropped, e.g. while the
+    /// actor system shut down).
+    #[error("snapshot store call was interrupted before the store answered")]
+    Interrupted,
     /// The store failed.
     #[error("snapshot store failed during {operation}: {source}")]
     Storage {

@@ -205,10 +205,7 @@ fn detached<T: 'static>(
         let _ = tx.send(call.await);
     });
     async move {
-        rx.await.unwrap_or(Err(SnapshotError::Timeout {
-            operation: "snapshot call (task dropped)",
-            timeout: Duration::ZERO,
-        }))
+        rx.await.unwrap_or(Err(SnapshotError::Interrupted))
     }
 }
 
