@@ -1,41 +1,27 @@
 //! Environment variables: `ACTIX_PERSISTENCE__<SECTION>__<KEY>` and `ACTIX_PERSISTENCE_CONFIG`.
 //! Every test passes its variables to the loader; none touches the process environment.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
-use actix_persistence_config::{ConfigError, ConfigProblem, ConfigSource, Settings};
+use actix_persistence_config::{ConfigProblem, ConfigSource, Settings};
+use common::{load_env, no_env, only_problem, write_file, GROUPS, GROUPS_VAR};
 
-const GROUPS: &str = "journal.write-reply-ordering-groups";
-const GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS";
-
-fn load_env(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-    Settings::loader().env_vars(vars.iter().copied()).load()
-}
-
-fn only_problem(result: Result<Settings, ConfigError>) -> ConfigProblem {
-    let err = result.expect_err("the configuration must be rejected");
+/// Loads `GROUPS_VAR=value` and asserts that its one problem is `rule`, naming the setting, the
+/// value as `rendered` and the variable; returns that problem.
+fn assert_groups_env_problem(value: &str, rendered: &str, rule: &str) -> ConfigProblem {
+    let problem = only_problem(load_env(&[(GROUPS_VAR, value)]));
     assert_eq!(
-        err.problems.len(),
-        1,
-        "expected exactly one problem, got:\n{err}"
+        problem,
+        ConfigProblem {
+            setting: GROUPS.to_owned(),
+            value: rendered.to_owned(),
+            rule: rule.to_owned(),
+            source: ConfigSource::Env(GROUPS_VAR.to_owned()),
+        }
     );
-    err.problems[0].clone()
-}
-
-fn groups_env_problem(rendered: &str, rule: &str) -> ConfigProblem {
-    ConfigProblem {
-        setting: GROUPS.to_owned(),
-        value: rendered.to_owned(),
-        rule: rule.to_owned(),
-        source: ConfigSource::Env(GROUPS_VAR.to_owned()),
-    }
-}
-
-fn write_file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).expect("write test file");
-    path
+    problem
 }
 
 #[test]
@@ -51,7 +37,7 @@ fn env_value_4_gives_4_exactly_as_integer_4_in_a_file() {
     );
     let from_file = Settings::loader()
         .file(path)
-        .env_vars(Vec::<(String, String)>::new())
+        .env_vars(no_env())
         .load()
         .expect("valid");
     assert_eq!(from_env, from_file);
@@ -59,11 +45,7 @@ fn env_value_4_gives_4_exactly_as_integer_4_in_a_file() {
 
 #[test]
 fn env_value_0_fails_naming_setting_value_rule_and_variable() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "0")]));
-    assert_eq!(
-        problem,
-        groups_env_problem("\"0\"", "must be an integer >= 1")
-    );
+    let problem = assert_groups_env_problem("0", "\"0\"", "must be an integer >= 1");
     assert_eq!(
         problem.to_string(),
         "journal.write-reply-ordering-groups = \"0\" (from env \
@@ -73,51 +55,32 @@ fn env_value_0_fails_naming_setting_value_rule_and_variable() {
 
 #[test]
 fn env_value_minus_1_fails_naming_setting_value_rule_and_variable() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "-1")]));
-    assert_eq!(
-        problem,
-        groups_env_problem("\"-1\"", "must be an integer >= 1")
-    );
+    assert_groups_env_problem("-1", "\"-1\"", "must be an integer >= 1");
 }
 
 #[test]
 fn env_value_10001_fails_above_the_default_limit_naming_both_settings() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "10001")]));
-    assert_eq!(
-        problem,
-        groups_env_problem(
-            "\"10001\"",
-            "must be <= journal.max-write-reply-ordering-groups (10000 from reference.toml); \
-             raise the limit to use more groups",
-        )
+    assert_groups_env_problem(
+        "10001",
+        "\"10001\"",
+        "must be <= journal.max-write-reply-ordering-groups (10000 from reference.toml); \
+         raise the limit to use more groups",
     );
 }
 
 #[test]
 fn env_value_four_fails_naming_setting_value_rule_and_variable() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "four")]));
-    assert_eq!(
-        problem,
-        groups_env_problem("\"four\"", "must be an integer >= 1")
-    );
+    assert_groups_env_problem("four", "\"four\"", "must be an integer >= 1");
 }
 
 #[test]
 fn env_value_4_5_fails_naming_setting_value_rule_and_variable() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "4.5")]));
-    assert_eq!(
-        problem,
-        groups_env_problem("\"4.5\"", "must be an integer >= 1")
-    );
+    assert_groups_env_problem("4.5", "\"4.5\"", "must be an integer >= 1");
 }
 
 #[test]
 fn env_value_empty_fails_naming_setting_value_rule_and_variable() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "")]));
-    assert_eq!(
-        problem,
-        groups_env_problem("\"\"", "must be an integer >= 1")
-    );
+    let problem = assert_groups_env_problem("", "\"\"", "must be an integer >= 1");
     assert_eq!(
         problem.to_string(),
         "journal.write-reply-ordering-groups = \"\" (from env \
@@ -139,11 +102,7 @@ fn whitespace_around_an_env_number_is_trimmed() {
 
 #[test]
 fn whitespace_inside_an_env_number_is_rejected() {
-    let problem = only_problem(load_env(&[(GROUPS_VAR, "4 0")]));
-    assert_eq!(
-        problem,
-        groups_env_problem("\"4 0\"", "must be an integer >= 1")
-    );
+    assert_groups_env_problem("4 0", "\"4 0\"", "must be an integer >= 1");
 }
 
 #[test]

@@ -1,40 +1,14 @@
 //! User TOML files and inline TOML layers.
 
+mod common;
+
 use std::path::PathBuf;
 
 use actix_persistence_config::{ConfigError, ConfigProblem, ConfigSource, Settings};
-
-const GROUPS: &str = "journal.write-reply-ordering-groups";
-
-fn write_file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).expect("write test file");
-    path
-}
-
-fn no_env() -> Vec<(String, String)> {
-    Vec::new()
-}
+use common::{load_inline, no_env, only_problem, write_file, GROUPS};
 
 fn load_file(path: &PathBuf) -> Result<Settings, ConfigError> {
     Settings::loader().file(path).env_vars(no_env()).load()
-}
-
-fn load_inline(name: &str, toml: &str) -> Result<Settings, ConfigError> {
-    Settings::loader()
-        .toml_str(name, toml)
-        .env_vars(no_env())
-        .load()
-}
-
-fn only_problem(result: Result<Settings, ConfigError>) -> ConfigProblem {
-    let err = result.expect_err("the configuration must be rejected");
-    assert_eq!(
-        err.problems.len(),
-        1,
-        "expected exactly one problem, got:\n{err}"
-    );
-    err.problems[0].clone()
 }
 
 #[test]

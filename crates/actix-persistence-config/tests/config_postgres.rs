@@ -2,36 +2,25 @@
 //! and `[snapshot-store]`. Every test passes its variables to the loader; none touches the
 //! process environment.
 
+mod common;
+
 use std::time::Duration;
 
 use actix_persistence_config::{
     env_var, ConfigError, ConfigProblem, ConfigSource, JournalPlugin, Settings,
     SnapshotStorePlugin, DATABASE_URL_ENV,
 };
+use common::{load_env, only_problem};
 
 const URL_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL";
 const PLUGIN_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__PLUGIN";
 const SNAPSHOT_PLUGIN_VAR: &str = "ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN";
-
-fn load_env(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-    Settings::loader().env_vars(vars.iter().copied()).load()
-}
 
 fn load(toml: &str, vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
     Settings::loader()
         .toml_str("app", toml)
         .env_vars(vars.iter().copied())
         .load()
-}
-
-fn only_problem(result: Result<Settings, ConfigError>) -> ConfigProblem {
-    let err = result.expect_err("the configuration must be rejected");
-    assert_eq!(
-        err.problems.len(),
-        1,
-        "expected exactly one problem, got:\n{err}"
-    );
-    err.problems[0].clone()
 }
 
 fn missing_url_problem(needed_by: &str) -> ConfigProblem {

@@ -1,41 +1,14 @@
 //! Rules checked on the merged configuration, whichever layer set which value.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
-use actix_persistence_config::{ConfigError, ConfigProblem, ConfigSource, JournalPlugin, Settings};
+use actix_persistence_config::{ConfigProblem, ConfigSource, JournalPlugin, Settings};
+use common::{load_env, load_inline, only_problem, write_file, GROUPS, GROUPS_VAR};
 
-const GROUPS: &str = "journal.write-reply-ordering-groups";
 const LIMIT: &str = "journal.max-write-reply-ordering-groups";
-const GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS";
 const LIMIT_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS";
-
-fn write_file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).expect("write test file");
-    path
-}
-
-fn load_inline(toml: &str) -> Result<Settings, ConfigError> {
-    Settings::loader()
-        .toml_str("inline", toml)
-        .env_vars(Vec::<(String, String)>::new())
-        .load()
-}
-
-fn load_env(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-    Settings::loader().env_vars(vars.iter().copied()).load()
-}
-
-fn only_problem(result: Result<Settings, ConfigError>) -> ConfigProblem {
-    let err = result.expect_err("the configuration must be rejected");
-    assert_eq!(
-        err.problems.len(),
-        1,
-        "expected exactly one problem, got:\n{err}"
-    );
-    err.problems[0].clone()
-}
 
 fn inline() -> ConfigSource {
     ConfigSource::Inline("inline".to_owned())
@@ -135,6 +108,7 @@ fn limit_0_fails_naming_the_limit_setting() {
 #[test]
 fn limit_minus_1_fails_naming_the_limit_setting() {
     let problem = only_problem(load_inline(
+        "inline",
         "[journal]\nmax-write-reply-ordering-groups = -1\n",
     ));
     assert_eq!(
@@ -214,7 +188,7 @@ fn error_display_lists_one_problem_per_line() {
 
 #[test]
 fn replay_batch_size_0_fails() {
-    let problem = only_problem(load_inline("[journal]\nreplay-batch-size = 0\n"));
+    let problem = only_problem(load_inline("inline", "[journal]\nreplay-batch-size = 0\n"));
     assert_eq!(problem.setting, "journal.replay-batch-size");
     assert_eq!(problem.value, "0");
     assert_eq!(problem.rule, "must be an integer >= 1");
@@ -223,7 +197,10 @@ fn replay_batch_size_0_fails() {
 
 #[test]
 fn max_failures_0_fails() {
-    let problem = only_problem(load_inline("[journal.circuit-breaker]\nmax-failures = 0\n"));
+    let problem = only_problem(load_inline(
+        "inline",
+        "[journal.circuit-breaker]\nmax-failures = 0\n",
+    ));
     assert_eq!(problem.setting, "journal.circuit-breaker.max-failures");
     assert_eq!(problem.rule, "must be an integer >= 1");
 }
@@ -231,6 +208,7 @@ fn max_failures_0_fails() {
 #[test]
 fn max_failures_above_u32_fails_with_the_upper_bound() {
     let problem = only_problem(load_inline(
+        "inline",
         "[journal.circuit-breaker]\nmax-failures = 4294967296\n",
     ));
     assert_eq!(problem.setting, "journal.circuit-breaker.max-failures");
@@ -253,14 +231,20 @@ fn integer_too_large_for_any_type_fails_with_the_upper_bound() {
 
 #[test]
 fn max_connections_0_fails() {
-    let problem = only_problem(load_inline("[journal.sqlite]\nmax-connections = 0\n"));
+    let problem = only_problem(load_inline(
+        "inline",
+        "[journal.sqlite]\nmax-connections = 0\n",
+    ));
     assert_eq!(problem.setting, "journal.sqlite.max-connections");
     assert_eq!(problem.rule, "must be an integer >= 1");
 }
 
 #[test]
 fn boolean_for_an_integer_setting_fails() {
-    let problem = only_problem(load_inline("[journal]\nreplay-batch-size = true\n"));
+    let problem = only_problem(load_inline(
+        "inline",
+        "[journal]\nreplay-batch-size = true\n",
+    ));
     assert_eq!(problem.value, "true");
     assert_eq!(problem.rule, "must be an integer >= 1");
 }
@@ -268,6 +252,7 @@ fn boolean_for_an_integer_setting_fails() {
 #[test]
 fn humantime_durations_are_parsed() {
     let settings = load_inline(
+        "inline",
         "[journal.circuit-breaker]\ncall-timeout = \"500ms\"\nreset-timeout = \"1m 30s\"\n\
          [journal.sqlite]\nbusy-timeout = \"2h\"\n",
     )
@@ -288,7 +273,10 @@ fn humantime_durations_are_parsed() {
 
 #[test]
 fn zero_duration_fails() {
-    let problem = only_problem(load_inline("[journal.sqlite]\nbusy-timeout = \"0s\"\n"));
+    let problem = only_problem(load_inline(
+        "inline",
+        "[journal.sqlite]\nbusy-timeout = \"0s\"\n",
+    ));
     assert_eq!(
         problem,
         ConfigProblem {
@@ -320,6 +308,7 @@ fn unparseable_duration_fails_with_the_parser_message() {
 #[test]
 fn duration_written_as_a_bare_number_fails() {
     let problem = only_problem(load_inline(
+        "inline",
         "[journal.circuit-breaker]\ncall-timeout = 10\n",
     ));
     assert_eq!(problem.setting, "journal.circuit-breaker.call-timeout");
@@ -376,7 +365,7 @@ fn empty_url_fails() {
 
 #[test]
 fn url_that_is_not_a_string_fails() {
-    let problem = only_problem(load_inline("[journal.sqlite]\nurl = 5\n"));
+    let problem = only_problem(load_inline("inline", "[journal.sqlite]\nurl = 5\n"));
     assert_eq!(problem.setting, "journal.sqlite.url");
     assert_eq!(problem.value, "5");
     assert_eq!(problem.rule, "must be a non-empty string");
@@ -440,6 +429,6 @@ fn odd_inputs_never_panic_and_always_give_settings_or_problems() {
         "[journal]\nreplay-batch-size = 9223372036854775807",
     ];
     for doc in documents {
-        let _ = load_inline(doc);
+        let _ = load_inline("inline", doc);
     }
 }

@@ -2,6 +2,8 @@
 //! in a deliberately broken wrapper and checks that the case guarding that rule fails, with a
 //! message naming it.
 
+use std::fmt::Debug;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -135,13 +137,19 @@ impl JournalStore for Mutant {
 async fn journal_failure(name: &str, mutation: Mutation) -> String {
     let case = journal::case(name).unwrap_or_else(|| panic!("no case {name}"));
     let store: Arc<dyn JournalStore> = Arc::new(Mutant::new(mutation));
-    match AssertUnwindSafe(case.run(store)).catch_unwind().await {
-        Ok(()) => panic!("{name} passed against a store that breaks the contract: {mutation:?}"),
-        Err(panic) => message(&*panic),
-    }
+    failure_message(name, mutation, case.run(store)).await
 }
 
-fn message(panic: &(dyn std::any::Any + Send)) -> String {
+/// Awaits `run`, the case `name` against a store broken by `mutation`, and returns the message
+/// it fails with; panics if it passes.
+async fn failure_message(
+    name: &str,
+    mutation: impl Debug,
+    run: impl Future<Output = ()>,
+) -> String {
+    let Err(panic) = AssertUnwindSafe(run).catch_unwind().await else {
+        panic!("{name} passed against a store that breaks the contract: {mutation:?}");
+    };
     panic
         .downcast_ref::<String>()
         .cloned()
@@ -322,16 +330,14 @@ impl SnapshotStore for SnapshotMutant {
     }
 }
 
+/// Runs snapshot case `name` against a store broken by `mutation`; returns its failure message.
 async fn snapshot_failure(name: &str, mutation: SnapshotMutation) -> String {
     let case = snapshot::case(name).unwrap_or_else(|| panic!("no case {name}"));
     let store: Arc<dyn SnapshotStore> = Arc::new(SnapshotMutant {
         inner: InMemorySnapshotStore::new(),
         mutation,
     });
-    match AssertUnwindSafe(case.run(store)).catch_unwind().await {
-        Ok(()) => panic!("{name} passed against a store that breaks the contract: {mutation:?}"),
-        Err(panic) => message(&*panic),
-    }
+    failure_message(name, mutation, case.run(store)).await
 }
 
 #[actix::test]

@@ -16,7 +16,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix::{Actor, Addr};
@@ -36,7 +35,7 @@ use tokio::sync::oneshot;
 
 use super::journal_actor::{CaseEvent, Observe, Observed, PersistEach, Persister, REFUSAL};
 use super::recording::RecordingStore;
-use super::{failure_report, fresh_pid, now_millis, panic_message, run_in_system, within};
+use super::{fresh_pid, now_millis, within};
 
 const MAX: u64 = MAX_SEQ_NR;
 
@@ -1028,6 +1027,28 @@ impl fmt::Debug for JournalCase {
     }
 }
 
+impl super::Case for JournalCase {
+    type Store = dyn JournalStore;
+    const SUITE: &'static str = "journal";
+
+    fn all() -> &'static [Self] {
+        CASES
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(&self, store: Arc<dyn JournalStore>) -> LocalBoxFuture<'static, ()> {
+        (self.run)(store)
+    }
+}
+
+/// `store`, shared as the runners pass it to a case.
+fn shared<S: JournalStore>(store: S) -> Arc<dyn JournalStore> {
+    Arc::new(store)
+}
+
 crate::__journal_cases! {
     __case_table { JournalCase, "Every journal conformance case, in order: J1-J26, then the model check." }
 }
@@ -1048,13 +1069,7 @@ where
     Fut: Future<Output = S>,
     S: JournalStore,
 {
-    let Some(case) = case(name) else {
-        panic!("no journal conformance case is called {name:?}");
-    };
-    run_in_system(async move {
-        let store: Arc<dyn JournalStore> = Arc::new(factory().await);
-        case.run(store).await;
-    });
+    super::run_named_case::<JournalCase, _, _>(name, || factory().map(|store| Some(shared(store))));
 }
 
 /// Like [`run_case`], for a factory that may have no store to give (e.g. a database URL is
@@ -1069,15 +1084,7 @@ where
     Fut: Future<Output = Option<S>>,
     S: JournalStore,
 {
-    let Some(case) = case(name) else {
-        panic!("no journal conformance case is called {name:?}");
-    };
-    run_in_system(async move {
-        match factory().await {
-            Some(store) => case.run(Arc::new(store)).await,
-            None => eprintln!("skipped journal conformance case {name}: the factory gave no store"),
-        }
-    });
+    super::run_named_case::<JournalCase, _, _>(name, || factory().map(|store| store.map(shared)));
 }
 
 /// Runs every journal conformance case (J1-J26 and the model check), each against a store
@@ -1102,14 +1109,5 @@ where
     Fut: Future<Output = S>,
     S: JournalStore,
 {
-    let mut failures = Vec::new();
-    for case in CASES {
-        let store: Arc<dyn JournalStore> = Arc::new(factory().await);
-        if let Err(panic) = AssertUnwindSafe(case.run(store)).catch_unwind().await {
-            failures.push((case.name, panic_message(&*panic)));
-        }
-    }
-    if !failures.is_empty() {
-        panic!("{}", failure_report("journal", CASES.len(), &failures));
-    }
+    super::run_every_case::<JournalCase, _, _>(|| factory().map(shared)).await;
 }

@@ -45,25 +45,8 @@
 /// ```
 #[macro_export]
 macro_rules! journal_conformance_tests {
-    (@attrs [$($attrs:tt)*] #[$attr:meta] $($rest:tt)*) => {
-        $crate::journal_conformance_tests!(@attrs [$($attrs)* #[$attr]] $($rest)*);
-    };
-    (@attrs [$($attrs:tt)*] optional: $factory:expr $(,)?) => {
-        $crate::__journal_cases! {
-            __conformance_tests {
-                $crate::conformance::journal::run_case_if_available, [$($attrs)*], $factory
-            }
-        }
-    };
-    (@attrs [$($attrs:tt)*] $factory:expr $(,)?) => {
-        $crate::__journal_cases! {
-            __conformance_tests {
-                $crate::conformance::journal::run_case, [$($attrs)*], $factory
-            }
-        }
-    };
     ($($input:tt)*) => {
-        $crate::journal_conformance_tests!(@attrs [] $($input)*);
+        $crate::__conformance_macro! { __journal_cases, journal, [] $($input)* }
     };
 }
 
@@ -83,25 +66,33 @@ macro_rules! journal_conformance_tests {
 /// ```
 #[macro_export]
 macro_rules! snapshot_store_conformance_tests {
-    (@attrs [$($attrs:tt)*] #[$attr:meta] $($rest:tt)*) => {
-        $crate::snapshot_store_conformance_tests!(@attrs [$($attrs)* #[$attr]] $($rest)*);
-    };
-    (@attrs [$($attrs:tt)*] optional: $factory:expr $(,)?) => {
-        $crate::__snapshot_cases! {
-            __conformance_tests {
-                $crate::conformance::snapshot::run_case_if_available, [$($attrs)*], $factory
-            }
-        }
-    };
-    (@attrs [$($attrs:tt)*] $factory:expr $(,)?) => {
-        $crate::__snapshot_cases! {
-            __conformance_tests {
-                $crate::conformance::snapshot::run_case, [$($attrs)*], $factory
-            }
-        }
-    };
     ($($input:tt)*) => {
-        $crate::snapshot_store_conformance_tests!(@attrs [] $($input)*);
+        $crate::__conformance_macro! { __snapshot_cases, snapshot, [] $($input)* }
+    };
+}
+
+/// The body of both conformance macros: collects the attributes before the factory, then
+/// expands `$cases` (`__journal_cases` or `__snapshot_cases`) into one test per case, run by
+/// `run_case` (or `run_case_if_available` after `optional:`) of `conformance::$module`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_macro {
+    ($cases:ident, $module:ident, [$($attrs:tt)*] #[$attr:meta] $($rest:tt)*) => {
+        $crate::__conformance_macro! { $cases, $module, [$($attrs)* #[$attr]] $($rest)* }
+    };
+    ($cases:ident, $module:ident, [$($attrs:tt)*] optional: $factory:expr $(,)?) => {
+        $crate::$cases! {
+            __conformance_tests {
+                $crate::conformance::$module::run_case_if_available, [$($attrs)*], $factory
+            }
+        }
+    };
+    ($cases:ident, $module:ident, [$($attrs:tt)*] $factory:expr $(,)?) => {
+        $crate::$cases! {
+            __conformance_tests {
+                $crate::conformance::$module::run_case, [$($attrs)*], $factory
+            }
+        }
     };
 }
 

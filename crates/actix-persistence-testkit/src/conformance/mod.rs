@@ -37,7 +37,12 @@ pub mod snapshot;
 
 use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
 
 pub use journal::{run_journal_suite, JournalCase};
 pub use model::{check_journal_against_model, ModelCheckConfig, ModelMismatch};
@@ -78,7 +83,7 @@ pub(crate) fn fresh_pid() -> String {
 }
 
 /// The message of a caught panic.
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -89,7 +94,7 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
 }
 
 /// Formats `(name, message)` failures of a suite run into one report.
-pub(crate) fn failure_report(suite: &str, total: usize, failures: &[(&str, String)]) -> String {
+fn failure_report(suite: &str, total: usize, failures: &[(&str, String)]) -> String {
     let mut report = format!(
         "{} of {total} {suite} conformance cases failed:\n",
         failures.len()
@@ -98,4 +103,67 @@ pub(crate) fn failure_report(suite: &str, total: usize, failures: &[(&str, Strin
         report.push_str(&format!("\n--- {name}\n{message}\n"));
     }
     report
+}
+
+/// A case of one of the suites ([`JournalCase`], [`SnapshotCase`]), as the runners below
+/// that both suites share see it.
+pub(crate) trait Case: Sized + 'static {
+    /// The store the case runs against (`dyn JournalStore` or `dyn SnapshotStore`).
+    type Store: ?Sized;
+    /// How messages name the suite: `"journal"` or `"snapshot store"`.
+    const SUITE: &'static str;
+    /// Every case of the suite, in order.
+    fn all() -> &'static [Self];
+    /// The case's name, e.g. `j01_replay_all`.
+    fn name(&self) -> &'static str;
+    /// Runs the case against `store`.
+    fn run(&self, store: Arc<Self::Store>) -> LocalBoxFuture<'static, ()>;
+}
+
+/// Runs the case `name` in a new Actix system against the store `factory` gives: `None`
+/// skips the case, printing a notice.
+///
+/// # Panics
+/// When no case is called `name`, or the case fails.
+pub(crate) fn run_named_case<C, F, Fut>(name: &str, factory: F)
+where
+    C: Case,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Option<Arc<C::Store>>>,
+{
+    let Some(case) = C::all().iter().find(|case| case.name() == name) else {
+        panic!("no {} conformance case is called {name:?}", C::SUITE);
+    };
+    run_in_system(async move {
+        match factory().await {
+            Some(store) => case.run(store).await,
+            None => eprintln!(
+                "skipped {} conformance case {name}: the factory gave no store",
+                C::SUITE
+            ),
+        }
+    });
+}
+
+/// Runs every case of the suite, each against a store fresh from `factory`, and reports all
+/// failures at once.
+///
+/// # Panics
+/// When any case fails: the message lists every failed case with what differed.
+pub(crate) async fn run_every_case<C, F, Fut>(factory: F)
+where
+    C: Case,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<C::Store>>,
+{
+    let mut failures = Vec::new();
+    for case in C::all() {
+        let store = factory().await;
+        if let Err(panic) = AssertUnwindSafe(case.run(store)).catch_unwind().await {
+            failures.push((case.name(), panic_message(&*panic)));
+        }
+    }
+    if !failures.is_empty() {
+        panic!("{}", failure_report(C::SUITE, C::all().len(), &failures));
+    }
 }

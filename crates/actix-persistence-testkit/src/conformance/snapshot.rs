@@ -11,7 +11,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix_persistence_core::serialization::SerializationError;
@@ -23,7 +22,7 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde::{Serialize, Serializer};
 
-use super::{failure_report, fresh_pid, now_millis, panic_message, run_in_system, within};
+use super::{fresh_pid, now_millis, within};
 
 /// The four bounds with max seq and max timestamp set, the others at their defaults.
 fn criteria(max_seq_nr: u64, max_timestamp: i64) -> SnapshotSelectionCriteria {
@@ -406,6 +405,28 @@ impl fmt::Debug for SnapshotCase {
     }
 }
 
+impl super::Case for SnapshotCase {
+    type Store = dyn SnapshotStore;
+    const SUITE: &'static str = "snapshot store";
+
+    fn all() -> &'static [Self] {
+        CASES
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(&self, store: Arc<dyn SnapshotStore>) -> LocalBoxFuture<'static, ()> {
+        (self.run)(store)
+    }
+}
+
+/// `store`, shared as the runners pass it to a case.
+fn shared<S: SnapshotStore>(store: S) -> Arc<dyn SnapshotStore> {
+    Arc::new(store)
+}
+
 crate::__snapshot_cases! {
     __case_table { SnapshotCase, "Every snapshot store conformance case, in order: S1-S12." }
 }
@@ -427,12 +448,8 @@ where
     Fut: Future<Output = S>,
     S: SnapshotStore,
 {
-    let Some(case) = case(name) else {
-        panic!("no snapshot store conformance case is called {name:?}");
-    };
-    run_in_system(async move {
-        let store: Arc<dyn SnapshotStore> = Arc::new(factory().await);
-        case.run(store).await;
+    super::run_named_case::<SnapshotCase, _, _>(name, || {
+        factory().map(|store| Some(shared(store)))
     });
 }
 
@@ -448,17 +465,7 @@ where
     Fut: Future<Output = Option<S>>,
     S: SnapshotStore,
 {
-    let Some(case) = case(name) else {
-        panic!("no snapshot store conformance case is called {name:?}");
-    };
-    run_in_system(async move {
-        match factory().await {
-            Some(store) => case.run(Arc::new(store)).await,
-            None => eprintln!(
-                "skipped snapshot store conformance case {name}: the factory gave no store"
-            ),
-        }
-    });
+    super::run_named_case::<SnapshotCase, _, _>(name, || factory().map(|store| store.map(shared)));
 }
 
 /// Runs every snapshot store conformance case (S1-S12), each against a store fresh from
@@ -480,17 +487,5 @@ where
     Fut: Future<Output = S>,
     S: SnapshotStore,
 {
-    let mut failures = Vec::new();
-    for case in CASES {
-        let store: Arc<dyn SnapshotStore> = Arc::new(factory().await);
-        if let Err(panic) = AssertUnwindSafe(case.run(store)).catch_unwind().await {
-            failures.push((case.name, panic_message(&*panic)));
-        }
-    }
-    if !failures.is_empty() {
-        panic!(
-            "{}",
-            failure_report("snapshot store", CASES.len(), &failures)
-        );
-    }
+    super::run_every_case::<SnapshotCase, _, _>(|| factory().map(shared)).await;
 }
