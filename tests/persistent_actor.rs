@@ -63,22 +63,37 @@ async fn persist_then_persist_all_in_one_command_is_one_batch_with_consecutive_s
 ) {
     let mut h = Harness::on(backend, 1).await;
     let a = h.probe_in_group("a1-mixed", 0).await;
-    // Persist of x, then (through PersistAll) y and z: use the persist+defer command with a
-    // persist_all done by the probe in sequence.
-    let reply = a.send(Persist(vec![named("x"), named("y"), named("z")]));
+    let reply = a.send(PersistThenAll(named("x"), vec![named("y"), named("z")]));
     let write = h.control.next_write_for("a1-mixed").await;
     assert_eq!(
         write.writes().len(),
-        3,
-        "one batch holding three atomic writes"
+        2,
+        "one batch: persist(x) and persist_all([y, z])"
     );
-    let seqs: Vec<_> = write.writes().iter().map(|w| w.lowest_seq_nr()).collect();
-    assert_eq!(seqs, vec![1, 2, 3]);
+    let shapes: Vec<_> = write
+        .writes()
+        .iter()
+        .map(|w| (w.lowest_seq_nr(), w.events.len()))
+        .collect();
+    assert_eq!(shapes, vec![(1, 1), (2, 2)]);
     write.complete();
-    assert_eq!(reply.await.expect("mailbox").expect("stored"), 3);
+    assert_eq!(
+        reply.await.expect("mailbox").expect("stored"),
+        3,
+        "one completion, last"
+    );
     assert!(
         !h.control.has_waiting_write(),
         "exactly one batch for one command"
+    );
+    assert_eq!(
+        h.next_seen_n(4).await,
+        vec![
+            command("a1-mixed", 0),
+            handler("a1-mixed", "x", 1),
+            handler("a1-mixed", "y", 2),
+            handler("a1-mixed", "z", 3),
+        ]
     );
     assert_eq!(
         payloads(&stored(&h, "a1-mixed").await),
@@ -209,14 +224,14 @@ async fn an_unserializable_event_is_rejected_and_the_actor_goes_on(backend: Back
     let other = b.send(Persist(vec![named("b-ok")]));
     h.control.next_write_for("h2-a").await.complete();
     h.control.next_write_for("h2-b").await.complete();
-    assert_eq!(good.await.expect("mailbox").expect("stored"), 1);
+    assert_eq!(good.await.expect("mailbox").expect("stored"), 2);
     other.await.expect("mailbox").expect("stored");
     let seen = h.seen_so_far();
     assert!(seen.contains(&Seen::Rejected {
         pid: "h2-a".into(),
         seq_nr: 1
     }));
-    assert!(seen.contains(&handler("h2-a", "a-ok", 1)));
+    assert!(seen.contains(&handler("h2-a", "a-ok", 2)));
     let stored_a = stored(&h, "h2-a").await;
     assert_eq!(stored_a.len(), 1);
     assert_eq!(stored_a[0].seq_nr, 2, "the rejected seq_nr stays a gap");
@@ -224,7 +239,9 @@ async fn an_unserializable_event_is_rejected_and_the_actor_goes_on(backend: Back
     // The next recovery completes with the right highest seq.
     a.send(Stop).await.expect("mailbox");
     h.seen_so_far();
-    h.probe_in_group("h2-a", 1).await;
+    let again = h.probe_in_group("h2-a", 1).await;
+    let (applied, last_seq_nr) = again.send(Inspect).await.expect("mailbox");
+    assert_eq!((applied, last_seq_nr), (vec![named("a-ok")], 2));
 }
 
 async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone(backend: Backend) {
@@ -237,7 +254,7 @@ async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone(back
         Outcome::Reject("not today".into()),
         Outcome::Store,
     ]);
-    assert_eq!(reply.await.expect("mailbox").expect("s8 stored"), 2);
+    assert_eq!(reply.await.expect("mailbox").expect("s8 stored"), 3);
     let seen = h.next_seen_n(4).await;
     assert_eq!(
         seen,
@@ -248,8 +265,8 @@ async fn a_rejection_in_the_middle_of_a_batch_leaves_the_other_writes_alone(back
                 pid: "j21".into(),
                 seq_nr: 2
             },
-            // s8 is the second applied event, stored at seq 3
-            handler("j21", "s8", 2),
+            // s8 is stored at seq 3: the rejected seq 2 stays a gap
+            handler("j21", "s8", 3),
         ]
     );
     let seqs: Vec<_> = stored(&h, "j21").await.iter().map(|e| e.seq_nr).collect();

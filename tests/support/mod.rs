@@ -293,8 +293,8 @@ impl Handler<Inspect> for Probe {
     }
 }
 
-fn log_handler(act: &mut Probe, event: &Evt) -> u64 {
-    let seq_nr = act.last_seq_nr_of(event);
+/// Reports the continuation of an event stored at `seq_nr`.
+fn log_handler(act: &mut Probe, event: &Evt, seq_nr: u64) -> u64 {
     act.see(Seen::Handler {
         pid: act.pid(),
         event: event.clone(),
@@ -303,17 +303,13 @@ fn log_handler(act: &mut Probe, event: &Evt) -> u64 {
     seq_nr
 }
 
-impl Probe {
-    /// Position of `event` among the applied events (1-based): its seq_nr when nothing was
-    /// rejected.
-    fn last_seq_nr_of(&self, event: &Evt) -> u64 {
-        self.applied
-            .iter()
-            .rposition(|e| e == event)
-            .map(|i| i as u64 + 1)
-            .unwrap_or(0)
-    }
+/// Reports the continuation of `persist`: the event's sequence number is the actor's last.
+fn log_persisted(act: &mut Probe, event: &Evt) -> u64 {
+    let seq_nr = act.last_seq_nr();
+    log_handler(act, event, seq_nr)
+}
 
+impl Probe {
     fn command_seen(&self) {
         self.see(Seen::Command {
             pid: self.pid(),
@@ -329,7 +325,7 @@ impl Handler<Persist> for Probe {
         self.command_seen();
         let mut last = PersistReply::ready(0);
         for event in msg.0 {
-            last = self.persist(ctx, event, |act, event, _| log_handler(act, event));
+            last = self.persist(ctx, event, |act, event, _| log_persisted(act, event));
         }
         last
     }
@@ -340,13 +336,32 @@ impl Handler<PersistAll> for Probe {
 
     fn handle(&mut self, msg: PersistAll, ctx: &mut Context<Self>) -> Self::Result {
         self.command_seen();
-        self.persist_all(ctx, msg.0, |act, events, _| {
-            events
-                .iter()
-                .map(|e| log_handler(act, e))
-                .last()
-                .unwrap_or(0)
-        })
+        self.persist_all(ctx, msg.0, persist_all_continuation)
+    }
+}
+
+/// Reports each event of a `persist_all`: the last one is at the actor's last seq_nr.
+fn persist_all_continuation(act: &mut Probe, events: &[Evt], _: &mut Context<Probe>) -> u64 {
+    let last = act.last_seq_nr();
+    let first = last + 1 - events.len() as u64;
+    for (seq_nr, event) in (first..).zip(events) {
+        log_handler(act, event, seq_nr);
+    }
+    last
+}
+
+/// `persist(x)` then `persist_all(rest)` in one command (A1).
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+pub struct PersistThenAll(pub Evt, pub Vec<Evt>);
+
+impl Handler<PersistThenAll> for Probe {
+    type Result = PersistReply<u64>;
+
+    fn handle(&mut self, msg: PersistThenAll, ctx: &mut Context<Self>) -> Self::Result {
+        self.command_seen();
+        self.persist(ctx, msg.0, |act, event, _| log_persisted(act, event));
+        self.persist_all(ctx, msg.1, persist_all_continuation)
     }
 }
 
@@ -356,7 +371,7 @@ impl Handler<PersistThenDefer> for Probe {
     fn handle(&mut self, msg: PersistThenDefer, ctx: &mut Context<Self>) -> Self::Result {
         self.command_seen();
         for event in msg.0 {
-            self.persist(ctx, event, |act, event, _| log_handler(act, event));
+            self.persist(ctx, event, |act, event, _| log_persisted(act, event));
         }
         let tag = msg.1;
         self.defer(ctx, move |act, _| {

@@ -200,9 +200,12 @@ async fn with_timeout<T>(
     call: impl std::future::Future<Output = Result<T, JournalError>>,
 ) -> Result<T, JournalError> {
     breaker.permit()?;
-    let result = tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or(Err(JournalError::Timeout { operation, timeout }));
+    // A panicking store must still record its outcome, or a half-open breaker stays shut.
+    let result = match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
+        Err(_) => Err(JournalError::Timeout { operation, timeout }),
+        Ok(Err(_panic)) => Err(JournalError::storage(operation, StorePanicked)),
+        Ok(Ok(result)) => result,
+    };
     breaker.record(result.is_ok());
     result
 }

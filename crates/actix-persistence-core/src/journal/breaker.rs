@@ -85,9 +85,17 @@ impl CircuitBreaker {
                     "journal circuit breaker opened"
                 );
                 State::Open {
-                    until: Instant::now() + self.config.reset_timeout,
+                    until: far_future_saturating(self.config.reset_timeout),
                 }
             }
         };
     }
+}
+
+/// `now + after`, or a moment about 30 years away when that overflows the clock.
+pub(crate) fn far_future_saturating(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after)
+        .or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))
+        .unwrap_or(now)
 }

@@ -15,6 +15,7 @@ mod resequencer;
 mod routing;
 
 pub use actor::{JournalActor, JournalConfig};
+pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages, WriteMessages,

@@ -9,7 +9,7 @@ use actix::{ActorContext, ActorFuture, AsyncContext, Context};
 use tokio::sync::oneshot;
 use tracing::Span;
 
-use super::recovery::{poll_recovery, Recovering};
+use super::recovery::{poll_recovery, Recovered, Recovering};
 use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor};
 use crate::error::{AtomicWriteError, JournalError};
@@ -80,8 +80,12 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
             match &mut this.state {
                 DriverState::Recovering(recovery) => match poll_recovery(recovery, act, task) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(last_seq_nr)) => {
+                    Poll::Ready(Ok(Recovered {
+                        last_seq_nr,
+                        bounded,
+                    })) => {
                         let state = act.persistence_mut();
+                        state.partially_recovered = bounded;
                         state.set_recovered_seq_nr(last_seq_nr);
                         state.recovered = true;
                         this.state = DriverState::Idle;
@@ -95,6 +99,11 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                         return Poll::Ready(());
                     }
                 },
+                DriverState::Idle if ctx.state().stopping() => {
+                    // A continuation stopped the actor: nothing more is sent.
+                    stop_after_failure(act, ctx, StopReason::Normal);
+                    return Poll::Ready(());
+                }
                 DriverState::Idle => match send_batch(act) {
                     None => {
                         act.persistence_mut().driver_running = false;
@@ -238,7 +247,7 @@ fn deliver<A: PersistentActor>(
             Err(AtomicWriteError::Failed(cause)) => {
                 act.on_persist_failure(&cause, ctx);
                 then(act, Err(PersistError::Failed(cause)), ctx);
-                stop_after_failure(act, ctx);
+                stop_after_failure(act, ctx, StopReason::PersistFailure);
                 return false;
             }
         }
@@ -247,9 +256,11 @@ fn deliver<A: PersistentActor>(
 }
 
 /// Answers every waiting continuation with `ActorStopped` and stops the actor.
-fn stop_after_failure<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
+fn stop_after_failure<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, reason: StopReason) {
     let state = act.persistence_mut();
-    state.stop_reason = StopReason::PersistFailure;
+    if reason != StopReason::Normal {
+        state.stop_reason = reason;
+    }
     let waiting: Vec<_> = state
         .in_flight
         .drain(..)

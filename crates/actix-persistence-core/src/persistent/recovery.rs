@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix::Addr;
 use futures::future::LocalBoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{sleep, sleep_until, Instant, Sleep};
+use tokio::time::{sleep_until, Sleep};
 use tracing::Span;
 
 use super::{PersistentActor, RecoveryError};
@@ -105,7 +105,16 @@ pub(crate) struct Recovering {
     idle: Option<Pin<Box<Sleep>>>,
     timeout: Duration,
     replayed: u64,
+    bounds: Recovery,
     pub(crate) span: Span,
+}
+
+/// How recovery ended.
+pub(crate) struct Recovered {
+    /// The highest sequence number stored for the id.
+    pub(crate) last_seq_nr: u64,
+    /// Whether the recovery's bounds (`to_seq_nr`, `max_events`) left stored events out.
+    pub(crate) bounded: bool,
 }
 
 impl Recovering {
@@ -118,7 +127,9 @@ impl Recovering {
             replayed = tracing::field::Empty,
         );
         let timeout = plan.timeout;
+        let bounds = plan.recovery;
         Recovering {
+            bounds,
             start: Some(Box::pin(start(plan))),
             replay: None,
             _permit: None,
@@ -130,7 +141,7 @@ impl Recovering {
     }
 
     fn made_progress(&mut self) {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::journal::far_future_saturating(self.timeout);
         match &mut self.idle {
             Some(idle) => idle.as_mut().reset(deadline),
             None => self.idle = Some(Box::pin(sleep_until(deadline))),
@@ -139,7 +150,9 @@ impl Recovering {
 
     fn timed_out(&mut self, task: &mut TaskContext<'_>) -> bool {
         let timeout = self.timeout;
-        let idle = self.idle.get_or_insert_with(|| Box::pin(sleep(timeout)));
+        let idle = self.idle.get_or_insert_with(|| {
+            Box::pin(sleep_until(crate::journal::far_future_saturating(timeout)))
+        });
         idle.as_mut().poll(task).is_ready()
     }
 }
@@ -200,7 +213,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
     recovery: &mut Recovering,
     act: &mut A,
     task: &mut TaskContext<'_>,
-) -> Poll<Result<u64, RecoveryError>> {
+) -> Poll<Result<Recovered, RecoveryError>> {
     let span = recovery.span.clone();
     let _entered = span.enter();
     if let Some(start) = &mut recovery.start {
@@ -236,6 +249,9 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
     loop {
         match events.as_mut().poll_next(task) {
             Poll::Pending => {
+                if applied > 0 {
+                    recovery.made_progress();
+                }
                 if recovery.timed_out(task) {
                     return Poll::Ready(Err(RecoveryError::Timeout {
                         persistence_id: act.persistence_id().to_owned(),
@@ -268,14 +284,21 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
                 }))
             }
             Poll::Ready(None) => {
-                let last = highest.max(act.last_seq_nr());
+                let applied_up_to = act.last_seq_nr();
+                let last = highest.max(applied_up_to);
+                let bounded = applied_up_to < highest
+                    && (recovery.bounds.to_seq_nr < highest
+                        || recovery.replayed >= recovery.bounds.max_events);
                 recovery.span.record("replayed", recovery.replayed);
                 tracing::debug!(
                     last_seq_nr = last,
                     replayed = recovery.replayed,
                     "recovery completed"
                 );
-                return Poll::Ready(Ok(last));
+                return Poll::Ready(Ok(Recovered {
+                    last_seq_nr: last,
+                    bounded,
+                }));
             }
         }
     }

@@ -83,6 +83,12 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         act.on_snapshot_failure(&not_supported("no snapshot store is configured"), ctx);
         return;
     };
+    if act.persistence().partially_recovered {
+        let reason = "recovery was bounded (to_seq_nr, max_events or Recovery::none), so the \
+                      state misses stored events; a snapshot would drop them";
+        act.on_snapshot_failure(&not_supported(reason), ctx);
+        return;
+    }
     let metadata = SnapshotMetadata {
         persistence_id: persistence_id.clone(),
         seq_nr: act.last_seq_nr(),
@@ -109,13 +115,17 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         let call = store.save(metadata.clone(), snapshot);
         with_timeout("save", timeout, call).await.map(|()| metadata)
     };
-    ctx.spawn(detached(save).into_actor(act).map(|saved, act, ctx| match saved {
-        Ok(metadata) => {
-            act.on_snapshot_saved(&metadata, ctx);
-            apply_retention(act, ctx, &metadata);
-        }
-        Err(error) => act.on_snapshot_failure(&error, ctx),
-    }));
+    ctx.spawn(
+        detached(save)
+            .into_actor(act)
+            .map(|saved, act, ctx| match saved {
+                Ok(metadata) => {
+                    act.on_snapshot_saved(&metadata, ctx);
+                    apply_retention(act, ctx, &metadata);
+                }
+                Err(error) => act.on_snapshot_failure(&error, ctx),
+            }),
+    );
 }
 
 /// After a snapshot: drop snapshots beyond the kept ones, and the covered events if asked.
@@ -178,9 +188,11 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
         act.on_delete_failure(&error, ctx);
         return;
     }
+    // "All" means all stored so far: never events persisted after this call.
+    let bound = to_seq_nr.min(last_seq_nr);
     let request = act.persistence().journal().send(DeleteMessagesTo {
         persistence_id: act.persistence_id().to_owned(),
-        to_seq_nr,
+        to_seq_nr: bound,
     });
     let delete = async move { request.await.unwrap_or(Err(JournalError::JournalStopped)) };
     ctx.spawn(
@@ -204,9 +216,7 @@ fn detached<T: 'static>(
     actix::spawn(async move {
         let _ = tx.send(call.await);
     });
-    async move {
-        rx.await.unwrap_or(Err(SnapshotError::Interrupted))
-    }
+    async move { rx.await.unwrap_or(Err(SnapshotError::Interrupted)) }
 }
 
 async fn with_timeout<T>(

@@ -60,6 +60,9 @@ pub struct PersistenceState<A: EventSourced> {
     /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
     assigned_seq_nr: u64,
     pub(crate) recovered: bool,
+    /// Recovery stopped before the highest stored event (bounded recovery): snapshots would
+    /// drop the events the state misses, so none are taken.
+    pub(crate) partially_recovered: bool,
     recovery: Recovery,
     recovery_timeout: Duration,
     permits: Option<RecoveryPermits>,
@@ -115,6 +118,7 @@ impl<A: EventSourced> PersistenceState<A> {
             last_seq_nr: 0,
             assigned_seq_nr: 0,
             recovered: false,
+            partially_recovered: false,
             recovery: Recovery::latest(),
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
             permits: None,
@@ -231,6 +235,16 @@ impl<A: EventSourced> PersistenceState<A> {
         serialized: Vec<Result<SerializedEvent, SerializationError>>,
         tags: Vec<Vec<String>>,
     ) -> (PendingWrite, u64) {
+        if !self.recovered {
+            let rejection = WriteRejection {
+                persistence_id: self.persistence_id.clone(),
+                seq_nr: 0,
+                reason: "persist before recovery completed: sequence numbers are not known yet \
+                         (persist from a command handler or on_recovery_completed)"
+                    .to_owned(),
+            };
+            return (PendingWrite::Rejected(rejection), 0);
+        }
         let first = self.assigned_seq_nr + 1;
         self.assigned_seq_nr += serialized.len() as u64;
         let highest = self.assigned_seq_nr;

@@ -51,8 +51,17 @@ impl Backoff {
             .min
             .saturating_mul(2u32.saturating_pow(restarts.min(31)))
             .min(self.max);
-        let extra =
-            exponential.mul_f64(self.random_factor.clamp(0.0, 1.0) * jitter.clamp(0.0, 1.0));
+        let share = |x: f64| {
+            if x.is_finite() {
+                x.clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
+        let extra = Duration::try_from_secs_f64(
+            exponential.as_secs_f64() * share(self.random_factor) * share(jitter),
+        )
+        .unwrap_or(Duration::MAX);
         exponential.saturating_add(extra)
     }
 }
@@ -154,7 +163,8 @@ where
     fn handle(&mut self, msg: M, _: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         let forward: Forward<A> = Box::new(move |child: &Addr<A>| {
-            let request = child.send(msg);
+            // A fresh sender is never parked, so `send` queues now, in the order commands came.
+            let request = child.clone().send(msg);
             actix::spawn(async move {
                 let answer = request.await.unwrap_or(Err(PersistError::ActorStopped));
                 let _ = tx.send(answer);
