@@ -414,3 +414,144 @@ on_every_backend!(
     five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order,
     the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_continues,
 );
+
+/// A store whose replay delivers each event after a delay, and whose delete panics.
+#[derive(Clone)]
+struct SlowReplayPanickyDelete {
+    inner: actix_persistence::InMemoryJournal,
+    per_event: Duration,
+}
+
+#[async_trait]
+impl actix_persistence::JournalStore for SlowReplayPanickyDelete {
+    async fn write_messages(
+        &self,
+        writes: Vec<actix_persistence::AtomicWrite>,
+    ) -> Result<Vec<actix_persistence::store::AtomicWriteResult>, JournalError> {
+        self.inner.write_messages(writes).await
+    }
+
+    fn replay_messages(
+        &self,
+        pid: &str,
+        from: u64,
+        to: u64,
+        max: u64,
+    ) -> actix_persistence::store::ReplayStream {
+        use futures::StreamExt;
+        let delay = self.per_event;
+        self.inner
+            .replay_messages(pid, from, to, max)
+            .then(move |e| async move {
+                tokio::time::sleep(delay).await;
+                e
+            })
+            .boxed()
+    }
+
+    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
+        self.inner.read_highest_sequence_nr(pid, from).await
+    }
+
+    async fn delete_messages_to(&self, _: &str, _: u64) -> Result<(), JournalError> {
+        panic!("a bug in the store's delete")
+    }
+}
+
+#[actix::test]
+async fn a_replay_that_keeps_making_progress_is_not_timed_out() {
+    tokio::time::pause();
+    let mut h = Harness::new(1);
+    let inner = actix_persistence::InMemoryJournal::new();
+    let store = SlowReplayPanickyDelete {
+        inner: inner.clone(),
+        per_event: Duration::from_millis(400),
+    };
+    h.journal = JournalActor::start_with(Arc::new(store), JournalConfig::default());
+    let writer = h.probe_in_group("steady", 0).await;
+    for i in 1..=5 {
+        writer
+            .send(Persist(vec![named(&format!("e{i}"))]))
+            .await
+            .expect("mailbox")
+            .expect("stored");
+    }
+    writer.send(Stop).await.expect("mailbox");
+    h.seen_so_far();
+    // 5 events 400 ms apart never stall for 1 s: recovery goes on.
+    let _reader = h.start_probe("steady", 0, |s| {
+        s.with_recovery_timeout(Duration::from_secs(1))
+    });
+    match h
+        .seen_until(|s| matches!(s, Seen::Recovered { .. } | Seen::RecoveryFailed { .. }))
+        .await
+        .pop()
+    {
+        Some(Seen::Recovered { last_seq_nr, .. }) => assert_eq!(last_seq_nr, 5),
+        other => panic!("a steady replay must not time out: {other:?}"),
+    }
+}
+
+#[actix::test]
+async fn a_panicking_trial_call_does_not_leave_the_circuit_breaker_shut() {
+    tokio::time::pause();
+    let mut h = Harness::new(1);
+    let store = SlowReplayPanickyDelete {
+        inner: actix_persistence::InMemoryJournal::new(),
+        per_event: Duration::ZERO,
+    };
+    h.journal = JournalActor::start_with(
+        Arc::new(store),
+        JournalConfig {
+            circuit_breaker: CircuitBreakerConfig {
+                max_failures: 1,
+                reset_timeout: Duration::from_secs(1),
+            },
+            ..JournalConfig::default()
+        },
+    );
+    let delete = |pid: &str| actix_persistence::journal::DeleteMessagesTo {
+        persistence_id: pid.to_owned(),
+        to_seq_nr: 1,
+    };
+    // The panic is a failure: the breaker opens.
+    let first = h.journal.send(delete("x")).await.expect("mailbox");
+    assert!(
+        matches!(first, Err(JournalError::Storage { .. })),
+        "{first:?}"
+    );
+    // After the reset timeout the trial call panics too: recorded, the breaker opens again.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let trial = h.journal.send(delete("x")).await.expect("mailbox");
+    assert!(
+        matches!(trial, Err(JournalError::Storage { .. })),
+        "{trial:?}"
+    );
+    // And after the next reset timeout a healthy call passes and closes it.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let highest = h
+        .journal
+        .send(actix_persistence::journal::ReadHighestSequenceNr {
+            persistence_id: "x".into(),
+            from_seq_nr: 0,
+        })
+        .await
+        .expect("mailbox");
+    assert_eq!(highest.expect("the breaker let the call through"), 0);
+}
+
+#[test]
+fn backoff_delay_never_panics_on_nan_or_huge_durations() {
+    let nan = Backoff {
+        random_factor: f64::NAN,
+        ..Backoff::default()
+    };
+    assert_eq!(nan.delay(0, 0.5), Backoff::default().min);
+    let huge = Backoff {
+        min: Duration::MAX,
+        max: Duration::MAX,
+        random_factor: 1.0,
+        reset_after: Duration::from_secs(60),
+    };
+    assert_eq!(huge.delay(3, 1.0), Duration::MAX);
+}

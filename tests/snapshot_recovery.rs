@@ -342,3 +342,31 @@ on_every_backend!(
     saving_a_snapshot_without_a_store_tells_the_actor,
     deleting_beyond_the_last_seq_nr_is_refused,
 );
+
+async fn no_snapshot_after_a_bounded_recovery(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
+    store_events(&h, "bounded-snap", &["e1", "e2", "e3", "e4", "e5"]).await;
+    let a = h.start_probe("bounded-snap", 0, |s| {
+        with_snapshots(&snapshots)(s).with_recovery(Recovery {
+            to_seq_nr: 3,
+            ..Recovery::latest()
+        })
+    });
+    assert!(matches!(
+        h.next_seen().await,
+        Seen::Recovered { last_seq_nr: 5, .. }
+    ));
+    a.do_send(SaveSnapshot);
+    match h.next_seen().await {
+        Seen::SnapshotFailed { error, .. } => assert!(error.contains("bounded"), "{error}"),
+        other => panic!("a snapshot of a partial state must be refused: {other:?}"),
+    }
+    let latest = snapshots
+        .load("bounded-snap", SnapshotSelectionCriteria::latest())
+        .await
+        .expect("load");
+    assert_eq!(latest, None);
+}
+
+on_every_backend!(no_snapshot_after_a_bounded_recovery);
