@@ -345,3 +345,38 @@ on_every_backend!(
     defer_only_commands_never_reach_the_store_and_run_in_order,
     a_failed_write_answers_every_waiting_continuation,
 );
+
+/// Persists, then waits for its own reply inside the handler's `AtomicResponse` (Actix's
+/// `ctx.wait`): the newest waiting future, the only one Actix polls.
+#[derive(actix::Message)]
+#[rtype(result = "actix_persistence::PersistResult<u64>")]
+struct PersistAtomically(Evt);
+
+impl actix::Handler<PersistAtomically> for Probe {
+    type Result = actix::AtomicResponse<Self, actix_persistence::PersistResult<u64>>;
+
+    fn handle(&mut self, msg: PersistAtomically, ctx: &mut actix::Context<Self>) -> Self::Result {
+        use actix::fut::ActorFutureExt;
+        use actix_persistence::PersistentActor;
+        let reply = self.persist(ctx, msg.0, |act, _, _| act.last_seq_nr());
+        actix::AtomicResponse::new(Box::pin(
+            reply
+                .into_actor_future()
+                .map(|answer, _, _| answer.map(|seq_nr| seq_nr * 10)),
+        ))
+    }
+}
+
+async fn a_reply_awaited_inside_ctx_wait_completes(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let a = h.probe_in_group("atomic", 0).await;
+    let answer = a.send(PersistAtomically(named("x")));
+    h.control.next_write_for("atomic").await.complete();
+    assert_eq!(answer.await.expect("mailbox").expect("stored"), 10);
+    // The actor is not stuck: the next command is handled.
+    let next = a.send(Persist(vec![named("y")]));
+    h.control.next_write_for("atomic").await.complete();
+    assert_eq!(next.await.expect("mailbox").expect("stored"), 2);
+}
+
+on_every_backend!(a_reply_awaited_inside_ctx_wait_completes);

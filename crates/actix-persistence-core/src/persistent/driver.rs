@@ -27,21 +27,24 @@ pub(crate) fn enqueue<A: PersistentActor>(
     state.batch.push(invocation);
     if !state.driver_running {
         state.driver_running = true;
-        ctx.wait(Driver::<A>::new(DriverState::Idle));
+        state.driver = DriverState::Idle;
+        ctx.wait(Driver::<A>::new());
     }
 }
 
 pub(crate) fn start_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
     let state = act.persistence_mut();
     state.driver_running = true;
-    let recovering = Recovering::new(state.recovery_plan());
-    ctx.wait(Driver::<A>::new(DriverState::Recovering(Box::new(
-        recovering,
-    ))));
+    state.driver = DriverState::Recovering(Box::new(Recovering::new(state.recovery_plan())));
+    ctx.wait(Driver::<A>::new());
 }
 
-enum DriverState {
+/// Where the actor's recovery and writes stand; kept in its `PersistenceState`, so that any
+/// future of the actor can move it on ([`pump`]).
+#[derive(Default)]
+pub(crate) enum DriverState {
     Recovering(Box<Recovering>),
+    #[default]
     Idle,
     Awaiting {
         reply: oneshot::Receiver<WriteMessagesReply>,
@@ -51,16 +54,14 @@ enum DriverState {
 }
 
 /// Holds the actor's mailbox (via `ctx.wait`) while recovery or writes are outstanding, and
-/// runs their continuations in order.
+/// moves them on with [`pump`].
 pub(crate) struct Driver<A> {
-    state: DriverState,
     _actor: PhantomData<fn() -> A>,
 }
 
 impl<A> Driver<A> {
-    fn new(state: DriverState) -> Self {
+    fn new() -> Self {
         Driver {
-            state,
             _actor: PhantomData,
         }
     }
@@ -75,9 +76,40 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
         ctx: &mut Context<A>,
         task: &mut TaskContext<'_>,
     ) -> Poll<()> {
-        let this = self.get_mut();
+        pump(act, ctx, task)
+    }
+}
+
+/// Moves the actor's recovery and writes on as far as they go: sends the queued batch, runs
+/// continuations of the replies that arrived. `Ready` once nothing is outstanding. Any future
+/// the actor waits on may call it (Actix polls only the newest `ctx.wait` future), so a
+/// [`super::PersistReply`] awaited inside `ctx.wait` cannot starve the writes it waits for.
+pub(crate) fn pump<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    task: &mut TaskContext<'_>,
+) -> Poll<()> {
+    if !act.persistence().driver_running {
+        return Poll::Ready(());
+    }
+    let mut state = std::mem::take(&mut act.persistence_mut().driver);
+    let progress = run(&mut state, act, ctx, task);
+    if progress.is_pending() {
+        act.persistence_mut().driver = state;
+    }
+    progress
+}
+
+fn run<A: PersistentActor>(
+    state: &mut DriverState,
+    act: &mut A,
+    ctx: &mut Context<A>,
+    task: &mut TaskContext<'_>,
+) -> Poll<()> {
+    {
+        let this = state;
         loop {
-            match &mut this.state {
+            match &mut *this {
                 DriverState::Recovering(recovery) => match poll_recovery(recovery, act, task) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(Recovered {
@@ -88,7 +120,7 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                         state.partially_recovered = bounded;
                         state.set_recovered_seq_nr(last_seq_nr);
                         state.recovered = true;
-                        this.state = DriverState::Idle;
+                        *this = DriverState::Idle;
                         act.on_recovery_completed(last_seq_nr, ctx);
                     }
                     Poll::Ready(Err(cause)) => {
@@ -119,7 +151,7 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                         writes,
                         span,
                     }) => {
-                        this.state = DriverState::Awaiting {
+                        *this = DriverState::Awaiting {
                             reply,
                             writes,
                             span,
@@ -141,7 +173,7 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
                     };
                     let span = span.clone();
                     let _entered = span.enter();
-                    this.state = DriverState::Idle;
+                    *this = DriverState::Idle;
                     if !deliver(act, ctx, results) {
                         return Poll::Ready(());
                     }

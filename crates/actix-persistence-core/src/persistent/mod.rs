@@ -50,7 +50,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use recovery::{Recovery, RecoveryPermits};
-pub use reply::{PersistError, PersistReply, PersistResult, ReplyFuture};
+pub use reply::{ActorReplyFuture, PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use snapshots::SnapshotPolicy;
 pub use state::{PersistenceState, StopReason};
 pub use supervisor::{Backoff, BackoffSupervisor, MAX_BUFFERED_COMMANDS};

@@ -1,11 +1,15 @@
 use std::cell::RefCell;
 use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use actix::dev::{MessageResponse, OneshotSender};
-use actix::{Actor, Message};
+use actix::{Actor, ActorFuture, Context, Message};
+
+use super::driver::pump;
+use super::PersistentActor;
 
 use crate::error::{JournalError, WriteRejection};
 
@@ -81,8 +85,9 @@ fn fill<R>(slot: &SharedSlot<R>, outcome: PersistResult<R>) {
 ///
 /// Return it from an Actix handler whose message has `Result = Result<R, PersistError>`: the
 /// sender then gets the continuation's value after the events are stored and applied. It can
-/// also be awaited on the actor's arbiter (it is `IntoFuture`), or ignored when nobody needs
-/// the answer: the continuation runs either way.
+/// also be awaited: inside the actor's own futures with [`PersistReply::into_actor_future`],
+/// elsewhere on the actor's arbiter with `.await`; or ignored when nobody needs the answer:
+/// the continuation runs either way.
 pub struct PersistReply<R> {
     slot: SharedSlot<R>,
 }
@@ -111,17 +116,79 @@ impl<R> PersistReply<R> {
     }
 }
 
+impl<R> PersistReply<R> {
+    /// The reply as a future of the actor, for use inside a handler's `ResponseActFuture`,
+    /// `AtomicResponse` or `ctx.wait`. While polled it also moves the actor's writes on, so it
+    /// completes even when it is the newest future the actor waits for (Actix then polls no
+    /// other).
+    pub fn into_actor_future<A: PersistentActor>(self) -> ActorReplyFuture<A, R> {
+        ActorReplyFuture {
+            slot: self.slot,
+            _actor: PhantomData,
+        }
+    }
+}
+
+/// The future of a [`PersistReply`] inside its actor: resolves when the continuation ran, or
+/// with [`PersistError::ActorStopped`] when the actor stopped first.
+pub struct ActorReplyFuture<A, R> {
+    slot: SharedSlot<R>,
+    _actor: PhantomData<fn() -> A>,
+}
+
+impl<A, R> std::fmt::Debug for ActorReplyFuture<A, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActorReplyFuture").finish_non_exhaustive()
+    }
+}
+
+impl<A: PersistentActor, R> ActorFuture<A> for ActorReplyFuture<A, R> {
+    type Output = PersistResult<R>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut A,
+        ctx: &mut Context<A>,
+        task: &mut TaskContext<'_>,
+    ) -> Poll<Self::Output> {
+        if let Some(outcome) = take_done(&self.slot) {
+            return Poll::Ready(outcome);
+        }
+        // The writes this reply waits for may need this very poll to move on.
+        let _ = pump(act, ctx, task);
+        if let Some(outcome) = take_done(&self.slot) {
+            return Poll::Ready(outcome);
+        }
+        let mut slot = self.slot.borrow_mut();
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Empty | Slot::Awaited(_) => {
+                *slot = Slot::Awaited(task.waker().clone());
+                Poll::Pending
+            }
+            Slot::Forward(forward) => {
+                // Already handed to an Actix sender: this future will not see it.
+                *slot = Slot::Forward(forward);
+                Poll::Ready(Err(PersistError::ActorStopped))
+            }
+            Slot::Done(outcome) => Poll::Ready(outcome),
+            Slot::Taken => Poll::Ready(Err(PersistError::ActorStopped)),
+        }
+    }
+}
+
 impl<R> IntoFuture for PersistReply<R> {
     type Output = PersistResult<R>;
     type IntoFuture = ReplyFuture<R>;
 
+    /// For awaiting from outside the actor's own futures: a `ResponseFuture`, a spawned task.
+    /// Inside a future the actor waits on (`ctx.wait`, `AtomicResponse`), use
+    /// [`PersistReply::into_actor_future`]: this plain future cannot move the writes on.
     fn into_future(self) -> ReplyFuture<R> {
         ReplyFuture { slot: self.slot }
     }
 }
 
-/// The future of a [`PersistReply`]: resolves when the continuation ran, or with
-/// [`PersistError::ActorStopped`] when the actor stopped first.
+/// The future of a [`PersistReply`] awaited outside the actor's own futures.
 pub struct ReplyFuture<R> {
     slot: SharedSlot<R>,
 }
@@ -136,19 +203,32 @@ impl<R> Future for ReplyFuture<R> {
     type Output = PersistResult<R>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        if let Some(outcome) = take_done(&self.slot) {
+            return Poll::Ready(outcome);
+        }
         let mut slot = self.slot.borrow_mut();
         match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Done(outcome) => Poll::Ready(outcome),
             Slot::Empty | Slot::Awaited(_) => {
                 *slot = Slot::Awaited(cx.waker().clone());
                 Poll::Pending
             }
             Slot::Forward(forward) => {
-                // Already handed to an Actix sender: this future will not see it.
                 *slot = Slot::Forward(forward);
                 Poll::Ready(Err(PersistError::ActorStopped))
             }
+            Slot::Done(outcome) => Poll::Ready(outcome),
             Slot::Taken => Poll::Ready(Err(PersistError::ActorStopped)),
+        }
+    }
+}
+
+fn take_done<R>(slot: &SharedSlot<R>) -> Option<PersistResult<R>> {
+    let mut slot = slot.borrow_mut();
+    match std::mem::replace(&mut *slot, Slot::Taken) {
+        Slot::Done(outcome) => Some(outcome),
+        other => {
+            *slot = other;
+            None
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix::{Addr, Context};
 use tokio::sync::oneshot;
 
+use super::driver::DriverState;
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
@@ -75,6 +76,8 @@ pub struct PersistenceState<A: EventSourced> {
     pub(crate) in_flight: VecDeque<Invocation<A>>,
     /// Whether the driver future is installed with `ctx.wait`.
     pub(crate) driver_running: bool,
+    /// Where recovery and writes stand (see `driver::pump`).
+    pub(crate) driver: DriverState,
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
     stop_watch: Option<oneshot::Sender<StopReason>>,
@@ -128,6 +131,7 @@ impl<A: EventSourced> PersistenceState<A> {
             batch: Vec::new(),
             in_flight: VecDeque::new(),
             driver_running: false,
+            driver: DriverState::Idle,
             stop_reason: StopReason::Normal,
             stop_watch: None,
         })
