@@ -140,11 +140,12 @@ async fn write_batch(
     if writes.is_empty() {
         return WriteMessagesReply::Completed(Vec::new());
     }
-    if let Err(open) = breaker.permit() {
-        return WriteMessagesReply::Failed(open);
-    }
+    let generation = match breaker.permit() {
+        Ok(generation) => generation,
+        Err(open) => return WriteMessagesReply::Failed(open),
+    };
     let reply = call_store(store, writes, timeout).await;
-    breaker.record(store_was_healthy(&reply));
+    breaker.record(generation, store_was_healthy(&reply));
     reply
 }
 
@@ -199,14 +200,14 @@ async fn with_timeout<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, JournalError>>,
 ) -> Result<T, JournalError> {
-    breaker.permit()?;
+    let generation = breaker.permit()?;
     // A panicking store must still record its outcome, or a half-open breaker stays shut.
     let result = match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
         Err(_) => Err(JournalError::Timeout { operation, timeout }),
         Ok(Err(_panic)) => Err(JournalError::storage(operation, StorePanicked)),
         Ok(Ok(result)) => result,
     };
-    breaker.record(result.is_ok());
+    breaker.record(generation, result.is_ok());
     result
 }
 

@@ -38,14 +38,18 @@ enum State {
 #[derive(Debug)]
 pub(crate) struct CircuitBreaker {
     config: CircuitBreakerConfig,
-    state: Mutex<State>,
+    state: Mutex<(State, Generation)>,
 }
+
+/// Changes with every state transition: the outcome of a call let through in an earlier state
+/// (a late success after the breaker opened, say) must not move the current state.
+pub(crate) type Generation = u64;
 
 impl CircuitBreaker {
     pub(crate) fn new(config: CircuitBreakerConfig) -> Self {
         CircuitBreaker {
             config,
-            state: Mutex::new(State::Closed { failures: 0 }),
+            state: Mutex::new((State::Closed { failures: 0 }, 0)),
         }
     }
 
@@ -53,13 +57,15 @@ impl CircuitBreaker {
     ///
     /// # Errors
     /// [`JournalError::CircuitOpen`] while open, or while a trial call is under way.
-    pub(crate) fn permit(&self) -> Result<(), JournalError> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn permit(&self) -> Result<Generation, JournalError> {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, generation) = &mut *guard;
         match *state {
-            State::Closed { .. } => Ok(()),
+            State::Closed { .. } => Ok(*generation),
             State::Open { until } if Instant::now() >= until => {
                 *state = State::HalfOpen;
-                Ok(())
+                *generation += 1;
+                Ok(*generation)
             }
             State::Open { until } => Err(JournalError::CircuitOpen {
                 retry_in: until.saturating_duration_since(Instant::now()),
@@ -70,15 +76,22 @@ impl CircuitBreaker {
         }
     }
 
-    pub(crate) fn record(&self, succeeded: bool) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        *state = match (&*state, succeeded) {
-            (_, true) => State::Closed { failures: 0 },
+    /// Records the outcome of a call `permit` let through in `generation`; outcomes of calls
+    /// from an earlier state are ignored.
+    pub(crate) fn record(&self, generation: Generation, succeeded: bool) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, current) = &mut *guard;
+        if generation != *current {
+            return;
+        }
+        let next = match (&*state, succeeded) {
+            (State::Closed { .. }, true) => State::Closed { failures: 0 },
             (State::Closed { failures }, false) if failures + 1 < self.config.max_failures => {
                 State::Closed {
                     failures: failures + 1,
                 }
             }
+            (_, true) => State::Closed { failures: 0 },
             (_, false) => {
                 tracing::warn!(
                     reset_timeout_ms = self.config.reset_timeout.as_millis() as u64,
@@ -89,6 +102,14 @@ impl CircuitBreaker {
                 }
             }
         };
+        let transition = !matches!(
+            (&*state, &next),
+            (State::Closed { .. }, State::Closed { .. })
+        );
+        *state = next;
+        if transition {
+            *current += 1;
+        }
     }
 }
 
@@ -98,4 +119,51 @@ pub(crate) fn far_future_saturating(after: Duration) -> Instant {
     now.checked_add(after)
         .or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))
         .unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker(max_failures: u32) -> CircuitBreaker {
+        CircuitBreaker::new(CircuitBreakerConfig {
+            max_failures,
+            reset_timeout: Duration::from_secs(30),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_max_failures_and_admits_one_trial_after_the_reset_timeout() {
+        let b = breaker(2);
+        let g = b.permit().expect("closed");
+        b.record(g, false);
+        assert!(b.permit().is_ok(), "one failure of two keeps it closed");
+        b.record(g, false);
+        assert!(matches!(b.permit(), Err(JournalError::CircuitOpen { .. })));
+
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let trial = b.permit().expect("one trial after the reset timeout");
+        assert!(b.permit().is_err(), "only one trial at a time");
+        b.record(trial, true);
+        assert!(b.permit().is_ok(), "a successful trial closes it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_outcome_from_an_earlier_state_is_ignored() {
+        let b = breaker(1);
+        let early = b.permit().expect("closed");
+        let failing = b.permit().expect("closed");
+        b.record(failing, false);
+        assert!(b.permit().is_err(), "open");
+        // A call let through while closed succeeds late: the breaker stays open.
+        b.record(early, true);
+        assert!(b.permit().is_err(), "a late success must not close an open breaker");
+
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let trial = b.permit().expect("trial");
+        b.record(early, false);
+        assert!(b.permit().is_err(), "still half-open with the trial running");
+        b.record(trial, true);
+        assert!(b.permit().is_ok());
+    }
 }

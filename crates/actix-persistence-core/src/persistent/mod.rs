@@ -29,6 +29,11 @@
 //! regardless (unbounded). A [`BackoffSupervisor`] keeps at most [`MAX_BUFFERED_COMMANDS`]
 //! while its child restarts and answers further ones with [`PersistError::ActorStopped`].
 //!
+//! # Restarts
+//! Restart a persistent actor by starting a new one with a new [`PersistenceState`] (a new
+//! incarnation), for example with [`BackoffSupervisor`]. Actix's own `Supervised` restart
+//! reuses the actor value and is not supported: its pending writes would be lost.
+//!
 //! # Snapshots and recovery
 //! With a snapshot store ([`PersistenceState::with_snapshot_store`]), recovery loads the newest
 //! snapshot matching its [`Recovery`] criteria, hands it to [`EventSourced::restore_snapshot`],
