@@ -1,0 +1,195 @@
+//! The closed loop: N actors each persist M events as fast as they can (ask, await the reply,
+//! ask again), as the seed's first benchmark.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use actix_persistence_core::{InMemoryJournal, JournalStore};
+use indicatif::ProgressBar;
+
+use crate::actor::{wait_ready, BenchActor, Persist};
+use crate::report::Row;
+use crate::runner::{block_on_system, run_jobs, start_journal, Progress};
+use crate::stores::PathologicalStore;
+use crate::sys;
+
+/// What one closed loop did.
+#[derive(Debug, Clone, Copy)]
+pub struct ClosedLoopOutcome {
+    /// Events persisted (successful asks).
+    pub events: u64,
+    /// Asks that failed.
+    pub failed: u64,
+    /// Wall time from the first ask to the last reply.
+    pub elapsed: Duration,
+    /// CPU time of the calling thread meanwhile.
+    pub cpu: Duration,
+}
+
+impl ClosedLoopOutcome {
+    /// Events per second.
+    pub fn throughput(&self) -> f64 {
+        self.events as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Drives `actors` (recovered) through `events` persists each, every actor with one ask in
+/// flight at a time. `progress` (if any) advances by one per persisted event.
+pub async fn drive(
+    actors: &[Addr<BenchActor>],
+    events: u64,
+    progress: Option<&ProgressBar>,
+) -> ClosedLoopOutcome {
+    let cpu_start = sys::thread_cpu();
+    let start = Instant::now();
+    let loops = actors.iter().map(|actor| async move {
+        let (mut ok, mut failed) = (0u64, 0u64);
+        for _ in 0..events {
+            match actor.send(Persist).await {
+                Ok(Ok(_)) => ok += 1,
+                _ => failed += 1,
+            }
+            if let Some(bar) = progress {
+                bar.inc(1);
+            }
+        }
+        (ok, failed)
+    });
+    let results = futures::future::join_all(loops).await;
+    let elapsed = start.elapsed();
+    let (events, failed) = results
+        .iter()
+        .fold((0, 0), |(o, f), (ok, failed)| (o + ok, f + failed));
+    ClosedLoopOutcome {
+        events,
+        failed,
+        elapsed,
+        cpu: sys::thread_cpu().saturating_sub(cpu_start),
+    }
+}
+
+/// Starts `actors` actors on a journal over `store` with `groups` groups, waits for their
+/// recovery and runs the closed loop.
+pub async fn run_on_store(
+    store: Arc<dyn JournalStore>,
+    groups: usize,
+    actors: usize,
+    events: u64,
+    call_timeout: Duration,
+    progress: Option<&ProgressBar>,
+) -> ClosedLoopOutcome {
+    let journal = start_journal(store, groups, call_timeout);
+    let addrs = BenchActor::start_many(&journal, "closed", actors);
+    wait_ready(&addrs).await.expect("benchmark actors recover");
+    drive(&addrs, events, progress).await
+}
+
+/// Options of the `closed-loop` scenario.
+#[derive(Debug, Clone)]
+pub struct ClosedLoopOptions {
+    /// Persistent actors.
+    pub actors: usize,
+    /// Events per actor on the healthy store.
+    pub events: u64,
+    /// Events per actor on the pathological store.
+    pub pathological_events: u64,
+    /// Actors on the pathological store.
+    pub pathological_actors: usize,
+    /// Group counts.
+    pub groups: Vec<usize>,
+    /// Runs per group count on the healthy store.
+    pub runs: u32,
+    /// Which stores: healthy and/or pathological.
+    pub healthy: bool,
+    /// Run the pathological sweep.
+    pub pathological: bool,
+    /// Run the pathological group counts at the same time (one thread each).
+    pub parallel: bool,
+    /// Seed of the pathological delays.
+    pub seed: u64,
+}
+
+/// Runs the `closed-loop` scenario and returns its rows.
+pub fn run(options: &ClosedLoopOptions, progress: &Progress) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if options.healthy {
+        // CPU-bound: one configuration at a time, runs interleaved over the group counts.
+        let bar = progress.bar(
+            "closed-loop in-memory",
+            options.runs as u64 * options.groups.len() as u64,
+        );
+        for run in 1..=options.runs {
+            for &groups in &options.groups {
+                let (actors, events) = (options.actors, options.events);
+                let outcome = block_on_system(async move {
+                    run_on_store(
+                        Arc::new(InMemoryJournal::new()),
+                        groups,
+                        actors,
+                        events,
+                        Duration::from_secs(10),
+                        None,
+                    )
+                    .await
+                });
+                let mut row = Row::new("closed-loop", "in-memory", groups, run);
+                fill(&mut row, actors, &outcome);
+                bar.inc(1);
+                rows.push(row);
+            }
+        }
+        bar.finish();
+    }
+    if options.pathological {
+        // Bound by the store's sleeps, not the CPU: every group count runs at the same time,
+        // in a system of its own, so the sweep takes as long as its slowest row.
+        let jobs = options
+            .groups
+            .iter()
+            .map(|&groups| {
+                let (actors, events) = (options.pathological_actors, options.pathological_events);
+                let seed = options.seed;
+                let bar = progress.bar(
+                    &format!("pathological, {groups} groups"),
+                    actors as u64 * events,
+                );
+                let job = move || {
+                    let task_bar = bar.clone();
+                    let outcome = block_on_system(async move {
+                        let store = PathologicalStore::new(InMemoryJournal::new(), seed);
+                        // The seed's call-timeout of 11 s: a write is held up to 10 s.
+                        run_on_store(
+                            Arc::new(store),
+                            groups,
+                            actors,
+                            events,
+                            Duration::from_secs(11),
+                            Some(&task_bar),
+                        )
+                        .await
+                    });
+                    bar.finish();
+                    let mut row = Row::new("closed-loop", "in-memory-pathological", groups, 1);
+                    fill(&mut row, actors, &outcome);
+                    row
+                };
+                (
+                    format!("pathological-{groups}"),
+                    Box::new(job) as Box<dyn FnOnce() -> Row + Send>,
+                )
+            })
+            .collect();
+        rows.extend(run_jobs(jobs, options.parallel));
+    }
+    rows
+}
+
+fn fill(row: &mut Row, actors: usize, outcome: &ClosedLoopOutcome) {
+    row.actors = actors as u64;
+    row.events = outcome.events;
+    row.elapsed_s = outcome.elapsed.as_secs_f64();
+    row.throughput_per_s = outcome.throughput();
+    row.cpu_s = Some(outcome.cpu.as_secs_f64());
+    row.detail("failed_asks", outcome.failed);
+}
