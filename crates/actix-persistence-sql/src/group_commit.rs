@@ -5,8 +5,9 @@
 //! either stores them itself, one transaction per atomic write (`max_batch_size` 1), or queues
 //! them as one request for the writer task. The writer task takes the oldest request, adds the
 //! requests queued behind it while the batch stays within `max_batch_size` atomic writes, stores
-//! the batch in one transaction (each atomic write in a savepoint of its own, see the backends)
-//! and answers every request once the transaction has committed or failed.
+//! the batch in one transaction (each atomic write in a savepoint of its own, see
+//! [`SqlBackend`](crate::journal_common::SqlBackend)) and answers every request once the
+//! transaction has committed or failed.
 //!
 //! A request is never split across transactions, except a single request holding more than
 //! `max_batch_size` atomic writes, which is stored in consecutive transactions of

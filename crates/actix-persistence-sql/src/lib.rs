@@ -70,6 +70,7 @@
 
 mod error;
 mod group_commit;
+mod journal_common;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]

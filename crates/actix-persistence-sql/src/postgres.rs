@@ -1,21 +1,23 @@
 //! The PostgreSQL journal store: [`PostgresJournal`] and its [`PostgresJournalOptions`].
 
+use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
-    WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
-use futures::stream::{self, StreamExt};
+use futures::future::BoxFuture;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection, Executor, Row};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Connection, Executor, Postgres, Transaction};
 
 use crate::error::SqlStoreError;
-use crate::group_commit::{
-    fail_all, settle, Backend, WriteCounters, WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE,
+use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
+use crate::journal_common::{
+    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
+    SqlBackend,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -119,13 +121,10 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
             reason: "name the PostgreSQL database, e.g. postgres://user@host/database",
         });
     }
-    if options.max_connections == 0 {
-        return Err(SqlStoreError::InvalidOption {
-            option: "max_connections",
-            value: options.max_connections.to_string(),
-            reason: "the pool needs at least one connection",
-        });
-    }
+    check_max_connections(
+        options.max_connections,
+        "the pool needs at least one connection",
+    )?;
     let connect_error = |source| SqlStoreError::Connect {
         url: redact_password(&options.url),
         source,
@@ -241,7 +240,7 @@ pub(crate) fn redact_password(url: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct PostgresJournal {
     pool: PgPool,
-    writer: Writer<PgBackend>,
+    writer: Writer<SqlBackend<PostgresDialect>>,
     replay_batch_size: u32,
 }
 
@@ -270,25 +269,10 @@ impl PostgresJournal {
     ///   or the server refuses or cannot be reached within `acquire_timeout`;
     /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
-        if options.replay_batch_size == 0 {
-            return Err(SqlStoreError::InvalidOption {
-                option: "replay_batch_size",
-                value: options.replay_batch_size.to_string(),
-                reason: "a replay must read at least one event per query",
-            });
-        }
-        if options.max_batch_size == 0 {
-            return Err(SqlStoreError::InvalidOption {
-                option: "max_batch_size",
-                value: options.max_batch_size.to_string(),
-                reason:
-                    "a transaction must store at least one atomic write (1 turns group commit off)",
-            });
-        }
+        check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pool = open_pool(options).await?;
-        let backend = PgBackend { pool: pool.clone() };
         Ok(PostgresJournal {
-            writer: Writer::start(backend, options.max_batch_size),
+            writer: Writer::start(SqlBackend::new(pool.clone()), options.max_batch_size),
             pool,
             replay_batch_size: options.replay_batch_size,
         })
@@ -311,45 +295,50 @@ impl PostgresJournal {
     pub fn snapshot_store(&self) -> PostgresSnapshotStore {
         PostgresSnapshotStore::from_pool(self.pool.clone())
     }
+
+    /// The journal tables, read and deleted from through the pool.
+    fn tables(&self) -> JournalTables<'_, PostgresDialect> {
+        JournalTables {
+            readers: &self.pool,
+            writer: &self.pool,
+            page_size: self.replay_batch_size,
+        }
+    }
 }
 
-/// The PostgreSQL side of group commit.
+/// What is particular to PostgreSQL: `BIGINT` sequence numbers, serializer ids as the
+/// `INTEGER` with the same bits, tags as `TEXT[]`, text that cannot hold NUL, and multi-row
+/// inserts.
 #[derive(Debug)]
-struct PgBackend {
-    pool: PgPool,
-}
+pub(crate) struct PostgresDialect;
 
 /// An atomic write that passed every check before storage: what is left can only fail in the
 /// database.
-struct PreparedWrite {
+pub(crate) struct PreparedWrite {
     write: AtomicWrite,
     highest_seq_nr: i64,
 }
 
-/// Whether `text` can be stored in a PostgreSQL `TEXT` column.
+/// Whether `text` cannot be stored in a PostgreSQL `TEXT` column.
 fn holds_nul(text: &str) -> bool {
     text.contains('\0')
 }
 
-impl Backend for PgBackend {
+impl Dialect for PostgresDialect {
+    type Db = Postgres;
+    type SerializerId = i32;
+    type Tags = Vec<String>;
     type Write = PreparedWrite;
 
-    fn prepare(write: AtomicWrite) -> Result<PreparedWrite, WriteRejection> {
-        write.check_shape()?;
-        let reject = |reason: String| WriteRejection {
-            persistence_id: write.persistence_id().to_owned(),
-            seq_nr: write.lowest_seq_nr(),
-            reason,
-        };
-        let highest_seq_nr = i64::try_from(write.highest_seq_nr()).map_err(|_| {
-            reject(format!(
-                "sequence number {} is above {}, the highest PostgreSQL BIGINT",
-                write.highest_seq_nr(),
-                i64::MAX
-            ))
-        })?;
+    const HIGHEST_SEQ_NR: &'static str = "the highest PostgreSQL BIGINT";
+    const SEQ_NR_COLUMN: &'static str = "a BIGINT";
+    const NAME: &'static str = "PostgreSQL";
+
+    /// Rejects a write holding a NUL character in a text field.
+    fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<PreparedWrite, WriteRejection> {
         if holds_nul(write.persistence_id()) {
-            return Err(reject(
+            return Err(rejection(
+                &write,
                 "the persistence id holds a NUL character, which PostgreSQL text cannot store"
                     .to_owned(),
             ));
@@ -365,11 +354,12 @@ impl Backend for PgBackend {
                 None
             };
             if let Some(field) = nul_in {
-                return Err(reject(format!(
+                let reason = format!(
                     "the {field} of the event at sequence number {} holds a NUL character, \
                      which PostgreSQL text cannot store",
                     event.seq_nr
-                )));
+                );
+                return Err(rejection(&write, reason));
             }
         }
         Ok(PreparedWrite {
@@ -378,84 +368,34 @@ impl Backend for PgBackend {
         })
     }
 
-    async fn commit_batch(
-        &self,
-        writes: &[PreparedWrite],
-        counters: &WriteCounters,
-    ) -> Vec<AtomicWriteResult> {
-        let storage = |e| JournalError::storage("write", e);
-        let mut conn = match self.pool.acquire().await {
-            Ok(conn) => conn,
-            Err(e) => return fail_all(writes, &storage(e)),
-        };
-        let mut tx = match conn.begin().await {
-            Ok(tx) => tx,
-            Err(e) => return fail_all(writes, &storage(e)),
-        };
-        let outcomes = match insert_in_savepoints(&mut tx, writes).await {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                rollback(tx, writes).await;
-                return fail_all(writes, &error);
-            }
-        };
-        let stored = outcomes.iter().filter(|o| o.is_ok()).count();
-        if stored == 0 {
-            rollback(tx, writes).await;
-            return settle(outcomes, None);
-        }
-        match tx.commit().await {
-            Ok(()) => {
-                counters.committed(stored);
-                settle(outcomes, None)
-            }
-            // The server ended the transaction: nothing of it is stored.
-            Err(e) => settle(outcomes, Some(storage(e))),
-        }
+    fn begin(
+        conn: &mut PgConnection,
+    ) -> BoxFuture<'_, Result<Transaction<'_, Postgres>, sqlx::Error>> {
+        conn.begin()
     }
-}
 
-/// Rolls back a batch's transaction, logging (not returning) a failure.
-async fn rollback(tx: sqlx::Transaction<'_, sqlx::Postgres>, writes: &[PreparedWrite]) {
-    if let Err(error) = tx.rollback().await {
-        tracing::warn!(
-            atomic_writes = writes.len(),
-            %error,
-            "rolling back a failed journal batch failed"
-        );
+    fn insert_atomic_write<'c>(
+        conn: &'c mut PgConnection,
+        write: &'c PreparedWrite,
+    ) -> impl Future<Output = Result<(), JournalError>> + Send + 'c {
+        insert_atomic_write(conn, write)
     }
-}
 
-/// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
-/// own (a batch of one needs none: the transaction is rolled back instead), so one that fails
-/// is rolled back alone. Returns the outcome of each write.
-///
-/// # Errors
-/// When a savepoint cannot be opened, released or rolled back: the transaction can then no
-/// longer be trusted and the caller must roll it back whole.
-async fn insert_in_savepoints(
-    conn: &mut PgConnection,
-    writes: &[PreparedWrite],
-) -> Result<Vec<Result<(), JournalError>>, JournalError> {
-    if let [single] = writes {
-        return Ok(vec![insert_atomic_write(conn, single).await]);
+    fn serializer_id_to_sql(id: u32) -> i32 {
+        serializer_id_to_sql(id)
     }
-    let storage = |e| JournalError::storage("write", e);
-    let mut outcomes = Vec::with_capacity(writes.len());
-    for write in writes {
-        let mut savepoint = conn.begin().await.map_err(storage)?;
-        match insert_atomic_write(&mut savepoint, write).await {
-            Ok(()) => {
-                savepoint.commit().await.map_err(storage)?;
-                outcomes.push(Ok(()));
-            }
-            Err(error) => {
-                savepoint.rollback().await.map_err(storage)?;
-                outcomes.push(Err(error));
-            }
-        }
+
+    fn serializer_id_from_sql(id: i32) -> Option<u32> {
+        Some(serializer_id_from_sql(id))
     }
-    Ok(outcomes)
+
+    fn tags_from_sql(tags: Vec<String>) -> Result<Vec<String>, String> {
+        Ok(tags)
+    }
+
+    fn stores_text(text: &str) -> bool {
+        !holds_nul(text)
+    }
 }
 
 /// The statement inserting `rows` events of one persistence id (`$1`) and raising its highest
@@ -496,24 +436,18 @@ fn insert_statement(rows: usize) -> String {
 }
 
 /// A serializer id (u32) as the PostgreSQL `INTEGER` with the same bits.
-pub(crate) fn serializer_id_to_sql(id: u32) -> i32 {
+fn serializer_id_to_sql(id: u32) -> i32 {
     i32::from_ne_bytes(id.to_ne_bytes())
 }
 
 /// The serializer id stored by [`serializer_id_to_sql`].
-pub(crate) fn serializer_id_from_sql(id: i32) -> u32 {
+fn serializer_id_from_sql(id: i32) -> u32 {
     u32::from_ne_bytes(id.to_ne_bytes())
 }
 
-/// Inserts the events of one atomic write and raises its persistence id's highest sequence
-/// number, inside a transaction the caller opened and will commit or roll back.
-///
-/// On error some of the events may already be inserted: the caller must roll back (the whole
-/// transaction, or the savepoint around this call when several atomic writes share one).
-///
-/// # Errors
-/// [`JournalError::ConcurrentWrite`] with the first sequence number that is already stored;
-/// [`JournalError::Storage`] for any other database error.
+/// [`Dialect::insert_atomic_write`] for PostgreSQL: [`ROWS_PER_STATEMENT`] events per
+/// statement, each statement also raising the highest sequence number. An event whose sequence
+/// number is taken is skipped (`DO NOTHING`) and reported as [`JournalError::ConcurrentWrite`].
 async fn insert_atomic_write(
     conn: &mut PgConnection,
     write: &PreparedWrite,
@@ -558,107 +492,6 @@ async fn insert_atomic_write(
     Ok(())
 }
 
-/// A sequence number bound in the API (u64) as a `BIGINT`: above `i64::MAX` (no stored
-/// sequence number is) it is as good as no bound.
-pub(crate) fn clamp_seq_nr(seq_nr: u64) -> i64 {
-    i64::try_from(seq_nr).unwrap_or(i64::MAX)
-}
-
-/// Where a replay stands: the next page starts at `next_from`.
-struct ReplayCursor {
-    pool: PgPool,
-    persistence_id: String,
-    next_from: i64,
-    to: i64,
-    remaining: u64,
-    page_size: u32,
-}
-
-/// The events of one page (a failed page ends with its error), and the cursor for the next
-/// page if there may be one.
-type Page = (
-    Vec<Result<PersistentRepr, JournalError>>,
-    Option<ReplayCursor>,
-);
-
-impl ReplayCursor {
-    async fn next_page(mut self) -> Page {
-        let limit = self.remaining.min(u64::from(self.page_size));
-        let rows = sqlx::query(
-            "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                    manifest, payload, tags \
-             FROM journal \
-             WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
-             ORDER BY seq_nr \
-             LIMIT $4",
-        )
-        .bind(&self.persistence_id)
-        .bind(self.next_from)
-        .bind(self.to)
-        // At most `page_size`, a u32.
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
-        };
-        let mut events = Vec::with_capacity(rows.len());
-        let mut last_seq_nr = None;
-        for row in &rows {
-            match decode_event(row) {
-                Ok((seq_nr, event)) => {
-                    last_seq_nr = Some(seq_nr);
-                    events.push(Ok(event));
-                }
-                Err(error) => {
-                    events.push(Err(error));
-                    return (events, None);
-                }
-            }
-        }
-        let full_page = rows.len() as u64 == limit;
-        self.remaining -= rows.len() as u64;
-        let next = match last_seq_nr {
-            Some(last) if full_page && self.remaining > 0 && last < self.to => {
-                self.next_from = last + 1;
-                Some(self)
-            }
-            _ => None,
-        };
-        (events, next)
-    }
-}
-
-/// Reads one journal row back into an event; also returns its sequence number as stored.
-fn decode_event(row: &PgRow) -> Result<(i64, PersistentRepr), JournalError> {
-    let column_error = |e| JournalError::storage("replay", e);
-    let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
-    let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
-    let seq_nr = u64::try_from(stored_seq_nr).map_err(|_| {
-        JournalError::storage(
-            "replay",
-            SqlStoreError::CorruptRow {
-                persistence_id: persistence_id.clone(),
-                seq_nr: stored_seq_nr,
-                reason: "negative sequence number".to_owned(),
-            },
-        )
-    })?;
-    let serializer_id: i32 = row.try_get("serializer_id").map_err(column_error)?;
-    let event = PersistentRepr {
-        seq_nr,
-        payload: row.try_get("payload").map_err(column_error)?,
-        serializer_id: serializer_id_from_sql(serializer_id),
-        manifest: row.try_get("manifest").map_err(column_error)?,
-        writer_uuid: row.try_get("writer_uuid").map_err(column_error)?,
-        timestamp: row.try_get("write_timestamp").map_err(column_error)?,
-        tags: row.try_get("tags").map_err(column_error)?,
-        persistence_id,
-    };
-    Ok((stored_seq_nr, event))
-}
-
 #[async_trait]
 impl JournalStore for PostgresJournal {
     /// Stores the atomic writes, in order, through group commit (see [`PostgresJournal`]):
@@ -691,70 +524,19 @@ impl JournalStore for PostgresJournal {
     /// query, on the pool), so memory stays bounded however long the replay. Each page is read
     /// in its own snapshot: events committed while the replay runs may or may not be seen.
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
-        let to = clamp_seq_nr(to);
-        let Ok(from) = i64::try_from(from) else {
-            return Box::pin(stream::empty());
-        };
-        // No stored id holds NUL (writes holding one are rejected).
-        if max == 0 || from > to || holds_nul(pid) {
-            return Box::pin(stream::empty());
-        }
-        let cursor = ReplayCursor {
-            pool: self.pool.clone(),
-            persistence_id: pid.to_owned(),
-            next_from: from,
-            to,
-            remaining: max,
-            page_size: self.replay_batch_size,
-        };
-        stream::unfold(Some(cursor), |cursor| async move {
-            Some(cursor?.next_page().await)
-        })
-        .flat_map(stream::iter)
-        .boxed()
+        self.tables().replay(pid, from, to, max)
     }
 
     /// Reads the highest sequence number from `journal_highest` (0 for an id that never
     /// wrote); `from` is not needed.
     async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
-        if holds_nul(pid) {
-            return Ok(0);
-        }
-        let highest: Option<i64> = sqlx::query_scalar(
-            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
-        )
-        .bind(pid)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
-        match highest {
-            None => Ok(0),
-            Some(highest) => u64::try_from(highest).map_err(|_| {
-                JournalError::storage(
-                    "read highest sequence number",
-                    SqlStoreError::CorruptRow {
-                        persistence_id: pid.to_owned(),
-                        seq_nr: highest,
-                        reason: "negative highest sequence number".to_owned(),
-                    },
-                )
-            }),
-        }
+        self.tables().read_highest(pid).await
     }
 
     /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one statement;
     /// the highest sequence number is kept.
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        if holds_nul(pid) {
-            return Ok(());
-        }
-        sqlx::query("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
-            .bind(pid)
-            .bind(clamp_seq_nr(to))
-            .execute(&self.pool)
-            .await
-            .map_err(|e| JournalError::storage("delete", e))?;
-        Ok(())
+        self.tables().delete_to(pid, to).await
     }
 }
 

@@ -5,14 +5,11 @@ use actix_persistence_core::{
     SnapshotSelectionCriteria, SnapshotStore,
 };
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgRow};
-use sqlx::Row;
+use sqlx::postgres::PgPool;
 
 use crate::error::SqlStoreError;
-use crate::postgres::{
-    open_pool, serializer_id_from_sql, serializer_id_to_sql, PostgresJournalOptions,
-};
-use crate::snapshot_sql::{statements, Bounds};
+use crate::postgres::{open_pool, PostgresDialect, PostgresJournalOptions};
+use crate::snapshot_sql::SnapshotTable;
 
 /// A [`SnapshotStore`] in a PostgreSQL database: the `snapshot` table, next to the journal's.
 ///
@@ -72,38 +69,14 @@ impl PostgresSnapshotStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
-}
 
-/// Reads a snapshot row back.
-fn decode_snapshot(row: &PgRow) -> Result<SelectedSnapshot, SnapshotError> {
-    let column_error = |e| SnapshotError::storage("load", e);
-    let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
-    let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
-    let corrupt = |reason: String| {
-        SnapshotError::storage(
-            "load",
-            SqlStoreError::CorruptRow {
-                persistence_id: persistence_id.clone(),
-                seq_nr: stored_seq_nr,
-                reason,
-            },
-        )
-    };
-    let seq_nr = u64::try_from(stored_seq_nr)
-        .map_err(|_| corrupt("negative snapshot sequence number".to_owned()))?;
-    let serializer_id: i32 = row.try_get("serializer_id").map_err(column_error)?;
-    Ok(SelectedSnapshot {
-        metadata: SnapshotMetadata {
-            seq_nr,
-            timestamp: row.try_get("write_timestamp").map_err(column_error)?,
-            persistence_id: persistence_id.clone(),
-        },
-        snapshot: SerializedSnapshot {
-            payload: row.try_get("payload").map_err(column_error)?,
-            serializer_id: serializer_id_from_sql(serializer_id),
-            manifest: row.try_get("manifest").map_err(column_error)?,
-        },
-    })
+    /// The snapshot table, through the pool.
+    fn table(&self) -> SnapshotTable<'_, PostgresDialect> {
+        SnapshotTable {
+            readers: &self.pool,
+            writer: &self.pool,
+        }
+    }
 }
 
 #[async_trait]
@@ -114,22 +87,7 @@ impl SnapshotStore for PostgresSnapshotStore {
         pid: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
-        let Some(bounds) = Bounds::of(&criteria) else {
-            return Ok(None);
-        };
-        if pid.contains('\0') {
-            return Ok(None);
-        }
-        let row = sqlx::query(statements::LOAD)
-            .bind(pid)
-            .bind(bounds.max_seq_nr)
-            .bind(bounds.max_timestamp)
-            .bind(bounds.min_seq_nr)
-            .bind(bounds.min_timestamp)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| SnapshotError::storage("load", e))?;
-        row.as_ref().map(decode_snapshot).transpose()
+        self.table().load(pid, criteria).await
     }
 
     /// One upsert.
@@ -142,57 +100,11 @@ impl SnapshotStore for PostgresSnapshotStore {
         metadata: SnapshotMetadata,
         snapshot: SerializedSnapshot,
     ) -> Result<(), SnapshotError> {
-        let unstorable = |reason: String| {
-            SnapshotError::storage(
-                "save",
-                SqlStoreError::Unstorable {
-                    persistence_id: metadata.persistence_id.clone(),
-                    seq_nr: metadata.seq_nr,
-                    reason,
-                },
-            )
-        };
-        let seq_nr = i64::try_from(metadata.seq_nr).map_err(|_| {
-            unstorable(format!(
-                "sequence numbers above {} do not fit a BIGINT",
-                i64::MAX
-            ))
-        })?;
-        if metadata.persistence_id.contains('\0') || snapshot.manifest.contains('\0') {
-            return Err(unstorable(
-                "the persistence id or the manifest holds a NUL character, which PostgreSQL \
-                 text cannot store"
-                    .to_owned(),
-            ));
-        }
-        sqlx::query(statements::SAVE)
-            .bind(&metadata.persistence_id)
-            .bind(seq_nr)
-            .bind(metadata.timestamp)
-            .bind(serializer_id_to_sql(snapshot.serializer_id))
-            .bind(&snapshot.manifest)
-            .bind(&snapshot.payload)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| SnapshotError::storage("save", e))?;
-        Ok(())
+        self.table().save(metadata, snapshot).await
     }
 
     async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
-        let Ok(seq_nr) = i64::try_from(metadata.seq_nr) else {
-            return Ok(());
-        };
-        if metadata.persistence_id.contains('\0') {
-            return Ok(());
-        }
-        sqlx::query(statements::DELETE_ONE)
-            .bind(&metadata.persistence_id)
-            .bind(seq_nr)
-            .bind(metadata.timestamp)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| SnapshotError::storage("delete", e))?;
-        Ok(())
+        self.table().delete(metadata).await
     }
 
     async fn delete_matching(
@@ -200,21 +112,6 @@ impl SnapshotStore for PostgresSnapshotStore {
         pid: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError> {
-        let Some(bounds) = Bounds::of(&criteria) else {
-            return Ok(());
-        };
-        if pid.contains('\0') {
-            return Ok(());
-        }
-        sqlx::query(statements::DELETE_MATCHING)
-            .bind(pid)
-            .bind(bounds.max_seq_nr)
-            .bind(bounds.max_timestamp)
-            .bind(bounds.min_seq_nr)
-            .bind(bounds.min_timestamp)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| SnapshotError::storage("delete", e))?;
-        Ok(())
+        self.table().delete_matching(pid, criteria).await
     }
 }

@@ -1,6 +1,16 @@
-//! What both SQL snapshot stores share: selection criteria as column bounds.
+//! What both SQL snapshot stores share: selection criteria as column bounds, the statements,
+//! and the operations on the `snapshot` table ([`SnapshotTable`]), generic over the
+//! [`Dialect`].
 
-use actix_persistence_core::SnapshotSelectionCriteria;
+use actix_persistence_core::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria,
+};
+use sqlx::query::Query;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+
+use crate::error::SqlStoreError;
+use crate::journal_common::Dialect;
 
 /// [`SnapshotSelectionCriteria`] as bounds on the `BIGINT`/`INTEGER` columns: a sequence
 /// number bound above `i64::MAX` (no stored sequence number is) is clamped to it.
@@ -55,4 +65,177 @@ pub(crate) mod statements {
     pub(crate) const DELETE_MATCHING: &str = "DELETE FROM snapshot \
          WHERE persistence_id = $1 AND seq_nr <= $2 AND write_timestamp <= $3 \
            AND seq_nr >= $4 AND write_timestamp >= $5";
+}
+
+/// The snapshot table of one database: loads through `readers`, saves and deletes through
+/// `writer` (on PostgreSQL both are the one pool). Each operation is one statement.
+pub(crate) struct SnapshotTable<'a, D: Dialect> {
+    pub(crate) readers: &'a Pool<D::Db>,
+    pub(crate) writer: &'a Pool<D::Db>,
+}
+
+impl<D: Dialect> SnapshotTable<'_, D>
+where
+    for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db> + ColumnIndex<<D::Db as Database>::Row>,
+    for<'q> &'q [u8]: Encode<'q, D::Db> + Type<D::Db>,
+    for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
+    for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
+{
+    /// The matching snapshot with the highest sequence number, if any.
+    pub(crate) async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        let Some(bounds) = Bounds::of(&criteria) else {
+            return Ok(None);
+        };
+        if !D::stores_text(pid) {
+            return Ok(None);
+        }
+        let row = Self::matching(statements::LOAD, pid, bounds)
+            .fetch_optional(self.readers)
+            .await
+            .map_err(|e| SnapshotError::storage("load", e))?;
+        row.as_ref().map(Self::decode).transpose()
+    }
+
+    /// `sql` (a statement taking the persistence id and the bounds) bound to `pid` and
+    /// `bounds`.
+    fn matching<'q>(
+        sql: &'q str,
+        pid: &'q str,
+        bounds: Bounds,
+    ) -> Query<'q, D::Db, <D::Db as Database>::Arguments<'q>> {
+        sqlx::query(sql)
+            .bind(pid)
+            .bind(bounds.max_seq_nr)
+            .bind(bounds.max_timestamp)
+            .bind(bounds.min_seq_nr)
+            .bind(bounds.min_timestamp)
+    }
+
+    /// Reads a snapshot row back.
+    fn decode(row: &<D::Db as Database>::Row) -> Result<SelectedSnapshot, SnapshotError> {
+        let column_error = |e| SnapshotError::storage("load", e);
+        let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
+        let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
+        let corrupt = |reason: String| {
+            SnapshotError::storage(
+                "load",
+                SqlStoreError::CorruptRow {
+                    persistence_id: persistence_id.clone(),
+                    seq_nr: stored_seq_nr,
+                    reason,
+                },
+            )
+        };
+        let seq_nr = u64::try_from(stored_seq_nr)
+            .map_err(|_| corrupt("negative snapshot sequence number".to_owned()))?;
+        let serializer_id: D::SerializerId = row.try_get("serializer_id").map_err(column_error)?;
+        let serializer_id = D::serializer_id_from_sql(serializer_id).ok_or_else(|| {
+            corrupt(format!(
+                "snapshot serializer id {serializer_id} is not a u32"
+            ))
+        })?;
+        Ok(SelectedSnapshot {
+            metadata: SnapshotMetadata {
+                seq_nr,
+                timestamp: row.try_get("write_timestamp").map_err(column_error)?,
+                persistence_id: persistence_id.clone(),
+            },
+            snapshot: SerializedSnapshot {
+                payload: row.try_get("payload").map_err(column_error)?,
+                serializer_id,
+                manifest: row.try_get("manifest").map_err(column_error)?,
+            },
+        })
+    }
+
+    /// Saves (or replaces) the snapshot with one upsert.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Storage`] when the database fails, or with [`SqlStoreError::Unstorable`]
+    /// for a sequence number above `i64::MAX` or text the database cannot hold.
+    pub(crate) async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        let unstorable = |reason: String| {
+            SnapshotError::storage(
+                "save",
+                SqlStoreError::Unstorable {
+                    persistence_id: metadata.persistence_id.clone(),
+                    seq_nr: metadata.seq_nr,
+                    reason,
+                },
+            )
+        };
+        let seq_nr = i64::try_from(metadata.seq_nr).map_err(|_| {
+            unstorable(format!(
+                "sequence numbers above {} do not fit {}",
+                i64::MAX,
+                D::SEQ_NR_COLUMN
+            ))
+        })?;
+        if !D::stores_text(&metadata.persistence_id) || !D::stores_text(&snapshot.manifest) {
+            return Err(unstorable(format!(
+                "the persistence id or the manifest holds a NUL character, which {} text \
+                 cannot store",
+                D::NAME
+            )));
+        }
+        sqlx::query::<D::Db>(statements::SAVE)
+            .bind(metadata.persistence_id.as_str())
+            .bind(seq_nr)
+            .bind(metadata.timestamp)
+            .bind(D::serializer_id_to_sql(snapshot.serializer_id))
+            .bind(snapshot.manifest.as_str())
+            .bind(snapshot.payload.as_slice())
+            .execute(self.writer)
+            .await
+            .map_err(|e| SnapshotError::storage("save", e))?;
+        Ok(())
+    }
+
+    /// Deletes the snapshot `metadata` names (at any timestamp when its timestamp is 0).
+    pub(crate) async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        let Ok(seq_nr) = i64::try_from(metadata.seq_nr) else {
+            return Ok(());
+        };
+        if !D::stores_text(&metadata.persistence_id) {
+            return Ok(());
+        }
+        sqlx::query::<D::Db>(statements::DELETE_ONE)
+            .bind(metadata.persistence_id.as_str())
+            .bind(seq_nr)
+            .bind(metadata.timestamp)
+            .execute(self.writer)
+            .await
+            .map_err(|e| SnapshotError::storage("delete", e))?;
+        Ok(())
+    }
+
+    /// Deletes every snapshot of `pid` that `criteria` matches.
+    pub(crate) async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        let Some(bounds) = Bounds::of(&criteria) else {
+            return Ok(());
+        };
+        if !D::stores_text(pid) {
+            return Ok(());
+        }
+        Self::matching(statements::DELETE_MATCHING, pid, bounds)
+            .execute(self.writer)
+            .await
+            .map_err(|e| SnapshotError::storage("delete", e))?;
+        Ok(())
+    }
 }

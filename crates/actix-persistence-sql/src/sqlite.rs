@@ -1,23 +1,25 @@
 //! The SQLite journal store: [`SqliteJournal`] and its [`SqliteJournalOptions`].
 
+use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
-    WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
-use futures::stream::{self, StreamExt};
+use futures::future::BoxFuture;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteSynchronous,
 };
-use sqlx::{Connection, Row};
+use sqlx::{Connection, Sqlite, Transaction};
 
 use crate::error::SqlStoreError;
-use crate::group_commit::{
-    fail_all, settle, Backend, WriteCounters, WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE,
+use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
+use crate::journal_common::{
+    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
+    SqlBackend,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -144,7 +146,7 @@ impl Default for SqliteJournalOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteJournal {
     pools: SqlitePools,
-    writer: Writer<SqliteBackend>,
+    writer: Writer<SqlBackend<SqliteDialect>>,
     replay_batch_size: u32,
 }
 
@@ -159,13 +161,10 @@ impl SqlitePools {
     /// Opens (and creates when missing) the database, turns on WAL mode, sets the busy timeout
     /// and brings the schema (journal and snapshots) up to date.
     pub(crate) async fn open(options: &SqliteJournalOptions) -> Result<Self, SqlStoreError> {
-        if options.max_connections == 0 {
-            return Err(SqlStoreError::InvalidOption {
-                option: "max_connections",
-                value: options.max_connections.to_string(),
-                reason: "the reader pool needs at least one connection",
-            });
-        }
+        check_max_connections(
+            options.max_connections,
+            "the reader pool needs at least one connection",
+        )?;
         let connect_error = |source| SqlStoreError::Connect {
             url: options.url.clone(),
             source,
@@ -231,27 +230,13 @@ impl SqliteJournal {
     ///   cannot be opened or created (for example its directory does not exist);
     /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
     pub async fn connect(options: &SqliteJournalOptions) -> Result<Self, SqlStoreError> {
-        if options.replay_batch_size == 0 {
-            return Err(SqlStoreError::InvalidOption {
-                option: "replay_batch_size",
-                value: options.replay_batch_size.to_string(),
-                reason: "a replay must read at least one event per query",
-            });
-        }
-        if options.max_batch_size == 0 {
-            return Err(SqlStoreError::InvalidOption {
-                option: "max_batch_size",
-                value: options.max_batch_size.to_string(),
-                reason:
-                    "a transaction must store at least one atomic write (1 turns group commit off)",
-            });
-        }
+        check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pools = SqlitePools::open(options).await?;
-        let backend = SqliteBackend {
-            writer: pools.writer.clone(),
-        };
         Ok(SqliteJournal {
-            writer: Writer::start(backend, options.max_batch_size),
+            writer: Writer::start(
+                SqlBackend::new(pools.writer.clone()),
+                options.max_batch_size,
+            ),
             pools,
             replay_batch_size: options.replay_batch_size,
         })
@@ -302,53 +287,50 @@ impl SqliteJournal {
     pub fn snapshot_store(&self) -> SqliteSnapshotStore {
         SqliteSnapshotStore::from_pools(self.pools.clone())
     }
+
+    /// The journal tables: read through the reader pool, deleted from through the writer.
+    fn tables(&self) -> JournalTables<'_, SqliteDialect> {
+        JournalTables {
+            readers: &self.pools.readers,
+            writer: &self.pools.writer,
+            page_size: self.replay_batch_size,
+        }
+    }
 }
 
-/// The SQLite side of group commit.
+/// What is particular to SQLite: `INTEGER` sequence numbers and serializer ids, tags as a JSON
+/// array, transactions that take the write lock up front, and one insert per event.
 #[derive(Debug)]
-struct SqliteBackend {
-    writer: SqlitePool,
-}
+pub(crate) struct SqliteDialect;
 
 /// An atomic write that passed every check before storage, its events converted to the column
 /// types: what is left can only fail in the database.
-struct PreparedWrite {
+pub(crate) struct PreparedWrite {
     write: AtomicWrite,
     highest_seq_nr: i64,
     /// Per event: its tags as a JSON array.
     tags: Vec<String>,
 }
 
-impl PreparedWrite {
-    fn persistence_id(&self) -> &str {
-        self.write.persistence_id()
-    }
-}
-
-impl Backend for SqliteBackend {
+impl Dialect for SqliteDialect {
+    type Db = Sqlite;
+    type SerializerId = i64;
+    type Tags = String;
     type Write = PreparedWrite;
 
-    /// Checks the shape of `write` and converts its events, or says why it is rejected.
-    fn prepare(write: AtomicWrite) -> Result<PreparedWrite, WriteRejection> {
-        write.check_shape()?;
-        let reject = |reason: String| WriteRejection {
-            persistence_id: write.persistence_id().to_owned(),
-            seq_nr: write.lowest_seq_nr(),
-            reason,
-        };
-        let highest_seq_nr = i64::try_from(write.highest_seq_nr()).map_err(|_| {
-            reject(format!(
-                "sequence number {} is above {}, the highest SQLite can store",
-                write.highest_seq_nr(),
-                i64::MAX
-            ))
-        })?;
+    const HIGHEST_SEQ_NR: &'static str = "the highest SQLite can store";
+    const SEQ_NR_COLUMN: &'static str = "SQLite";
+    const NAME: &'static str = "SQLite";
+
+    /// Encodes the tags of each event as JSON.
+    fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<PreparedWrite, WriteRejection> {
         let tags = write
             .events
             .iter()
             .map(|event| {
-                serde_json::to_string(&event.tags)
-                    .map_err(|e| reject(format!("tags could not be encoded as JSON: {e}")))
+                serde_json::to_string(&event.tags).map_err(|e| {
+                    rejection(&write, format!("tags could not be encoded as JSON: {e}"))
+                })
             })
             .collect::<Result<_, WriteRejection>>()?;
         Ok(PreparedWrite {
@@ -358,104 +340,48 @@ impl Backend for SqliteBackend {
         })
     }
 
-    async fn commit_batch(
-        &self,
-        writes: &[PreparedWrite],
-        counters: &WriteCounters,
-    ) -> Vec<AtomicWriteResult> {
-        let storage = |e| JournalError::storage("write", e);
-        let mut conn = match self.writer.acquire().await {
-            Ok(conn) => conn,
-            Err(e) => return fail_all(writes, &storage(e)),
-        };
-        // IMMEDIATE takes the write lock up front (waiting up to the busy timeout), so the
-        // transaction never has to upgrade a read lock, which SQLite may refuse with
-        // SQLITE_BUSY.
-        let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
-            Ok(tx) => tx,
-            Err(e) => return fail_all(writes, &storage(e)),
-        };
-        let outcomes = match insert_in_savepoints(&mut tx, writes).await {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                rollback(tx, writes).await;
-                return fail_all(writes, &error);
-            }
-        };
-        let stored = outcomes.iter().filter(|o| o.is_ok()).count();
-        if stored == 0 {
-            rollback(tx, writes).await;
-            return settle(outcomes, None);
-        }
-        match tx.commit().await {
-            Ok(()) => {
-                counters.committed(stored);
-                settle(outcomes, None)
-            }
-            // The failed transaction is rolled back when its connection goes back to the pool.
-            Err(e) => settle(outcomes, Some(storage(e))),
-        }
+    /// `BEGIN IMMEDIATE` takes the write lock up front (waiting up to the busy timeout), so the
+    /// transaction never has to upgrade a read lock, which SQLite may refuse with
+    /// `SQLITE_BUSY`.
+    fn begin(
+        conn: &mut SqliteConnection,
+    ) -> BoxFuture<'_, Result<Transaction<'_, Sqlite>, sqlx::Error>> {
+        conn.begin_with("BEGIN IMMEDIATE")
+    }
+
+    fn insert_atomic_write<'c>(
+        conn: &'c mut SqliteConnection,
+        write: &'c PreparedWrite,
+    ) -> impl Future<Output = Result<(), JournalError>> + Send + 'c {
+        insert_atomic_write(conn, write)
+    }
+
+    fn serializer_id_to_sql(id: u32) -> i64 {
+        i64::from(id)
+    }
+
+    fn serializer_id_from_sql(id: i64) -> Option<u32> {
+        u32::try_from(id).ok()
+    }
+
+    fn tags_from_sql(tags: String) -> Result<Vec<String>, String> {
+        serde_json::from_str(&tags)
+            .map_err(|e| format!("tags are not a JSON array of strings: {e}"))
+    }
+
+    fn stores_text(_text: &str) -> bool {
+        true
     }
 }
 
-/// Rolls back a batch's transaction, logging (not returning) a failure: the connection is
-/// then closed by sqlx rather than reused.
-async fn rollback(tx: sqlx::Transaction<'_, sqlx::Sqlite>, writes: &[PreparedWrite]) {
-    if let Err(error) = tx.rollback().await {
-        tracing::warn!(
-            atomic_writes = writes.len(),
-            %error,
-            "rolling back a failed journal batch failed"
-        );
-    }
-}
-
-/// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
-/// own (a batch of one needs none: the transaction is rolled back instead), so one that fails
-/// is rolled back alone. Returns the outcome of each write.
-///
-/// # Errors
-/// When a savepoint cannot be opened, released or rolled back: the transaction can then no
-/// longer be trusted and the caller must roll it back whole.
-async fn insert_in_savepoints(
-    conn: &mut SqliteConnection,
-    writes: &[PreparedWrite],
-) -> Result<Vec<Result<(), JournalError>>, JournalError> {
-    if let [single] = writes {
-        return Ok(vec![insert_atomic_write(conn, single).await]);
-    }
-    let storage = |e| JournalError::storage("write", e);
-    let mut outcomes = Vec::with_capacity(writes.len());
-    for write in writes {
-        let mut savepoint = conn.begin().await.map_err(storage)?;
-        match insert_atomic_write(&mut savepoint, write).await {
-            Ok(()) => {
-                savepoint.commit().await.map_err(storage)?;
-                outcomes.push(Ok(()));
-            }
-            Err(error) => {
-                savepoint.rollback().await.map_err(storage)?;
-                outcomes.push(Err(error));
-            }
-        }
-    }
-    Ok(outcomes)
-}
-
-/// Inserts the events of one atomic write and raises its persistence id's highest sequence
-/// number, inside a transaction the caller opened and will commit or roll back.
-///
-/// On error some of the events may already be inserted: the caller must roll back (the whole
-/// transaction, or the savepoint around this call when several atomic writes share one).
-///
-/// # Errors
-/// [`JournalError::ConcurrentWrite`] with the first sequence number that is already stored;
-/// [`JournalError::Storage`] for any other database error.
+/// [`Dialect::insert_atomic_write`] for SQLite: one statement per event, then one raising the
+/// highest sequence number. An event whose sequence number is taken is skipped (`DO NOTHING`)
+/// and reported as [`JournalError::ConcurrentWrite`].
 async fn insert_atomic_write(
     conn: &mut SqliteConnection,
     write: &PreparedWrite,
 ) -> Result<(), JournalError> {
-    let persistence_id = write.persistence_id();
+    let persistence_id = write.write.persistence_id();
     for (event, tags) in write.write.events.iter().zip(&write.tags) {
         let inserted = sqlx::query(
             "INSERT INTO journal \
@@ -469,7 +395,7 @@ async fn insert_atomic_write(
         .bind(clamp_seq_nr(event.seq_nr))
         .bind(&event.writer_uuid)
         .bind(event.timestamp)
-        .bind(i64::from(event.serializer_id))
+        .bind(SqliteDialect::serializer_id_to_sql(event.serializer_id))
         .bind(&event.manifest)
         .bind(&event.payload)
         .bind(tags)
@@ -499,114 +425,6 @@ async fn insert_atomic_write(
     .await
     .map_err(|e| JournalError::storage("write", e))?;
     Ok(())
-}
-
-/// Where a replay stands: the next page starts at `next_from`.
-struct ReplayCursor {
-    readers: SqlitePool,
-    persistence_id: String,
-    next_from: i64,
-    to: i64,
-    remaining: u64,
-    page_size: u32,
-}
-
-/// The events of one page (a failed page ends with its error), and the cursor for the next
-/// page if there may be one.
-type Page = (
-    Vec<Result<PersistentRepr, JournalError>>,
-    Option<ReplayCursor>,
-);
-
-impl ReplayCursor {
-    async fn next_page(mut self) -> Page {
-        let limit = self.remaining.min(u64::from(self.page_size));
-        let rows = sqlx::query(
-            "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                    manifest, payload, tags \
-             FROM journal \
-             WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
-             ORDER BY seq_nr \
-             LIMIT ?4",
-        )
-        .bind(&self.persistence_id)
-        .bind(self.next_from)
-        .bind(self.to)
-        // At most `page_size`, a u32.
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.readers)
-        .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
-        };
-        let mut events = Vec::with_capacity(rows.len());
-        let mut last_seq_nr = None;
-        for row in &rows {
-            match decode_event(row) {
-                Ok((seq_nr, event)) => {
-                    last_seq_nr = Some(seq_nr);
-                    events.push(Ok(event));
-                }
-                Err(error) => {
-                    events.push(Err(error));
-                    return (events, None);
-                }
-            }
-        }
-        let full_page = rows.len() as u64 == limit;
-        self.remaining -= rows.len() as u64;
-        let next = match last_seq_nr {
-            Some(last) if full_page && self.remaining > 0 && last < self.to => {
-                self.next_from = last + 1;
-                Some(self)
-            }
-            _ => None,
-        };
-        (events, next)
-    }
-}
-
-/// Reads one journal row back into an event; also returns its sequence number as stored.
-fn decode_event(row: &SqliteRow) -> Result<(i64, PersistentRepr), JournalError> {
-    let column_error = |e| JournalError::storage("replay", e);
-    let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
-    let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
-    let corrupt = |reason: String| {
-        JournalError::storage(
-            "replay",
-            SqlStoreError::CorruptRow {
-                persistence_id: persistence_id.clone(),
-                seq_nr: stored_seq_nr,
-                reason,
-            },
-        )
-    };
-    let seq_nr =
-        u64::try_from(stored_seq_nr).map_err(|_| corrupt("negative sequence number".to_owned()))?;
-    let serializer_id: i64 = row.try_get("serializer_id").map_err(column_error)?;
-    let serializer_id = u32::try_from(serializer_id)
-        .map_err(|_| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
-    let tags: String = row.try_get("tags").map_err(column_error)?;
-    let tags: Vec<String> = serde_json::from_str(&tags)
-        .map_err(|e| corrupt(format!("tags are not a JSON array of strings: {e}")))?;
-    let event = PersistentRepr {
-        seq_nr,
-        payload: row.try_get("payload").map_err(column_error)?,
-        serializer_id,
-        manifest: row.try_get("manifest").map_err(column_error)?,
-        writer_uuid: row.try_get("writer_uuid").map_err(column_error)?,
-        timestamp: row.try_get("write_timestamp").map_err(column_error)?,
-        tags,
-        persistence_id,
-    };
-    Ok((stored_seq_nr, event))
-}
-
-/// A sequence number bound in the API (u64) as a SQLite INTEGER: above `i64::MAX` (no stored
-/// sequence number is) it is as good as no bound.
-pub(crate) fn clamp_seq_nr(seq_nr: u64) -> i64 {
-    i64::try_from(seq_nr).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
@@ -641,62 +459,18 @@ impl JournalStore for SqliteJournal {
     /// on the reader pool), so memory stays bounded however long the replay. Each page is read
     /// in its own snapshot: events committed while the replay runs may or may not be seen.
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
-        let to = clamp_seq_nr(to);
-        let Ok(from) = i64::try_from(from) else {
-            return Box::pin(stream::empty());
-        };
-        if max == 0 || from > to {
-            return Box::pin(stream::empty());
-        }
-        let cursor = ReplayCursor {
-            readers: self.pools.readers.clone(),
-            persistence_id: pid.to_owned(),
-            next_from: from,
-            to,
-            remaining: max,
-            page_size: self.replay_batch_size,
-        };
-        stream::unfold(Some(cursor), |cursor| async move {
-            Some(cursor?.next_page().await)
-        })
-        .flat_map(stream::iter)
-        .boxed()
+        self.tables().replay(pid, from, to, max)
     }
 
     /// Reads the highest sequence number from its own table (0 for an id that never wrote);
     /// `from` is not needed.
     async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
-        let highest: Option<i64> = sqlx::query_scalar(
-            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = ?1",
-        )
-        .bind(pid)
-        .fetch_optional(&self.pools.readers)
-        .await
-        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
-        match highest {
-            None => Ok(0),
-            Some(highest) => u64::try_from(highest).map_err(|_| {
-                JournalError::storage(
-                    "read highest sequence number",
-                    SqlStoreError::CorruptRow {
-                        persistence_id: pid.to_owned(),
-                        seq_nr: highest,
-                        reason: "negative highest sequence number".to_owned(),
-                    },
-                )
-            }),
-        }
+        self.tables().read_highest(pid).await
     }
 
     /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one statement on
     /// the writer connection; the highest sequence number is kept.
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        sqlx::query("DELETE FROM journal WHERE persistence_id = ?1 AND seq_nr <= ?2")
-            .bind(pid)
-            .bind(clamp_seq_nr(to))
-            .execute(&self.pools.writer)
-            .await
-            .map_err(|e| JournalError::storage("delete", e))?;
-        Ok(())
+        self.tables().delete_to(pid, to).await
     }
 }

@@ -5,12 +5,10 @@ use actix_persistence_core::{
     SnapshotSelectionCriteria, SnapshotStore,
 };
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
-use sqlx::Row;
 
 use crate::error::SqlStoreError;
-use crate::snapshot_sql::{statements, Bounds};
-use crate::sqlite::{SqliteJournalOptions, SqlitePools};
+use crate::snapshot_sql::SnapshotTable;
+use crate::sqlite::{SqliteDialect, SqliteJournalOptions, SqlitePools};
 
 /// A [`SnapshotStore`] in a SQLite database file: the `snapshot` table, next to the journal's.
 ///
@@ -69,43 +67,14 @@ impl SqliteSnapshotStore {
     pub async fn close(&self) {
         self.pools.close().await;
     }
-}
 
-/// Reads a snapshot row back.
-fn decode_snapshot(row: &SqliteRow) -> Result<SelectedSnapshot, SnapshotError> {
-    let column_error = |e| SnapshotError::storage("load", e);
-    let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
-    let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
-    let corrupt = |reason: String| {
-        SnapshotError::storage(
-            "load",
-            SqlStoreError::CorruptRow {
-                persistence_id: persistence_id.clone(),
-                seq_nr: stored_seq_nr,
-                reason,
-            },
-        )
-    };
-    let seq_nr = u64::try_from(stored_seq_nr)
-        .map_err(|_| corrupt("negative snapshot sequence number".to_owned()))?;
-    let serializer_id: i64 = row.try_get("serializer_id").map_err(column_error)?;
-    let serializer_id = u32::try_from(serializer_id).map_err(|_| {
-        corrupt(format!(
-            "snapshot serializer id {serializer_id} is not a u32"
-        ))
-    })?;
-    Ok(SelectedSnapshot {
-        metadata: SnapshotMetadata {
-            seq_nr,
-            timestamp: row.try_get("write_timestamp").map_err(column_error)?,
-            persistence_id: persistence_id.clone(),
-        },
-        snapshot: SerializedSnapshot {
-            payload: row.try_get("payload").map_err(column_error)?,
-            serializer_id,
-            manifest: row.try_get("manifest").map_err(column_error)?,
-        },
-    })
+    /// The snapshot table: loads through the reader pool, saves and deletes through the writer.
+    fn table(&self) -> SnapshotTable<'_, SqliteDialect> {
+        SnapshotTable {
+            readers: &self.pools.readers,
+            writer: &self.pools.writer,
+        }
+    }
 }
 
 #[async_trait]
@@ -116,19 +85,7 @@ impl SnapshotStore for SqliteSnapshotStore {
         pid: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
-        let Some(bounds) = Bounds::of(&criteria) else {
-            return Ok(None);
-        };
-        let row = sqlx::query(statements::LOAD)
-            .bind(pid)
-            .bind(bounds.max_seq_nr)
-            .bind(bounds.max_timestamp)
-            .bind(bounds.min_seq_nr)
-            .bind(bounds.min_timestamp)
-            .fetch_optional(&self.pools.readers)
-            .await
-            .map_err(|e| SnapshotError::storage("load", e))?;
-        row.as_ref().map(decode_snapshot).transpose()
+        self.table().load(pid, criteria).await
     }
 
     /// One upsert on the writer connection.
@@ -141,41 +98,11 @@ impl SnapshotStore for SqliteSnapshotStore {
         metadata: SnapshotMetadata,
         snapshot: SerializedSnapshot,
     ) -> Result<(), SnapshotError> {
-        let seq_nr = i64::try_from(metadata.seq_nr).map_err(|_| {
-            SnapshotError::storage(
-                "save",
-                SqlStoreError::Unstorable {
-                    persistence_id: metadata.persistence_id.clone(),
-                    seq_nr: metadata.seq_nr,
-                    reason: format!("sequence numbers above {} do not fit SQLite", i64::MAX),
-                },
-            )
-        })?;
-        sqlx::query(statements::SAVE)
-            .bind(&metadata.persistence_id)
-            .bind(seq_nr)
-            .bind(metadata.timestamp)
-            .bind(i64::from(snapshot.serializer_id))
-            .bind(&snapshot.manifest)
-            .bind(&snapshot.payload)
-            .execute(&self.pools.writer)
-            .await
-            .map_err(|e| SnapshotError::storage("save", e))?;
-        Ok(())
+        self.table().save(metadata, snapshot).await
     }
 
     async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
-        let Ok(seq_nr) = i64::try_from(metadata.seq_nr) else {
-            return Ok(());
-        };
-        sqlx::query(statements::DELETE_ONE)
-            .bind(&metadata.persistence_id)
-            .bind(seq_nr)
-            .bind(metadata.timestamp)
-            .execute(&self.pools.writer)
-            .await
-            .map_err(|e| SnapshotError::storage("delete", e))?;
-        Ok(())
+        self.table().delete(metadata).await
     }
 
     async fn delete_matching(
@@ -183,18 +110,6 @@ impl SnapshotStore for SqliteSnapshotStore {
         pid: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError> {
-        let Some(bounds) = Bounds::of(&criteria) else {
-            return Ok(());
-        };
-        sqlx::query(statements::DELETE_MATCHING)
-            .bind(pid)
-            .bind(bounds.max_seq_nr)
-            .bind(bounds.max_timestamp)
-            .bind(bounds.min_seq_nr)
-            .bind(bounds.min_timestamp)
-            .execute(&self.pools.writer)
-            .await
-            .map_err(|e| SnapshotError::storage("delete", e))?;
-        Ok(())
+        self.table().delete_matching(pid, criteria).await
     }
 }

@@ -1,133 +1,178 @@
-//! PostgreSQL test databases: each test runs against a database of its own, created on the
-//! server `DATABASE_URL` names and dropped afterwards (also when the test panics), so tests
-//! never share state and run in any order.
-//!
-//! Without `DATABASE_URL` a test prints "skipped: DATABASE_URL not set" and passes, except in
-//! CI (`CI` set), where it fails: CI must run them.
+//! PostgreSQL test databases: each test runs against a database of its own
+//! ([`TestDatabase`]), created on the server `DATABASE_URL` names and dropped afterwards (also
+//! when the test panics), so tests never share state and run in any order.
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
+use actix_persistence_sql::test_util::{url_with_database, TestDatabase};
+use actix_persistence_sql::{
+    PostgresJournal, PostgresJournalOptions, PostgresSnapshotStore, SqlStoreError, WriteStats,
+};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Connection, Executor, PgConnection, Postgres};
 
-use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions};
-use futures::FutureExt;
-use sqlx::{Connection, Executor, PgConnection};
+use super::{atomic, queue, write_all_ok, Pending, Setting, TestBackend};
 
 /// A database of one test.
-pub struct TestDb {
-    /// Its name, `ap_test_<uuid>`.
-    pub name: String,
-    /// A URL reaching it.
-    pub url: String,
+pub struct PostgresDb {
+    db: TestDatabase,
 }
 
-impl TestDb {
-    /// Journal options for this database: a small pool, everything else default.
-    pub fn options(&self) -> PostgresJournalOptions {
-        PostgresJournalOptions {
-            max_connections: 4,
-            ..PostgresJournalOptions::new(self.url.clone())
-        }
-    }
-
-    /// A journal with the default options (but a small pool).
-    pub async fn journal(&self) -> PostgresJournal {
-        self.journal_with(|_| {}).await
-    }
-
-    /// A journal with options changed by `change`.
-    pub async fn journal_with(
-        &self,
-        change: impl FnOnce(&mut PostgresJournalOptions),
-    ) -> PostgresJournal {
-        let mut options = self.options();
-        change(&mut options);
-        PostgresJournal::connect(&options)
-            .await
-            .expect("connect to the test database")
-    }
-
+impl PostgresDb {
     /// A plain connection of the test's own, outside any journal.
-    pub async fn connect(&self) -> PgConnection {
-        PgConnection::connect(&self.url)
+    pub async fn connection(&self) -> PgConnection {
+        PgConnection::connect(self.db.url())
             .await
             .expect("connect to the test database")
     }
 }
 
-/// `DATABASE_URL`, or `None` (after printing the notice) when it is not set outside CI.
-///
-/// # Panics
-/// When `CI` is set and `DATABASE_URL` is not.
-pub fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!(
-            "DATABASE_URL is not set but CI is: the PostgreSQL tests must run in CI \
-             (export DATABASE_URL=postgres:///actix_persistence_test?host=/var/run/postgresql&user=postgres)"
-        ),
-        _ => {
-            eprintln!("skipped: DATABASE_URL not set");
-            None
+impl TestBackend for PostgresDb {
+    type Journal = PostgresJournal;
+    type Snapshots = PostgresSnapshotStore;
+    type Options = PostgresJournalOptions;
+    type Outside = PgPool;
+    type Hold = WriterBlock;
+
+    const COMMIT_REFUSAL: &'static str = "commit refused";
+
+    async fn create() -> Option<Self> {
+        Some(PostgresDb {
+            db: TestDatabase::create().await?,
+        })
+    }
+
+    fn url(&self) -> &str {
+        self.db.url()
+    }
+
+    /// A small pool (4 connections), everything else default unless `settings` say otherwise.
+    fn options_at(url: &str, settings: &[Setting]) -> PostgresJournalOptions {
+        let mut options = PostgresJournalOptions {
+            max_connections: 4,
+            ..PostgresJournalOptions::new(url)
+        };
+        for setting in settings {
+            match *setting {
+                Setting::MaxConnections(n) => options.max_connections = n,
+                Setting::MaxBatchSize(n) => options.max_batch_size = n,
+                Setting::ReplayBatchSize(n) => options.replay_batch_size = n,
+                Setting::LockWait(wait) => options.statement_timeout = wait,
+            }
         }
+        options
     }
-}
 
-/// `url` pointing at the database `name` on the same server (path replaced, any `dbname`
-/// parameter dropped).
-pub fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut out = format!("{}/{name}", &base[..path_start]);
-    let params: Vec<&str> = query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter(|pair| !pair.starts_with("dbname="))
-        .collect();
-    if !params.is_empty() {
-        out.push('?');
-        out.push_str(&params.join("&"));
+    async fn connect(options: &PostgresJournalOptions) -> Result<PostgresJournal, SqlStoreError> {
+        PostgresJournal::connect(options).await
     }
-    out
-}
 
-/// Runs `test` against a fresh database of its own and drops the database afterwards, also
-/// when the test panics (the panic then goes on). Returns at once, after the notice, when
-/// `DATABASE_URL` is not set (outside CI).
-pub async fn with_database<F, Fut>(test: F)
-where
-    F: FnOnce(TestDb) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let Some(server) = database_url() else {
-        return;
-    };
-    let name = format!("ap_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&server)
+    async fn connect_snapshots(
+        options: &PostgresJournalOptions,
+    ) -> Result<PostgresSnapshotStore, SqlStoreError> {
+        PostgresSnapshotStore::connect(options).await
+    }
+
+    fn stats(journal: &PostgresJournal) -> WriteStats {
+        journal.stats()
+    }
+
+    fn snapshot_store_of(journal: &PostgresJournal) -> PostgresSnapshotStore {
+        journal.snapshot_store()
+    }
+
+    async fn close(journal: &PostgresJournal) {
+        journal.close().await;
+    }
+
+    fn unreachable(&self) -> (String, &'static str) {
+        (
+            url_with_database(self.db.url(), "ap_test_does_not_exist"),
+            "does not exist",
+        )
+    }
+
+    async fn execute(&self, sql: &str) {
+        super::execute::<Postgres>(self.db.url(), sql).await;
+    }
+
+    async fn query_i64s(&self, sql: &str) -> Vec<i64> {
+        super::select::<Postgres, _>(self.db.url(), sql).await
+    }
+
+    async fn query_strings(&self, sql: &str) -> Vec<String> {
+        super::select::<Postgres, _>(self.db.url(), sql).await
+    }
+
+    async fn table_names(&self) -> Vec<String> {
+        self.query_strings(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name NOT LIKE '\\_sqlx%' \
+             ORDER BY table_name",
+        )
         .await
-        .expect("connect to DATABASE_URL");
-    admin
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create the test database");
-    let db = TestDb {
-        url: url_with_database(&server, &name),
-        name: name.clone(),
-    };
-    let outcome = AssertUnwindSafe(test(db)).catch_unwind().await;
-    // FORCE: connections of pools the test dropped may still be closing.
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-        .await
-        .expect("drop the test database");
-    admin.close().await.expect("close the admin connection");
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
+    }
+
+    async fn outside(&self) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(4)
+            .connect(self.db.url())
+            .await
+            .expect("connect to the test database")
+    }
+
+    async fn count_stored(outside: &PgPool, pid: &str, seq_nr: i64) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM journal WHERE persistence_id = $1 AND seq_nr = $2")
+            .bind(pid)
+            .bind(seq_nr)
+            .fetch_one(outside)
+            .await
+            .expect("count")
+    }
+
+    /// A constraint trigger deferred to commit time raises the error.
+    async fn fail_commits_with_marker(&self) {
+        self.execute(
+            "CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN \
+                 IF position(convert_to('COMMIT-BOMB', 'UTF8') IN NEW.payload) > 0 THEN \
+                     RAISE EXCEPTION 'commit refused: % holds the marker', NEW.persistence_id; \
+                 END IF; \
+                 RETURN NULL; \
+             END $$",
+        )
+        .await;
+        self.execute(
+            "CREATE CONSTRAINT TRIGGER refuse_marked AFTER INSERT ON journal \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_marked()",
+        )
+        .await;
+    }
+
+    async fn fail_insert_of(&self, pid: &str, seq_nr: u64) {
+        self.execute(
+            "CREATE FUNCTION inject_fault() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'injected fault at %', NEW.seq_nr; END $$",
+        )
+        .await;
+        self.execute(&format!(
+            "CREATE TRIGGER inject_fault BEFORE INSERT ON journal FOR EACH ROW \
+             WHEN (NEW.persistence_id = '{pid}' AND NEW.seq_nr = {seq_nr}) \
+             EXECUTE FUNCTION inject_fault()"
+        ))
+        .await;
+    }
+
+    /// A row lock on `journal_highest` of `blocker`: the writer waits inside its transaction,
+    /// seq 2 inserted but not committed.
+    async fn hold_writer(&self, journal: &PostgresJournal) -> (WriterBlock, Pending) {
+        write_all_ok(journal, vec![atomic("blocker", 1..=1)]).await;
+        let mut block = WriterBlock::lock(self, "blocker").await;
+        let blocked = queue(journal, vec![atomic("blocker", 2..=2)]).await;
+        block.wait_until_writer_waits().await;
+        (block, blocked)
+    }
+
+    async fn release(hold: WriterBlock) {
+        hold.release().await;
     }
 }
 
@@ -145,8 +190,8 @@ pub struct WriterBlock {
 
 impl WriterBlock {
     /// Locks `journal_highest` of `pid`, which must have written before.
-    pub async fn lock(db: &TestDb, pid: &str) -> WriterBlock {
-        let mut conn = db.connect().await;
+    pub async fn lock(db: &PostgresDb, pid: &str) -> WriterBlock {
+        let mut conn = db.connection().await;
         conn.execute("BEGIN").await.expect("begin");
         let locked: Vec<i64> = sqlx::query_scalar(
             "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1 FOR UPDATE",
@@ -163,7 +208,7 @@ impl WriterBlock {
         WriterBlock {
             conn,
             locker_pid,
-            monitor: db.connect().await,
+            monitor: db.connection().await,
         }
     }
 

@@ -1,0 +1,443 @@
+//! What the two SQL journals share: the [`Dialect`] trait naming what differs between the
+//! databases, the checks of the options both journals have, the group-commit backend built on a
+//! dialect ([`SqlBackend`]: one transaction per batch, a savepoint per atomic write) and the
+//! reading side ([`JournalTables`]: paged replay, highest sequence number, delete).
+//!
+//! The statements of the reading side are the same for both databases: they use `$n`
+//! placeholders, which SQLite reads as PostgreSQL does.
+
+use std::fmt::Display;
+use std::future::Future;
+
+use actix_persistence_core::{
+    AtomicWrite, AtomicWriteResult, JournalError, PersistentRepr, ReplayStream, WriteRejection,
+};
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
+use sqlx::{
+    ColumnIndex, Connection, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row,
+    Transaction, Type,
+};
+
+use crate::error::SqlStoreError;
+use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
+
+/// What differs between the SQL databases, for the code both journals (and both snapshot
+/// stores) share: how values are stored, how a batch's transaction begins, and how the events
+/// of an atomic write are inserted.
+pub(crate) trait Dialect: Send + Sync + 'static {
+    /// The sqlx database.
+    type Db: Database;
+    /// The column type of serializer ids.
+    type SerializerId: for<'q> Encode<'q, Self::Db>
+        + for<'r> Decode<'r, Self::Db>
+        + Type<Self::Db>
+        + Display
+        + Copy
+        + Send;
+    /// The column type of an event's tags.
+    type Tags: for<'r> Decode<'r, Self::Db> + Type<Self::Db>;
+    /// An atomic write that passed every check before storage, converted to the column types:
+    /// what is left can only fail in the database.
+    type Write: Send + Sync + 'static;
+
+    /// `i64::MAX` as a rejected write names it, e.g. "the highest PostgreSQL BIGINT".
+    const HIGHEST_SEQ_NR: &'static str;
+    /// What a snapshot's sequence number above `i64::MAX` does not fit, e.g. "a BIGINT".
+    const SEQ_NR_COLUMN: &'static str;
+    /// The database's name in messages.
+    const NAME: &'static str;
+
+    /// Checks what the database cannot store of a well-shaped atomic write whose highest
+    /// sequence number (`highest_seq_nr`) fits, and converts it.
+    fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<Self::Write, WriteRejection>;
+
+    /// Begins the transaction of a batch on the writer connection.
+    fn begin(
+        conn: &mut <Self::Db as Database>::Connection,
+    ) -> BoxFuture<'_, Result<Transaction<'_, Self::Db>, sqlx::Error>>;
+
+    /// Inserts the events of one atomic write and raises its persistence id's highest sequence
+    /// number, inside a transaction the caller opened and will commit or roll back.
+    ///
+    /// On error some of the events may already be inserted: the caller must roll back (the
+    /// whole transaction, or the savepoint around this call when several atomic writes share
+    /// one).
+    ///
+    /// # Errors
+    /// [`JournalError::ConcurrentWrite`] with the first sequence number that is already stored;
+    /// [`JournalError::Storage`] for any other database error.
+    fn insert_atomic_write<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        write: &'c Self::Write,
+    ) -> impl Future<Output = Result<(), JournalError>> + Send + 'c;
+
+    /// A serializer id as stored.
+    fn serializer_id_to_sql(id: u32) -> Self::SerializerId;
+
+    /// A stored serializer id back, or `None` when it is no `u32` (the row was changed outside
+    /// the store).
+    fn serializer_id_from_sql(id: Self::SerializerId) -> Option<u32>;
+
+    /// An event's stored tags back, or why they are corrupt.
+    fn tags_from_sql(tags: Self::Tags) -> Result<Vec<String>, String>;
+
+    /// Whether a text column can hold `text`: PostgreSQL text cannot hold NUL, SQLite stores
+    /// any text. Nothing is stored under an id it cannot hold, so reads and deletes of such an
+    /// id find nothing.
+    fn stores_text(text: &str) -> bool;
+}
+
+/// Checks the batch sizes both journals take: `replay_batch_size` and `max_batch_size` must be
+/// at least 1.
+pub(crate) fn check_batch_sizes(
+    replay_batch_size: u32,
+    max_batch_size: u32,
+) -> Result<(), SqlStoreError> {
+    if replay_batch_size == 0 {
+        return Err(SqlStoreError::InvalidOption {
+            option: "replay_batch_size",
+            value: replay_batch_size.to_string(),
+            reason: "a replay must read at least one event per query",
+        });
+    }
+    if max_batch_size == 0 {
+        return Err(SqlStoreError::InvalidOption {
+            option: "max_batch_size",
+            value: max_batch_size.to_string(),
+            reason: "a transaction must store at least one atomic write (1 turns group commit off)",
+        });
+    }
+    Ok(())
+}
+
+/// Checks `max_connections`, which must be at least 1; `reason` says what needs a connection.
+pub(crate) fn check_max_connections(
+    max_connections: u32,
+    reason: &'static str,
+) -> Result<(), SqlStoreError> {
+    if max_connections == 0 {
+        return Err(SqlStoreError::InvalidOption {
+            option: "max_connections",
+            value: max_connections.to_string(),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+/// A sequence number bound in the API (u64) as the signed 64-bit column: above `i64::MAX` (no
+/// stored sequence number is) it is as good as no bound.
+pub(crate) fn clamp_seq_nr(seq_nr: u64) -> i64 {
+    i64::try_from(seq_nr).unwrap_or(i64::MAX)
+}
+
+/// The rejection of `write` for `reason`.
+pub(crate) fn rejection(write: &AtomicWrite, reason: String) -> WriteRejection {
+    WriteRejection {
+        persistence_id: write.persistence_id().to_owned(),
+        seq_nr: write.lowest_seq_nr(),
+        reason,
+    }
+}
+
+/// The SQL side of group commit for a dialect: each batch in one transaction on the writer
+/// pool, each atomic write of it in a savepoint of its own.
+pub(crate) struct SqlBackend<D: Dialect> {
+    writer: Pool<D::Db>,
+}
+
+impl<D: Dialect> SqlBackend<D> {
+    /// The backend writing through `writer` (a single connection on SQLite).
+    pub(crate) fn new(writer: Pool<D::Db>) -> Self {
+        SqlBackend { writer }
+    }
+}
+
+impl<D: Dialect> Backend for SqlBackend<D> {
+    type Write = D::Write;
+
+    /// Checks the shape of `write` and that its sequence numbers fit, then what the dialect
+    /// checks, or says why it is rejected.
+    fn prepare(write: AtomicWrite) -> Result<D::Write, WriteRejection> {
+        write.check_shape()?;
+        let highest_seq_nr = i64::try_from(write.highest_seq_nr()).map_err(|_| {
+            let reason = format!(
+                "sequence number {} is above {}, {}",
+                write.highest_seq_nr(),
+                i64::MAX,
+                D::HIGHEST_SEQ_NR
+            );
+            rejection(&write, reason)
+        })?;
+        D::prepare(write, highest_seq_nr)
+    }
+
+    async fn commit_batch(
+        &self,
+        writes: &[D::Write],
+        counters: &WriteCounters,
+    ) -> Vec<AtomicWriteResult> {
+        let storage = |e| JournalError::storage("write", e);
+        let mut conn = match self.writer.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return fail_all(writes, &storage(e)),
+        };
+        let mut tx = match D::begin(&mut conn).await {
+            Ok(tx) => tx,
+            Err(e) => return fail_all(writes, &storage(e)),
+        };
+        let outcomes = match insert_in_savepoints::<D>(&mut tx, writes).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                rollback(tx, writes.len()).await;
+                return fail_all(writes, &error);
+            }
+        };
+        let stored = outcomes.iter().filter(|o| o.is_ok()).count();
+        if stored == 0 {
+            rollback(tx, writes.len()).await;
+            return settle(outcomes, None);
+        }
+        match tx.commit().await {
+            Ok(()) => {
+                counters.committed(stored);
+                settle(outcomes, None)
+            }
+            // Nothing of the transaction is stored: PostgreSQL has ended it; SQLite's is rolled
+            // back when its connection goes back to the pool.
+            Err(e) => settle(outcomes, Some(storage(e))),
+        }
+    }
+}
+
+/// Rolls back a batch of `atomic_writes` atomic writes, logging (not returning) a failure.
+async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
+    if let Err(error) = tx.rollback().await {
+        tracing::warn!(
+            atomic_writes,
+            %error,
+            "rolling back a failed journal batch failed"
+        );
+    }
+}
+
+/// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
+/// own (a batch of one needs none: the transaction is rolled back instead), so one that fails
+/// is rolled back alone. Returns the outcome of each write.
+///
+/// # Errors
+/// When a savepoint cannot be opened, released or rolled back: the transaction can then no
+/// longer be trusted and the caller must roll it back whole.
+async fn insert_in_savepoints<D: Dialect>(
+    conn: &mut <D::Db as Database>::Connection,
+    writes: &[D::Write],
+) -> Result<Vec<Result<(), JournalError>>, JournalError> {
+    if let [single] = writes {
+        return Ok(vec![D::insert_atomic_write(conn, single).await]);
+    }
+    let storage = |e| JournalError::storage("write", e);
+    let mut outcomes = Vec::with_capacity(writes.len());
+    for write in writes {
+        let mut savepoint = conn.begin().await.map_err(storage)?;
+        match D::insert_atomic_write(&mut savepoint, write).await {
+            Ok(()) => {
+                savepoint.commit().await.map_err(storage)?;
+                outcomes.push(Ok(()));
+            }
+            Err(error) => {
+                savepoint.rollback().await.map_err(storage)?;
+                outcomes.push(Err(error));
+            }
+        }
+    }
+    Ok(outcomes)
+}
+
+/// The journal tables of one database as the reading side of a journal uses them: replays and
+/// highest sequence numbers through `readers`, deletes through `writer` (on PostgreSQL both are
+/// the one pool).
+pub(crate) struct JournalTables<'a, D: Dialect> {
+    pub(crate) readers: &'a Pool<D::Db>,
+    pub(crate) writer: &'a Pool<D::Db>,
+    /// How many events a replay reads per query.
+    pub(crate) page_size: u32,
+}
+
+/// Where a replay stands: the next page starts at `next_from`.
+struct ReplayCursor<D: Dialect> {
+    readers: Pool<D::Db>,
+    persistence_id: String,
+    next_from: i64,
+    to: i64,
+    remaining: u64,
+    page_size: u32,
+}
+
+/// The events of one page (a failed page ends with its error), and the cursor for the next
+/// page if there may be one.
+type Page<D> = (
+    Vec<Result<PersistentRepr, JournalError>>,
+    Option<ReplayCursor<D>>,
+);
+
+impl<D: Dialect> JournalTables<'_, D>
+where
+    for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db> + ColumnIndex<<D::Db as Database>::Row>,
+    for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
+    for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
+{
+    /// The events of `pid` from `from` to `to`, at most `max`, page by page (`page_size` per
+    /// query on the readers), so memory stays bounded however long the replay.
+    pub(crate) fn replay(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        let to = clamp_seq_nr(to);
+        let Ok(from) = i64::try_from(from) else {
+            return Box::pin(stream::empty());
+        };
+        if max == 0 || from > to || !D::stores_text(pid) {
+            return Box::pin(stream::empty());
+        }
+        let cursor = ReplayCursor::<D> {
+            readers: self.readers.clone(),
+            persistence_id: pid.to_owned(),
+            next_from: from,
+            to,
+            remaining: max,
+            page_size: self.page_size,
+        };
+        stream::unfold(Some(cursor), |cursor| async move {
+            Some(Self::next_page(cursor?).await)
+        })
+        .flat_map(stream::iter)
+        .boxed()
+    }
+
+    async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
+        let limit = cursor.remaining.min(u64::from(cursor.page_size));
+        let rows = sqlx::query::<D::Db>(
+            "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
+                    manifest, payload, tags \
+             FROM journal \
+             WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
+             ORDER BY seq_nr \
+             LIMIT $4",
+        )
+        .bind(cursor.persistence_id.as_str())
+        .bind(cursor.next_from)
+        .bind(cursor.to)
+        // At most `page_size`, a u32.
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&cursor.readers)
+        .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+        };
+        let mut events = Vec::with_capacity(rows.len());
+        let mut last_seq_nr = None;
+        for row in &rows {
+            match Self::decode_event(row) {
+                Ok((seq_nr, event)) => {
+                    last_seq_nr = Some(seq_nr);
+                    events.push(Ok(event));
+                }
+                Err(error) => {
+                    events.push(Err(error));
+                    return (events, None);
+                }
+            }
+        }
+        let full_page = rows.len() as u64 == limit;
+        cursor.remaining -= rows.len() as u64;
+        let next = match last_seq_nr {
+            Some(last) if full_page && cursor.remaining > 0 && last < cursor.to => {
+                cursor.next_from = last + 1;
+                Some(cursor)
+            }
+            _ => None,
+        };
+        (events, next)
+    }
+
+    /// Reads one journal row back into an event; also returns its sequence number as stored.
+    fn decode_event(row: &<D::Db as Database>::Row) -> Result<(i64, PersistentRepr), JournalError> {
+        let column_error = |e| JournalError::storage("replay", e);
+        let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
+        let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
+        let corrupt = |reason: String| {
+            JournalError::storage(
+                "replay",
+                SqlStoreError::CorruptRow {
+                    persistence_id: persistence_id.clone(),
+                    seq_nr: stored_seq_nr,
+                    reason,
+                },
+            )
+        };
+        let seq_nr = u64::try_from(stored_seq_nr)
+            .map_err(|_| corrupt("negative sequence number".to_owned()))?;
+        let serializer_id: D::SerializerId = row.try_get("serializer_id").map_err(column_error)?;
+        let serializer_id = D::serializer_id_from_sql(serializer_id)
+            .ok_or_else(|| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
+        let tags: D::Tags = row.try_get("tags").map_err(column_error)?;
+        let tags = D::tags_from_sql(tags).map_err(corrupt)?;
+        let event = PersistentRepr {
+            seq_nr,
+            payload: row.try_get("payload").map_err(column_error)?,
+            serializer_id,
+            manifest: row.try_get("manifest").map_err(column_error)?,
+            writer_uuid: row.try_get("writer_uuid").map_err(column_error)?,
+            timestamp: row.try_get("write_timestamp").map_err(column_error)?,
+            tags,
+            persistence_id,
+        };
+        Ok((stored_seq_nr, event))
+    }
+
+    /// Reads the highest sequence number of `pid` from `journal_highest` (0 for an id that
+    /// never wrote).
+    pub(crate) async fn read_highest(&self, pid: &str) -> Result<u64, JournalError> {
+        if !D::stores_text(pid) {
+            return Ok(0);
+        }
+        let highest: Option<i64> = sqlx::query_scalar::<D::Db, i64>(
+            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+        )
+        .bind(pid)
+        .fetch_optional(self.readers)
+        .await
+        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        match highest {
+            None => Ok(0),
+            Some(highest) => u64::try_from(highest).map_err(|_| {
+                JournalError::storage(
+                    "read highest sequence number",
+                    SqlStoreError::CorruptRow {
+                        persistence_id: pid.to_owned(),
+                        seq_nr: highest,
+                        reason: "negative highest sequence number".to_owned(),
+                    },
+                )
+            }),
+        }
+    }
+
+    /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) in one
+    /// statement on the writer; the highest sequence number is kept.
+    pub(crate) async fn delete_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+        if !D::stores_text(pid) {
+            return Ok(());
+        }
+        sqlx::query::<D::Db>("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
+            .bind(pid)
+            .bind(clamp_seq_nr(to))
+            .execute(self.writer)
+            .await
+            .map_err(|e| JournalError::storage("delete", e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! Replays and deletes at store level, on SQLite and on PostgreSQL: paging, a replay that
+//! outlives its journal handle, deletes of one persistence id, writes after a full delete.
+//! (The replay bounds and deletes of the journal conformance, J1-J20, run in
+//! `conformance.rs`.)
+#![cfg(any(feature = "sqlite", feature = "test-util"))]
+
+mod common;
+
+use actix_persistence_core::{AtomicWrite, InMemoryJournal, JournalStore, MAX_SEQ_NR};
+use common::{
+    atomic, backend_tests, recover, replay_events, write_all_ok, write_one_to_five, TestBackend,
+};
+use futures::{StreamExt, TryStreamExt};
+
+const MAX: u64 = MAX_SEQ_NR;
+
+backend_tests! {
+    replay_of_2000_events_crosses_page_boundaries,
+    paged_replay_agrees_with_the_in_memory_journal,
+    replay_stream_outlives_the_journal_handle,
+    delete_touches_only_its_own_persistence_id,
+    writes_after_a_full_delete_continue_the_sequence,
+}
+
+async fn replay_of_2000_events_crosses_page_boundaries<B: TestBackend>(db: B) {
+    let journal = db.journal().await; // default page size: 500
+    let writes = (0..20)
+        .map(|i| atomic("big", i * 100 + 1..=i * 100 + 100))
+        .collect();
+    write_all_ok(&journal, writes).await;
+
+    let all: Vec<u64> = replay_events(&journal, "big", 1, MAX, MAX)
+        .await
+        .iter()
+        .map(|e| e.seq_nr)
+        .collect();
+    assert_eq!(all, (1..=2000).collect::<Vec<_>>());
+
+    let cases: [(u64, u64, u64); 7] = [
+        (1, MAX, 1000),   // max is a whole number of pages
+        (1, MAX, 501),    // one past a page
+        (1, 500, MAX),    // to ends exactly on a page
+        (499, 1501, MAX), // starts and ends mid-page
+        (1500, MAX, MAX),
+        (1, 2000, 2000),
+        (2000, MAX, 10),
+    ];
+    for (from, to, max) in cases {
+        let expected: Vec<u64> = (from..=to.min(2000)).take(max as usize).collect();
+        let (got, highest) = recover(&journal, "big", from, to, max).await;
+        assert_eq!(got, expected, "replay({from}, {to}, {max})");
+        assert_eq!(highest, 2000);
+    }
+}
+
+async fn paged_replay_agrees_with_the_in_memory_journal<B: TestBackend>(db: B) {
+    // A page size of 3 puts page boundaries everywhere in a journal of 20 events with holes.
+    let journal = db
+        .journal_with(&[common::Setting::ReplayBatchSize(3)])
+        .await;
+    let model = InMemoryJournal::new();
+    let writes: Vec<AtomicWrite> = vec![
+        atomic("m", 1..=4),
+        atomic("m", 5..=5),
+        atomic("m", 6..=13),
+        atomic("m", 14..=20),
+        atomic("other", 1..=20),
+    ];
+    write_all_ok(&journal, writes.clone()).await;
+    model.write_messages(writes).await.unwrap();
+    for store in [&journal as &dyn JournalStore, &model] {
+        store.delete_messages_to("m", 2).await.unwrap();
+    }
+
+    let bounds = [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        9,
+        12,
+        13,
+        19,
+        20,
+        21,
+        1000,
+        i64::MAX as u64,
+        MAX,
+    ];
+    let maxes = [0, 1, 2, 3, 4, 6, 7, 17, 18, 100, MAX];
+    for from in bounds {
+        for to in bounds {
+            for max in maxes {
+                let expected: Vec<_> = model
+                    .replay_messages("m", from, to, max)
+                    .try_collect()
+                    .await
+                    .unwrap();
+                let got = replay_events(&journal, "m", from, to, max).await;
+                assert_eq!(got, expected, "replay({from}, {to}, {max})");
+            }
+        }
+    }
+}
+
+async fn replay_stream_outlives_the_journal_handle<B: TestBackend>(db: B) {
+    let journal = db.journal().await;
+    write_one_to_five(&journal, "p-1").await;
+    let stream = journal.replay_messages("p-1", 1, MAX, MAX);
+    let reader = journal.clone();
+    drop(journal);
+    let seq_nrs: Vec<u64> = stream.map(|e| e.unwrap().seq_nr).collect().await;
+    assert_eq!(seq_nrs, vec![1, 2, 3, 4, 5]);
+    B::close(&reader).await;
+}
+
+async fn delete_touches_only_its_own_persistence_id<B: TestBackend>(db: B) {
+    let journal = db.journal().await;
+    write_one_to_five(&journal, "p-1").await;
+    write_one_to_five(&journal, "p-10").await;
+    write_one_to_five(&journal, "P-1").await;
+    // Deletes of an unknown id, or up to 0, change nothing.
+    journal.delete_messages_to("p-1", 0).await.unwrap();
+    journal
+        .delete_messages_to("never-wrote", MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        recover(&journal, "p-1", 1, MAX, MAX).await,
+        (vec![1, 2, 3, 4, 5], 5)
+    );
+    assert_eq!(
+        recover(&journal, "never-wrote", 1, MAX, MAX).await,
+        (vec![], 0)
+    );
+
+    journal.delete_messages_to("p-1", 4).await.unwrap();
+    assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![5], 5));
+    for pid in ["p-10", "P-1"] {
+        assert_eq!(
+            recover(&journal, pid, 1, MAX, MAX).await,
+            (vec![1, 2, 3, 4, 5], 5),
+            "{pid}"
+        );
+    }
+}
+
+async fn writes_after_a_full_delete_continue_the_sequence<B: TestBackend>(db: B) {
+    let journal = db.journal().await;
+    write_one_to_five(&journal, "p-1").await;
+    journal.delete_messages_to("p-1", MAX).await.unwrap();
+    assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![], 5));
+    write_all_ok(&journal, vec![atomic("p-1", 6..=7)]).await;
+    assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![6, 7], 7));
+}

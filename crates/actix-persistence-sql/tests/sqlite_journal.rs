@@ -1,0 +1,139 @@
+//! What only the SQLite journal does: its defaults, the database file it creates in WAL mode,
+//! in-memory databases, several journals on one file, URLs of other databases, and rows whose
+//! tags are not the JSON it writes. What both journals do is tested once for both, in
+//! `journal_*.rs`.
+#![cfg(feature = "sqlite")]
+
+mod common;
+
+use std::time::Duration;
+
+use actix_persistence_core::{JournalError, JournalStore, MAX_SEQ_NR};
+use actix_persistence_sql::{SqlStoreError, SqliteJournal, SqliteJournalOptions};
+use common::sqlite::SqliteDb;
+use common::{atomic, event, recover, write_all_ok, write_one_to_five, TestBackend};
+use futures::StreamExt;
+
+const MAX: u64 = MAX_SEQ_NR;
+
+#[test]
+fn default_options_are_documented_values() {
+    let options = SqliteJournalOptions::default();
+    assert_eq!(options.url, "sqlite:actix-persistence.db");
+    assert_eq!(options.max_connections, 4);
+    assert_eq!(options.busy_timeout, Duration::from_secs(5));
+    assert_eq!(options.replay_batch_size, 500);
+    assert_eq!(options.max_batch_size, 64);
+    assert_eq!(actix_persistence_sql::DEFAULT_MAX_BATCH_SIZE, 64);
+    assert_eq!(SqliteJournalOptions::new("sqlite:x.db").url, "sqlite:x.db");
+}
+
+#[tokio::test]
+async fn connect_creates_the_file_in_wal_mode() {
+    common::run(|db: SqliteDb| async move {
+        let _journal = db.journal().await;
+        assert!(
+            db.dir().path().join("journal.db").exists(),
+            "database file created"
+        );
+        assert_eq!(db.query_strings("PRAGMA journal_mode").await, vec!["wal"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn url_of_another_database_is_a_connect_error_naming_it() {
+    let url = "postgres://localhost/journal";
+    let error = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+        .await
+        .expect_err("not a SQLite URL");
+    assert!(
+        matches!(&error, SqlStoreError::Connect { url: named, .. } if named == url),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains(url), "{error}");
+}
+
+#[tokio::test]
+async fn in_memory_database_works_while_the_journal_lives() {
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new("sqlite::memory:"))
+        .await
+        .unwrap();
+    write_one_to_five(&journal, "p-1").await;
+    journal.delete_messages_to("p-1", 1).await.unwrap();
+    assert_eq!(
+        recover(&journal, "p-1", 1, MAX, MAX).await,
+        (vec![2, 3, 4, 5], 5)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_journals_on_one_file_write_concurrently_without_busy_errors() {
+    common::run(|db: SqliteDb| async move {
+        let one = db.journal().await;
+        let other = db.journal().await;
+        let mut tasks = Vec::new();
+        for task in 0..20u64 {
+            let journal = if task % 2 == 0 {
+                one.clone()
+            } else {
+                other.clone()
+            };
+            tasks.push(tokio::spawn(async move {
+                let pid = format!("shared-{task}");
+                let writes = (1..=10).map(|n| atomic(&pid, n..=n)).collect();
+                journal.write_messages(writes).await
+            }));
+        }
+        for task in tasks {
+            let results = task.await.unwrap().unwrap();
+            assert_eq!(results.len(), 10);
+            for result in results {
+                assert!(result.is_ok(), "{result:?}");
+            }
+        }
+        for task in 0..20u64 {
+            let pid = format!("shared-{task}");
+            assert_eq!(
+                recover(&other, &pid, 1, MAX, MAX).await,
+                ((1..=10).collect(), 10)
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn corrupt_row_ends_the_replay_with_a_storage_error() {
+    common::run(|db: SqliteDb| async move {
+        let journal = db.journal().await;
+        write_all_ok(&journal, vec![atomic("p-1", 1..=1)]).await;
+        // A row this crate never writes: tags that are not a JSON array.
+        db.execute(
+            "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+             serializer_id, manifest, payload, tags) \
+             VALUES ('p-1', 2, 'w', 0, 1, '', x'00', 'oops')",
+        )
+        .await;
+
+        let results: Vec<_> = journal.replay_messages("p-1", 1, MAX, MAX).collect().await;
+        assert_eq!(
+            results.len(),
+            2,
+            "the good event, then the error, then the end"
+        );
+        assert_eq!(results[0].as_ref().unwrap(), &event("p-1", 1));
+        match &results[1] {
+            Err(JournalError::Storage { operation, source }) => {
+                assert_eq!(*operation, "replay");
+                let message = source.to_string();
+                assert!(
+                    message.contains("\"p-1\"") && message.contains("2"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a storage error, got {other:?}"),
+        }
+    })
+    .await;
+}
