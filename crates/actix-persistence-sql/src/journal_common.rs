@@ -72,6 +72,24 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         write: &'c Self::Write,
     ) -> impl Future<Output = Result<(), JournalError>> + Send + 'c;
 
+    /// Inserts every event of a whole batch in one statement, when the dialect can. `None`
+    /// when it cannot (then each atomic write goes in a savepoint of its own);
+    /// `Some(Ok(true))` when every event was inserted (and highest sequence numbers raised);
+    /// `Some(Ok(false))` when some event's sequence number was already stored: the caller must
+    /// roll the transaction back and store the writes one savepoint at a time, so that only the
+    /// conflicting writes fail.
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`] for a database error: the caller rolls back and stores the
+    /// writes one savepoint at a time, so that only a write that fails on its own fails.
+    fn insert_batch<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        writes: &'c [Self::Write],
+    ) -> impl Future<Output = Option<Result<bool, JournalError>>> + Send + 'c {
+        let _ = (conn, writes);
+        async { None }
+    }
+
     /// A serializer id as stored.
     fn serializer_id_to_sql(id: u32) -> Self::SerializerId;
 
@@ -187,6 +205,30 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Ok(tx) => tx,
             Err(e) => return fail_all(writes, &storage(e)),
         };
+        // Fast path: the whole batch in one statement. Rare conflicts fall back to savepoints.
+        if writes.len() > 1 {
+            match D::insert_batch(&mut tx, writes).await {
+                None => {}
+                Some(Ok(true)) => {
+                    let outcomes = vec![Ok(()); writes.len()];
+                    return match tx.commit().await {
+                        Ok(()) => {
+                            counters.committed(writes.len());
+                            settle(outcomes, None)
+                        }
+                        Err(e) => settle(outcomes, Some(storage(e))),
+                    };
+                }
+                // A conflict or an error in some write: find out which, one savepoint each.
+                Some(Ok(false)) | Some(Err(_)) => {
+                    rollback(tx, writes.len()).await;
+                    tx = match D::begin(&mut conn).await {
+                        Ok(tx) => tx,
+                        Err(e) => return fail_all(writes, &storage(e)),
+                    };
+                }
+            }
+        }
         let outcomes = match insert_in_savepoints::<D>(&mut tx, writes).await {
             Ok(outcomes) => outcomes,
             Err(error) => {

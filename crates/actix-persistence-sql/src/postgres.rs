@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
+    WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -381,6 +382,13 @@ impl Dialect for PostgresDialect {
         insert_atomic_write(conn, write)
     }
 
+    fn insert_batch<'c>(
+        conn: &'c mut PgConnection,
+        writes: &'c [PreparedWrite],
+    ) -> impl Future<Output = Option<Result<bool, JournalError>>> + Send + 'c {
+        async move { Some(insert_batch(conn, writes).await) }
+    }
+
     fn serializer_id_to_sql(id: u32) -> i32 {
         serializer_id_to_sql(id)
     }
@@ -395,6 +403,97 @@ impl Dialect for PostgresDialect {
 
     fn stores_text(text: &str) -> bool {
         !holds_nul(text)
+    }
+}
+
+/// Inserts every event of `writes` and raises each persistence id's highest sequence number in
+/// one statement (its column values bound as eight arrays, whatever the number of events).
+/// Events whose sequence number is already stored are skipped: `Ok(false)` then tells the
+/// caller to roll back.
+async fn insert_batch(
+    conn: &mut PgConnection,
+    writes: &[PreparedWrite],
+) -> Result<bool, JournalError> {
+    const BATCH_INSERT: &str = "\
+        WITH batch AS (\
+            SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::bigint[], \
+                                 $5::integer[], $6::text[], $7::bytea[], $8::text[]) \
+            AS b(persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+                 payload, tags)\
+        ), inserted AS (\
+            INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                                 serializer_id, manifest, payload, tags) \
+            SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+                   payload, ARRAY(SELECT json_array_elements_text(tags::json)) \
+            FROM batch ORDER BY persistence_id, seq_nr \
+            ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
+        ), raised AS (\
+            INSERT INTO journal_highest (persistence_id, highest_seq_nr) \
+            SELECT persistence_id, max(seq_nr) FROM batch GROUP BY persistence_id \
+            ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
+                GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr)\
+        ) \
+        SELECT count(*) FROM inserted";
+    let events = writes.iter().flat_map(|w| w.write.events.iter());
+    let count = writes.iter().map(|w| w.write.events.len()).sum::<usize>();
+    let mut columns = BatchColumns::with_capacity(count);
+    for event in events {
+        columns.push(event);
+    }
+    let inserted: i64 = sqlx::query_scalar(BATCH_INSERT)
+        .bind(columns.persistence_ids)
+        .bind(columns.seq_nrs)
+        .bind(columns.writer_uuids)
+        .bind(columns.timestamps)
+        .bind(columns.serializer_ids)
+        .bind(columns.manifests)
+        .bind(columns.payloads)
+        .bind(columns.tags)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| JournalError::storage("write", e))?;
+    Ok(usize::try_from(inserted).is_ok_and(|n| n == count))
+}
+
+/// The events of a batch, column by column, for [`insert_batch`].
+struct BatchColumns<'a> {
+    persistence_ids: Vec<&'a str>,
+    seq_nrs: Vec<i64>,
+    writer_uuids: Vec<&'a str>,
+    timestamps: Vec<i64>,
+    serializer_ids: Vec<i32>,
+    manifests: Vec<&'a str>,
+    payloads: Vec<&'a [u8]>,
+    tags: Vec<String>,
+}
+
+impl<'a> BatchColumns<'a> {
+    fn with_capacity(n: usize) -> Self {
+        BatchColumns {
+            persistence_ids: Vec::with_capacity(n),
+            seq_nrs: Vec::with_capacity(n),
+            writer_uuids: Vec::with_capacity(n),
+            timestamps: Vec::with_capacity(n),
+            serializer_ids: Vec::with_capacity(n),
+            manifests: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            tags: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, event: &'a PersistentRepr) {
+        self.persistence_ids.push(&event.persistence_id);
+        // Checked to fit when the write was prepared.
+        self.seq_nrs.push(clamp_seq_nr(event.seq_nr));
+        self.writer_uuids.push(&event.writer_uuid);
+        self.timestamps.push(event.timestamp);
+        self.serializer_ids
+            .push(serializer_id_to_sql(event.serializer_id));
+        self.manifests.push(&event.manifest);
+        self.payloads.push(&event.payload);
+        // A JSON array of strings cannot fail to serialize.
+        self.tags
+            .push(serde_json::to_string(&event.tags).unwrap_or_else(|_| "[]".to_owned()));
     }
 }
 
