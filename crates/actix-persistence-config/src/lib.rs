@@ -133,7 +133,7 @@ pub struct JournalSettings {
     pub replay_batch_size: NonZeroUsize,
     /// `journal.max-batch-size`: group commit of the SQL journals; at most this many atomic
     /// writes, from any number of concurrent writers, share one transaction. 1 turns group
-    /// commit off (one transaction per atomic write). Default: 64.
+    /// commit off (one transaction per atomic write). Default: 512.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_BATCH_SIZE`.
     pub max_batch_size: NonZeroU32,
     /// `journal.max-concurrent-recoveries`: persistent actors that may recover at once; the

@@ -218,8 +218,8 @@ fn postgres_counts_and_durations_follow_their_rules() {
 }
 
 #[test]
-fn max_batch_size_defaults_to_64_and_1_turns_group_commit_off() {
-    assert_eq!(Settings::reference().journal.max_batch_size.get(), 64);
+fn max_batch_size_defaults_to_512_and_1_turns_group_commit_off() {
+    assert_eq!(Settings::reference().journal.max_batch_size.get(), 512);
     let settings = load_env(&[("ACTIX_PERSISTENCE__JOURNAL__MAX_BATCH_SIZE", "1")]).expect("valid");
     assert_eq!(settings.journal.max_batch_size.get(), 1);
     let problem = only_problem(load_env(&[(

@@ -128,7 +128,7 @@ fn reference_parses_into_the_documented_defaults() {
                 call_timeout: Duration::from_secs(10),
                 reset_timeout: Duration::from_secs(30),
             },
-            max_batch_size: NonZeroU32::new(64).expect("non-zero"),
+            max_batch_size: NonZeroU32::new(512).expect("non-zero"),
             max_concurrent_recoveries: NonZeroUsize::new(50).expect("non-zero"),
             recovery_timeout: Duration::from_secs(30),
             sqlite: SqliteSettings {

@@ -22,18 +22,16 @@ use std::sync::Arc;
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, WriteRejection,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::error::SqlStoreError;
 
 /// Default of `max_batch_size` of both SQL journals, and of `journal.max-batch-size`.
 ///
-/// 64 atomic writes per transaction: enough to turn hundreds of small concurrent writes into a
-/// handful of commits (one `fsync` each instead of one per write), small enough to keep a
-/// transaction short. It is also PostgreSQL's limit of cached subtransactions per transaction
-/// (each atomic write of a batch runs in a savepoint, i.e. a subtransaction); above it every
-/// other session's visibility checks get slower while the transaction runs.
-pub const DEFAULT_MAX_BATCH_SIZE: u32 = 64;
+/// 512 atomic writes per transaction: turns a thousand small concurrent writes into a couple of
+/// commits (one flush each instead of one per write). On PostgreSQL the whole batch is one
+/// statement; only a batch with a conflicting write is redone with a savepoint per write.
+pub const DEFAULT_MAX_BATCH_SIZE: u32 = 512;
 
 /// Counters of a SQL journal's writes since it was opened; every clone of the journal shares
 /// them. Read them with `stats()` on the journal.
@@ -139,18 +137,21 @@ impl<B: Backend> Writer<B> {
     /// # Panics
     /// When `max_batch_size` is above 1 and no Tokio runtime is running (the journals' async
     /// `connect` always runs inside one).
-    pub(crate) fn start(backend: B, max_batch_size: u32) -> Self {
+    pub(crate) fn start(backend: B, max_batch_size: u32, writers: usize) -> Self {
         let backend = Arc::new(backend);
         let counters = Arc::new(WriteCounters::default());
         let queue = (max_batch_size > 1).then(|| {
             let (queue, requests) = mpsc::unbounded_channel();
+            let requests = Arc::new(Mutex::new(requests));
             let max_batch_size = usize::try_from(max_batch_size).unwrap_or(usize::MAX);
-            tokio::spawn(run_writer(
-                Arc::clone(&backend),
-                requests,
-                max_batch_size,
-                Arc::clone(&counters),
-            ));
+            for _ in 0..writers.max(1) {
+                tokio::spawn(run_writer(
+                    Arc::clone(&backend),
+                    Arc::clone(&requests),
+                    max_batch_size,
+                    Arc::clone(&counters),
+                ));
+            }
             queue
         });
         Writer {
@@ -229,44 +230,50 @@ fn writer_stopped(count: usize) -> Vec<AtomicWriteResult> {
         .collect()
 }
 
-/// The writer task: batches queued requests and stores each batch in one transaction, until
-/// every sender is gone.
+/// A writer task: takes the queued requests (up to `max_batch_size` atomic writes) and stores
+/// them in one transaction, until every sender is gone. Several writer tasks share one queue:
+/// while one commits, the next takes what arrived meanwhile. Requests of one actor never run
+/// concurrently (it has one write outstanding at a time), so batches never race each other
+/// for a sequence number.
 async fn run_writer<B: Backend>(
     backend: Arc<B>,
-    mut requests: mpsc::UnboundedReceiver<Request<B::Write>>,
+    requests: Arc<Mutex<mpsc::UnboundedReceiver<Request<B::Write>>>>,
     max_batch_size: usize,
     counters: Arc<WriteCounters>,
 ) {
     let mut carried = None;
     loop {
-        let first = match carried.take() {
-            Some(request) => request,
-            None => match requests.recv().await {
+        let batch = {
+            let mut requests = requests.lock().await;
+            let first = match carried.take() {
                 Some(request) => request,
-                None => return,
-            },
+                None => match requests.recv().await {
+                    Some(request) => request,
+                    None => return,
+                },
+            };
+            let mut size = first.writes.len();
+            let mut batch = vec![first];
+            while size < max_batch_size {
+                match requests.try_recv() {
+                    Ok(request) if size + request.writes.len() <= max_batch_size => {
+                        size += request.writes.len();
+                        batch.push(request);
+                    }
+                    Ok(request) => {
+                        carried = Some(request);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            batch
         };
         // A caller that gave up (its future was dropped) gets nothing written.
-        if first.reply.is_closed() {
-            continue;
+        let batch: Vec<_> = batch.into_iter().filter(|r| !r.reply.is_closed()).collect();
+        if !batch.is_empty() {
+            store_batch(&*backend, batch, max_batch_size, &counters).await;
         }
-        let mut size = first.writes.len();
-        let mut batch = vec![first];
-        while size < max_batch_size {
-            match requests.try_recv() {
-                Ok(request) if request.reply.is_closed() => {}
-                Ok(request) if size + request.writes.len() <= max_batch_size => {
-                    size += request.writes.len();
-                    batch.push(request);
-                }
-                Ok(request) => {
-                    carried = Some(request);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        store_batch(&*backend, batch, max_batch_size, &counters).await;
     }
 }
 

@@ -46,7 +46,7 @@ const ROWS_PER_STATEMENT: usize = 1000;
 ///     statement_timeout: Duration::from_secs(30),
 ///     ..PostgresJournalOptions::new("postgres://app@db.internal/events")
 /// };
-/// assert_eq!(options.max_batch_size, 64);
+/// assert_eq!(options.max_batch_size, 512);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresJournalOptions {
@@ -80,7 +80,7 @@ pub struct PostgresJournalOptions {
     /// [`PostgresJournal`]). 1 turns group commit off: every atomic write is then its own
     /// transaction, run by the calling task on a connection of the pool. Must be at least 1.
     ///
-    /// Default: 64 ([`DEFAULT_MAX_BATCH_SIZE`]).
+    /// Default: 512 ([`DEFAULT_MAX_BATCH_SIZE`]).
     pub max_batch_size: u32,
     /// How many events a replay reads per query. A replay holds at most one page in memory,
     /// however many events it returns. Must be at least 1.
@@ -273,7 +273,11 @@ impl PostgresJournal {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pool = open_pool(options).await?;
         Ok(PostgresJournal {
-            writer: Writer::start(SqlBackend::new(pool.clone()), options.max_batch_size),
+            writer: Writer::start(
+                SqlBackend::new(pool.clone()),
+                options.max_batch_size,
+                concurrent_transactions(options.max_connections),
+            ),
             pool,
             replay_batch_size: options.replay_batch_size,
         })
@@ -318,6 +322,14 @@ pub(crate) struct PostgresDialect;
 pub(crate) struct PreparedWrite {
     write: AtomicWrite,
     highest_seq_nr: i64,
+}
+
+/// Group-commit transactions in flight at once: while one commits (waits for its flush), the
+/// next batch is already being written. Half the pool, 1 to 4; the rest serves replays.
+fn concurrent_transactions(max_connections: u32) -> usize {
+    usize::try_from(max_connections / 2)
+        .unwrap_or(1)
+        .clamp(1, 4)
 }
 
 /// Whether `text` cannot be stored in a PostgreSQL `TEXT` column.

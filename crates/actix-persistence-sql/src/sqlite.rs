@@ -43,7 +43,7 @@ pub const DEFAULT_SQLITE_URL: &str = "sqlite:actix-persistence.db";
 ///     ..SqliteJournalOptions::default()
 /// };
 /// assert_eq!(options.max_connections, 4);
-/// assert_eq!(options.max_batch_size, 64);
+/// assert_eq!(options.max_batch_size, 512);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteJournalOptions {
@@ -76,7 +76,7 @@ pub struct SqliteJournalOptions {
     /// [`SqliteJournal`]). 1 turns group commit off: every atomic write is then its own
     /// transaction, run by the calling task. Must be at least 1.
     ///
-    /// Default: 64 ([`DEFAULT_MAX_BATCH_SIZE`]).
+    /// Default: 512 ([`DEFAULT_MAX_BATCH_SIZE`]).
     pub max_batch_size: u32,
 }
 
@@ -233,9 +233,11 @@ impl SqliteJournal {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pools = SqlitePools::open(options).await?;
         Ok(SqliteJournal {
+            // SQLite has one writer connection: one transaction at a time.
             writer: Writer::start(
                 SqlBackend::new(pools.writer.clone()),
                 options.max_batch_size,
+                1,
             ),
             pools,
             replay_batch_size: options.replay_batch_size,

@@ -46,7 +46,7 @@ fn default_options_are_documented_values() {
     assert_eq!(options.max_connections, 10);
     assert_eq!(options.acquire_timeout, Duration::from_secs(5));
     assert_eq!(options.statement_timeout, Duration::from_secs(10));
-    assert_eq!(options.max_batch_size, 64);
+    assert_eq!(options.max_batch_size, 512);
     assert_eq!(options.replay_batch_size, 500);
     assert_eq!(
         PostgresJournalOptions::new("postgres://h/d").url,

@@ -157,12 +157,18 @@ mod tests {
         assert!(b.permit().is_err(), "open");
         // A call let through while closed succeeds late: the breaker stays open.
         b.record(early, true);
-        assert!(b.permit().is_err(), "a late success must not close an open breaker");
+        assert!(
+            b.permit().is_err(),
+            "a late success must not close an open breaker"
+        );
 
         tokio::time::advance(Duration::from_secs(31)).await;
         let trial = b.permit().expect("trial");
         b.record(early, false);
-        assert!(b.permit().is_err(), "still half-open with the trial running");
+        assert!(
+            b.permit().is_err(),
+            "still half-open with the trial running"
+        );
         b.record(trial, true);
         assert!(b.permit().is_ok());
     }
