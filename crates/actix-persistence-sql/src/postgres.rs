@@ -398,7 +398,7 @@ impl Dialect for PostgresDialect {
         conn: &'c mut PgConnection,
         writes: &'c [PreparedWrite],
     ) -> impl Future<Output = Option<Result<bool, JournalError>>> + Send + 'c {
-        async move { Some(insert_batch(conn, writes).await) }
+        futures::FutureExt::map(insert_batch(conn, writes), Some)
     }
 
     fn serializer_id_to_sql(id: u32) -> i32 {
