@@ -1,0 +1,213 @@
+//! Recovery speed: events replayed per second by one persistent actor whose journal holds N
+//! events (default 1,000,000), on SQLite and on PostgreSQL, without a snapshot and with one
+//! 1,000 events before the end.
+//!
+//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events]`
+//! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use actix_persistence_core::journal::{JournalActor, JournalConfig};
+use actix_persistence_core::persistent::{
+    start_recovery, EventSourced, PersistenceState, PersistentActor,
+};
+use actix_persistence_core::serialization::{SerializationError, JSON_SERIALIZER_ID};
+use actix_persistence_core::snapshot::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotMetadata, SnapshotStore,
+};
+use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
+use actix_persistence_sql::test_util::TestDatabase;
+use actix_persistence_sql::{
+    PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
+};
+use serde::{Deserialize, Serialize};
+
+const PID: &str = "recovery-speed";
+const SNAPSHOT_BEFORE_END: u64 = 1_000;
+const EVENTS_PER_WRITE: u64 = 1_000;
+
+#[derive(Serialize, Deserialize)]
+struct Added(u64);
+
+/// A counter that snapshots its total.
+struct Counter {
+    persistence: PersistenceState<Self>,
+    total: u64,
+    replayed: u64,
+}
+
+impl Actor for Counter {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        start_recovery(self, ctx);
+    }
+}
+
+impl EventSourced for Counter {
+    type Event = Added;
+
+    fn apply(&mut self, event: &Added) {
+        self.total += event.0;
+        self.replayed += 1;
+    }
+
+    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
+        Some(SerializedSnapshot::json(&self.total))
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
+        self.total = serde_json::from_slice(&snapshot.snapshot.payload).map_err(|e| {
+            SerializationError::Deserialize {
+                seq_nr: snapshot.metadata.seq_nr,
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(())
+    }
+}
+
+impl PersistentActor for Counter {
+    fn persistence(&self) -> &PersistenceState<Self> {
+        &self.persistence
+    }
+
+    fn persistence_mut(&mut self) -> &mut PersistenceState<Self> {
+        &mut self.persistence
+    }
+}
+
+/// Answered once recovery completed: (total, events replayed, last seq_nr).
+#[derive(Message)]
+#[rtype(result = "(u64, u64, u64)")]
+struct Recovered;
+
+impl Handler<Recovered> for Counter {
+    type Result = MessageResult<Recovered>;
+
+    fn handle(&mut self, _: Recovered, _: &mut Context<Self>) -> Self::Result {
+        MessageResult((self.total, self.replayed, self.last_seq_nr()))
+    }
+}
+
+/// Fills the journal with `events` increments of 1, `EVENTS_PER_WRITE` per atomic write.
+async fn fill(store: &dyn JournalStore, events: u64) -> Duration {
+    let started = Instant::now();
+    let mut next = 1;
+    while next <= events {
+        let last = (next + EVENTS_PER_WRITE - 1).min(events);
+        let reprs = (next..=last)
+            .map(|seq_nr| PersistentRepr {
+                persistence_id: PID.to_owned(),
+                seq_nr,
+                payload: b"1".to_vec(),
+                serializer_id: JSON_SERIALIZER_ID,
+                manifest: String::new(),
+                writer_uuid: "recovery-speed".to_owned(),
+                timestamp: 0,
+                tags: Vec::new(),
+            })
+            .collect();
+        let write = AtomicWrite::new(reprs).expect("consecutive events");
+        let results = store
+            .write_messages(vec![write])
+            .await
+            .expect("fill the journal");
+        assert!(results.iter().all(Result::is_ok), "fill the journal");
+        next = last + 1;
+    }
+    started.elapsed()
+}
+
+/// Recovers a fresh incarnation and returns (seconds, events replayed).
+async fn recover(
+    store: Arc<dyn JournalStore>,
+    snapshots: Arc<dyn SnapshotStore>,
+    events: u64,
+) -> (f64, u64) {
+    let journal = JournalActor::start_with(store, JournalConfig::default());
+    let persistence = PersistenceState::new(journal, PID)
+        .expect("valid id")
+        .with_snapshot_store(snapshots, Duration::from_secs(60))
+        .with_recovery_timeout(Duration::from_secs(120));
+    let started = Instant::now();
+    let counter = Counter {
+        persistence,
+        total: 0,
+        replayed: 0,
+    }
+    .start();
+    let (total, replayed, last) = counter.send(Recovered).await.expect("recovered");
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(
+        (total, last),
+        (events, events),
+        "the recovered state is complete"
+    );
+    (seconds, replayed)
+}
+
+async fn measure(
+    name: &str,
+    store: Arc<dyn JournalStore>,
+    snapshots: Arc<dyn SnapshotStore>,
+    events: u64,
+) {
+    let filled = fill(&*store, events).await;
+    eprintln!(
+        "{name}: {events} events written in {:.1} s",
+        filled.as_secs_f64()
+    );
+    let (seconds, replayed) = recover(Arc::clone(&store), Arc::clone(&snapshots), events).await;
+    println!(
+        "| {name} | {events} | none | {replayed} | {seconds:.2} | {:.0} |",
+        replayed as f64 / seconds
+    );
+    let at = events - SNAPSHOT_BEFORE_END;
+    let metadata = SnapshotMetadata {
+        persistence_id: PID.to_owned(),
+        seq_nr: at,
+        timestamp: 1,
+    };
+    let snapshot = SerializedSnapshot::json(&at).expect("json");
+    snapshots
+        .save(metadata, snapshot)
+        .await
+        .expect("save the snapshot");
+    let (seconds, replayed) = recover(store, snapshots, events).await;
+    println!(
+        "| {name} | {events} | at {at} | {replayed} | {seconds:.3} | {:.0} |",
+        replayed as f64 / seconds
+    );
+}
+
+fn main() {
+    let events: u64 = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000)
+        .max(SNAPSHOT_BEFORE_END + 1);
+    System::new().block_on(async move {
+        println!(
+            "| store | events stored | snapshot | events replayed | seconds | replayed events/s |"
+        );
+        println!("|---|---|---|---|---|---|");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+        let sqlite = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+            .await
+            .expect("open SQLite");
+        let snapshots = Arc::new(sqlite.snapshot_store());
+        measure("SQLite", Arc::new(sqlite), snapshots, events).await;
+
+        if let Some(db) = TestDatabase::create().await {
+            let postgres = PostgresJournal::connect(&PostgresJournalOptions::new(db.url()))
+                .await
+                .expect("connect to PostgreSQL");
+            let snapshots = Arc::new(postgres.snapshot_store());
+            measure("PostgreSQL", Arc::new(postgres), snapshots, events).await;
+        }
+    });
+}
