@@ -314,6 +314,10 @@ struct ReplayCursor<D: Dialect> {
     to: i64,
     remaining: u64,
     page_size: u32,
+    /// Sequence numbers the next query covers. Each query is bounded to a window, so a planner
+    /// without statistics (a table filled a moment ago) never sorts the whole rest of the
+    /// journal for one page; windows that hold no event (deleted ranges) double.
+    window: i64,
 }
 
 /// The events of one page (a failed page ends with its error), and the cursor for the next
@@ -350,6 +354,7 @@ where
             to,
             remaining: max,
             page_size: self.page_size,
+            window: i64::from(self.page_size),
         };
         stream::unfold(Some(cursor), |cursor| async move {
             Some(Self::next_page(cursor?).await)
@@ -360,6 +365,10 @@ where
 
     async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
         let limit = cursor.remaining.min(u64::from(cursor.page_size));
+        let upper = cursor
+            .next_from
+            .saturating_add(cursor.window - 1)
+            .min(cursor.to);
         let rows = sqlx::query::<D::Db>(
             "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
                     manifest, payload, tags \
@@ -370,7 +379,7 @@ where
         )
         .bind(cursor.persistence_id.as_str())
         .bind(cursor.next_from)
-        .bind(cursor.to)
+        .bind(upper)
         // At most `page_size`, a u32.
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&cursor.readers)
@@ -395,9 +404,25 @@ where
         }
         let full_page = rows.len() as u64 == limit;
         cursor.remaining -= rows.len() as u64;
-        let next = match last_seq_nr {
-            Some(last) if full_page && cursor.remaining > 0 && last < cursor.to => {
-                cursor.next_from = last + 1;
+        let page_window = i64::from(cursor.page_size);
+        let next_from = match last_seq_nr {
+            // A full page: more may follow right after its last event.
+            Some(last) if full_page => last.checked_add(1).map(|from| (from, page_window)),
+            // The window is exhausted: go on after it, wider when it held nothing.
+            _ if upper < cursor.to => {
+                let window = if rows.is_empty() {
+                    cursor.window.saturating_mul(2)
+                } else {
+                    page_window
+                };
+                Some((upper + 1, window))
+            }
+            _ => None,
+        };
+        let next = match next_from {
+            Some((from, window)) if cursor.remaining > 0 && from <= cursor.to => {
+                cursor.next_from = from;
+                cursor.window = window;
                 Some(cursor)
             }
             _ => None,

@@ -156,23 +156,7 @@ impl<A: PersistentActor, R> ActorFuture<A> for ActorReplyFuture<A, R> {
         }
         // The writes this reply waits for may need this very poll to move on.
         let _ = pump(act, ctx, task);
-        if let Some(outcome) = take_done(&self.slot) {
-            return Poll::Ready(outcome);
-        }
-        let mut slot = self.slot.borrow_mut();
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Empty | Slot::Awaited(_) => {
-                *slot = Slot::Awaited(task.waker().clone());
-                Poll::Pending
-            }
-            Slot::Forward(forward) => {
-                // Already handed to an Actix sender: this future will not see it.
-                *slot = Slot::Forward(forward);
-                Poll::Ready(Err(PersistError::ActorStopped))
-            }
-            Slot::Done(outcome) => Poll::Ready(outcome),
-            Slot::Taken => Poll::Ready(Err(PersistError::ActorStopped)),
-        }
+        poll_slot(&self.slot, task)
     }
 }
 
@@ -203,22 +187,25 @@ impl<R> Future for ReplyFuture<R> {
     type Output = PersistResult<R>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        if let Some(outcome) = take_done(&self.slot) {
-            return Poll::Ready(outcome);
+        poll_slot(&self.slot, cx)
+    }
+}
+
+/// The outcome if it is there, else registers the task to be woken when it is.
+fn poll_slot<R>(slot: &SharedSlot<R>, task: &TaskContext<'_>) -> Poll<PersistResult<R>> {
+    let mut slot = slot.borrow_mut();
+    match std::mem::replace(&mut *slot, Slot::Taken) {
+        Slot::Done(outcome) => Poll::Ready(outcome),
+        Slot::Empty | Slot::Awaited(_) => {
+            *slot = Slot::Awaited(task.waker().clone());
+            Poll::Pending
         }
-        let mut slot = self.slot.borrow_mut();
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Empty | Slot::Awaited(_) => {
-                *slot = Slot::Awaited(cx.waker().clone());
-                Poll::Pending
-            }
-            Slot::Forward(forward) => {
-                *slot = Slot::Forward(forward);
-                Poll::Ready(Err(PersistError::ActorStopped))
-            }
-            Slot::Done(outcome) => Poll::Ready(outcome),
-            Slot::Taken => Poll::Ready(Err(PersistError::ActorStopped)),
+        Slot::Forward(forward) => {
+            // Already handed to an Actix sender: this future will not see it.
+            *slot = Slot::Forward(forward);
+            Poll::Ready(Err(PersistError::ActorStopped))
         }
+        Slot::Taken => Poll::Ready(Err(PersistError::ActorStopped)),
     }
 }
 
