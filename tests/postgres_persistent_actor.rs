@@ -286,12 +286,13 @@ async fn a_database_that_stops_answering_fails_the_write_and_a_new_incarnation_c
         ));
     }
     locker.execute("COMMIT").await.expect("unlock");
-    // Let the abandoned write finish (committed or not) before recovering.
+    // Let the abandoned write finish (committed or not) before recovering: wait until no other
+    // session of the database has a transaction open (it was open, blocked on the lock).
     let mut monitor = PgConnection::connect(db.url()).await.expect("connect");
     for _ in 0..1_000_000 {
         let busy: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND state = 'active' AND pid <> pg_backend_pid()",
+             AND xact_start IS NOT NULL AND pid <> pg_backend_pid()",
         )
         .fetch_one(&mut monitor)
         .await
