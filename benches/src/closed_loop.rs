@@ -11,7 +11,7 @@ use indicatif::ProgressBar;
 use crate::actor::{wait_ready, BenchActor, Persist};
 use crate::report::Row;
 use crate::runner::{block_on_system, run_jobs, start_journal, Progress};
-use crate::stores::PathologicalStore;
+use crate::stores::pathological_store;
 use crate::sys;
 
 /// What one closed loop did.
@@ -157,7 +157,7 @@ pub fn run(options: &ClosedLoopOptions, progress: &Progress) -> Vec<Row> {
                 let job = move || {
                     let task_bar = bar.clone();
                     let outcome = block_on_system(async move {
-                        let store = PathologicalStore::new(InMemoryJournal::new(), seed);
+                        let store = pathological_store(InMemoryJournal::new(), seed);
                         // The seed's call-timeout of 11 s: a write is held up to 10 s.
                         run_on_store(
                             Arc::new(store),

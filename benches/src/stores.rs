@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream,
 };
+use actix_persistence_testkit::FaultyJournal;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -15,59 +16,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The seed's pathological store: every write call is held for `first * r` ms, `first` uniform
-/// in `0..=100` and `r` uniform in `0..=first` (mean about 1.7 s, at most 10 s), then passed to
-/// the wrapped store.
+/// The seed's pathological store: the testkit's [`FaultyJournal`] over `inner`, every write
+/// call held for `first * r` ms, `first` uniform in `0..=100` and `r` uniform in `0..=first`
+/// (mean about 1.7 s, at most 10 s). `seed` fixes the sequence of delays (by call order).
 ///
 /// The seed's Akka plugin skipped delays below the scheduler tick (10 ms) with a matching
 /// probability; Tokio's timer has a 1 ms tick, so every non-zero delay is slept here.
-pub struct PathologicalStore<S> {
-    inner: S,
-    rng: Mutex<StdRng>,
-}
-
-impl<S: JournalStore> PathologicalStore<S> {
-    /// Wraps `inner`; `seed` fixes the sequence of delays (by call order).
-    pub fn new(inner: S, seed: u64) -> Self {
-        PathologicalStore {
-            inner,
-            rng: Mutex::new(StdRng::seed_from_u64(seed)),
-        }
-    }
-
-    /// The delay of the next call.
-    fn draw(&self) -> Duration {
-        let mut rng = lock(&self.rng);
+pub fn pathological_store<S: JournalStore>(inner: S, seed: u64) -> FaultyJournal<S> {
+    let (store, faults) = FaultyJournal::new(inner);
+    let rng = Mutex::new(StdRng::seed_from_u64(seed));
+    faults.delay_writes_with(move |_| {
+        let mut rng = lock(&rng);
         let first: u64 = rng.gen_range(0..=100);
-        let millis = first * rng.gen_range(0..=first);
-        Duration::from_millis(millis)
-    }
-}
-
-#[async_trait]
-impl<S: JournalStore> JournalStore for PathologicalStore<S> {
-    async fn write_messages(
-        &self,
-        writes: Vec<AtomicWrite>,
-    ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        let delay = self.draw();
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        self.inner.write_messages(writes).await
-    }
-
-    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
-        self.inner.replay_messages(pid, from, to, max)
-    }
-
-    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
-        self.inner.read_highest_sequence_nr(pid, from).await
-    }
-
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.inner.delete_messages_to(pid, to).await
-    }
+        Duration::from_millis(first * rng.gen_range(0..=first))
+    });
+    store
 }
 
 /// One timed write call: whose write it was and how long the store took.
