@@ -111,34 +111,34 @@ async fn snapshot_at_4_then_exactly_events_5_and_6_are_replayed(backend: Backend
 async fn recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest(backend: Backend) {
     let mut h = Harness::on(backend, 1).await;
     store_events(&h, "bounded", &["e1", "e2", "e3", "e4", "e5"]).await;
-    let _first = h.start_probe("bounded", 0, |s| {
-        s.with_recovery(Recovery {
-            to_seq_nr: 3,
-            ..Recovery::latest()
-        })
-    });
-    assert_eq!(
-        h.next_seen().await,
-        Seen::Recovered {
-            pid: "bounded".into(),
-            last_seq_nr: 5,
-            replayed: vec![named("e1"), named("e2"), named("e3")],
-        }
-    );
-    let _second = h.start_probe("bounded", 0, |s| {
-        s.with_recovery(Recovery {
-            max_events: 2,
-            ..Recovery::latest()
-        })
-    });
-    assert_eq!(
-        h.next_seen().await,
-        Seen::Recovered {
-            pid: "bounded".into(),
-            last_seq_nr: 5,
-            replayed: vec![named("e1"), named("e2")],
-        }
-    );
+    let bounds = [
+        (
+            Recovery {
+                to_seq_nr: 3,
+                ..Recovery::latest()
+            },
+            vec![named("e1"), named("e2"), named("e3")],
+        ),
+        (
+            Recovery {
+                max_events: 2,
+                ..Recovery::latest()
+            },
+            vec![named("e1"), named("e2")],
+        ),
+    ];
+    let mut probes = Vec::new();
+    for (recovery, replayed) in bounds {
+        probes.push(h.start_probe("bounded", 0, move |s| s.with_recovery(recovery)));
+        assert_eq!(
+            h.next_seen().await,
+            Seen::Recovered {
+                pid: "bounded".into(),
+                last_seq_nr: 5,
+                replayed,
+            }
+        );
+    }
 }
 
 async fn snapshot_then_deleted_events_keep_the_highest_seq_nr_across_restarts(backend: Backend) {
