@@ -555,3 +555,37 @@ fn backoff_delay_never_panics_on_nan_or_huge_durations() {
     };
     assert_eq!(huge.delay(3, 1.0), Duration::MAX);
 }
+
+#[actix::test]
+async fn a_replay_that_stalls_fails_recovery_after_the_timeout() {
+    tokio::time::pause();
+    let mut h = Harness::new(1);
+    let inner = actix_persistence::InMemoryJournal::new();
+    let store = SlowReplayPanickyDelete {
+        inner: inner.clone(),
+        per_event: Duration::from_secs(10),
+    };
+    h.journal = JournalActor::start_with(Arc::new(store), JournalConfig::default());
+    let writer = h.probe_in_group("stalled", 0).await;
+    writer
+        .send(Persist(vec![named("e1")]))
+        .await
+        .expect("mailbox")
+        .expect("stored");
+    writer.send(Stop).await.expect("mailbox");
+    h.seen_so_far();
+    // The first event takes 10 s to arrive: no progress for the 1 s timeout.
+    let _reader = h.start_probe("stalled", 0, |s| {
+        s.with_recovery_timeout(Duration::from_secs(1))
+    });
+    match h
+        .seen_until(|s| matches!(s, Seen::Recovered { .. } | Seen::RecoveryFailed { .. }))
+        .await
+        .pop()
+    {
+        Some(Seen::RecoveryFailed { error, .. }) => {
+            assert!(error.contains("no progress within 1000 ms"), "{error}")
+        }
+        other => panic!("a stalled replay must time out: {other:?}"),
+    }
+}
