@@ -113,8 +113,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// as [`EventKey`] does (PostgreSQL: `COLLATE "C"`).
     const BYTE_ORDER: &'static str = "";
 
-    /// The condition "the event holds the tag bound as `$n`".
-    fn has_tag(n: usize) -> String;
+    /// The condition "the event (row of `table`) holds the tag bound as `$n`".
+    fn has_tag(table: &str, n: usize) -> String;
 
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
@@ -502,15 +502,30 @@ where
                 "entity_type = $1 AND slice >= $2 AND slice <= $3".to_owned(),
                 3,
             ),
-            EventFilter::Tag(_) => (D::has_tag(1), 1),
+            EventFilter::Tag(_) => (D::has_tag("journal", 1), 1),
         };
         let p = filter_params;
         let previous = if request.with_previous_timestamp {
-            ", (SELECT p.db_timestamp FROM journal p \
-                WHERE p.persistence_id = journal.persistence_id \
-                  AND p.seq_nr = journal.seq_nr - 1) AS previous_timestamp"
+            // The previous event of the same id that the filter selects.
+            let selected = match request.filter {
+                EventFilter::Slices { .. } => String::new(),
+                EventFilter::Tag(_) => format!(" AND {}", D::has_tag("p", 1)),
+            };
+            let previous = |column: &str| {
+                format!(
+                    "(SELECT p.{column} FROM journal p \
+                      WHERE p.persistence_id = journal.persistence_id \
+                        AND p.seq_nr < journal.seq_nr{selected} \
+                      ORDER BY p.seq_nr DESC LIMIT 1)"
+                )
+            };
+            format!(
+                ", {} AS previous_timestamp, {} AS previous_seq_nr",
+                previous("db_timestamp"),
+                previous("seq_nr")
+            )
         } else {
-            ", NULL AS previous_timestamp"
+            ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
         };
         let order = D::BYTE_ORDER;
         let sql = format!(
@@ -557,6 +572,10 @@ where
                 Ok(StoredEvent {
                     timestamp: row.try_get("db_timestamp").map_err(storage)?,
                     previous_timestamp: row.try_get("previous_timestamp").map_err(storage)?,
+                    previous_seq_nr: row
+                        .try_get::<Option<i64>, _>("previous_seq_nr")
+                        .map_err(storage)?
+                        .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
                     repr,
                 })
             })

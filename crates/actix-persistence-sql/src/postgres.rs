@@ -442,8 +442,8 @@ impl Dialect for PostgresDialect {
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
 
-    fn has_tag(n: usize) -> String {
-        format!("${n} = ANY(tags)")
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("${n} = ANY({table}.tags)")
     }
 
     /// The database's clock (`$1`, the process's clock, is not used but typed).

@@ -390,8 +390,8 @@ impl Dialect for SqliteDialect {
         true
     }
 
-    fn has_tag(n: usize) -> String {
-        format!("EXISTS (SELECT 1 FROM json_each(journal.tags) WHERE json_each.value = ${n})")
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("EXISTS (SELECT 1 FROM json_each({table}.tags) AS t WHERE t.value = ${n})")
     }
 
     /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).
