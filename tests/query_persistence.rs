@@ -54,7 +54,7 @@ impl Handler<Deposit> for Account {
 fn inmem(extra: &str) -> actix_persistence::config::SettingsLoader {
     Settings::loader().toml_str(
         "test",
-        format!("[journal]\nplugin = \"inmem\"\n[snapshot-store]\nplugin = \"inmem\"\n{extra}"),
+        &format!("[journal]\nplugin = \"inmem\"\n[snapshot-store]\nplugin = \"inmem\"\n{extra}"),
     )
 }
 

@@ -104,6 +104,13 @@ const CHANGES: &[(&str, &str, Check)] = &[
     ("snapshot-store.call-timeout", "\"3s\"", |s| {
         s.snapshot_store.call_timeout == Duration::from_secs(3)
     }),
+    ("query.refresh-interval", "\"50ms\"", |s| {
+        s.query.refresh_interval == Duration::from_millis(50)
+    }),
+    ("query.late-commit-window", "\"7s\"", |s| {
+        s.query.late_commit_window == Duration::from_secs(7)
+    }),
+    ("query.page-size", "64", |s| s.query.page_size.get() == 64),
 ];
 
 fn inline_toml(key: &str, value: &str) -> String {
