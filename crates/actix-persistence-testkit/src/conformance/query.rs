@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q12 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q13 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -591,6 +591,49 @@ pub async fn q12_bad_arguments_are_errors(store: Arc<dyn QueryStore>) {
     );
 }
 
+/// Q13: when an id's event commits late and its next event is then written and seen first,
+/// the query holds the next one back and delivers both in sequence order, each once.
+pub async fn q13_late_commit_keeps_the_order_of_an_id(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q13");
+    let (id, other) = (format!("{entity_type}|id"), format!("{entity_type}|other"));
+    t.write_range(&id, 1, 1, &[]).await;
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    assert_eq!(
+        keys(&take("Q13", &mut live, 1).await),
+        vec![(id.clone(), 1)],
+        "Q13 first"
+    );
+    // `id` 2 is inserted but not yet committed while the query reads past it.
+    t.control.hold_commits_of(&id);
+    t.write_range(&id, 2, 2, &[]).await;
+    t.write_range(&other, 1, 1, &[]).await;
+    assert_eq!(
+        keys(&take("Q13", &mut live, 1).await),
+        vec![(other.clone(), 1)],
+        "Q13 other"
+    );
+    // It commits; only then is `id` 3 written (one writer per id), and the query sees 3 with 2
+    // behind its fast position.
+    t.control.commit(&id);
+    t.write_range(&id, 3, 3, &[]).await;
+    t.write_range(&other, 2, 2, &[]).await;
+    assert_eq!(
+        keys(&take("Q13", &mut live, 1).await),
+        vec![(other.clone(), 2)],
+        "Q13: `id` 3 waits for 2"
+    );
+    t.control.advance_clock(CASE_WINDOW);
+    let rest = take("Q13", &mut live, 2).await;
+    assert_eq!(
+        keys(&rest),
+        vec![(id.clone(), 2), (id, 3)],
+        "Q13: in order, once each"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -625,7 +668,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q12." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q13." }
 }
 
 impl Case for QueryCase {
