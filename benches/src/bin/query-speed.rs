@@ -242,8 +242,8 @@ fn main() {
     let events = args.next().flatten().unwrap_or(1_000_000);
     let ids = args.next().flatten().unwrap_or(10_000).max(1);
     let live_seconds = args.next().flatten().unwrap_or(10).max(1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread, as the actix system of the other benchmarks.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");

@@ -7,11 +7,12 @@
 //! placeholders, which SQLite reads as PostgreSQL does.
 
 use std::fmt::Display;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use std::future::Future;
 
 use actix_persistence_core::query::{
-    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
-    StoredEvent,
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventKey,
+    EventsRequest, StoredEvent,
 };
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, PersistentRepr, ReplayStream, WriteRejection,
@@ -319,7 +320,15 @@ pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) writer: &'a Pool<D::Db>,
     /// How many events a replay reads per query.
     pub(crate) page_size: u32,
+    /// `Some` (PostgreSQL): query pages in timestamp windows, starting from this width
+    /// (microseconds) and keeping the last width that filled a page (see
+    /// [`read_events`](Self::read_events)). `None` (SQLite): one query per page.
+    pub(crate) query_window: Option<&'a AtomicI64>,
 }
+
+/// The narrowest and widest timestamp window of one query page, microseconds.
+const MIN_QUERY_WINDOW: i64 = 1_000;
+const MAX_QUERY_WINDOW: i64 = 3_600_000_000;
 
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
@@ -493,6 +502,49 @@ where
 
     /// One page of a query by offset (see `QueryStore::read_events`).
     pub(crate) async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let Some(hint) = self.query_window else {
+            return self.read_events_once(request).await;
+        };
+        // Each query is bounded to a window of timestamps: a planner without statistics (a
+        // table filled a moment ago) would otherwise scan and sort every later event for one
+        // page. Empty or thin windows double; the width that fills a page is kept.
+        let mut window = hint.load(AtomicOrdering::Relaxed).clamp(MIN_QUERY_WINDOW, MAX_QUERY_WINDOW);
+        let mut after = request.after.clone();
+        let mut page: Vec<StoredEvent> = Vec::new();
+        let limit = request.limit as usize;
+        loop {
+            let upper = after
+                .timestamp
+                .saturating_add(window)
+                .min(request.before_timestamp);
+            let rows = self
+                .read_events_once(EventsRequest {
+                    after: &after,
+                    before_timestamp: upper,
+                    limit: u32::try_from(limit - page.len()).unwrap_or(u32::MAX),
+                    ..request.clone()
+                })
+                .await?;
+            page.extend(rows);
+            if page.len() >= limit {
+                // Filled within this window: a narrower one would do next time.
+                hint.store((window / 2).max(MIN_QUERY_WINDOW), AtomicOrdering::Relaxed);
+                return Ok(page);
+            }
+            if upper >= request.before_timestamp {
+                return Ok(page);
+            }
+            after = EventKey::start_of(upper);
+            window = window.saturating_mul(2).min(MAX_QUERY_WINDOW);
+            hint.store(window, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// One query of [`read_events`](Self::read_events).
+    async fn read_events_once(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence_core::query::{
@@ -257,6 +259,8 @@ pub struct PostgresJournal {
     replay_batch_size: u32,
     /// Wakes the live queries of this process after each commit.
     notifier: WriteNotifier,
+    /// The timestamp window of query pages that last filled a page, microseconds.
+    query_window: Arc<AtomicI64>,
 }
 
 impl PostgresJournal {
@@ -295,6 +299,7 @@ impl PostgresJournal {
             pool,
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),
+            query_window: Arc::new(AtomicI64::new(1_000_000)),
         };
         journal
             .tables()
@@ -330,6 +335,7 @@ impl PostgresJournal {
             readers: &self.pool,
             writer: &self.pool,
             page_size: self.replay_batch_size,
+            query_window: Some(&self.query_window),
         }
     }
 }
