@@ -7,19 +7,25 @@ use async_trait::async_trait;
 use futures::stream;
 
 use crate::error::JournalError;
-use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream};
+use crate::store::{
+    AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
+    ReplayStream,
+};
 
 #[derive(Debug, Default)]
 struct Events {
     stored: BTreeMap<u64, PersistentRepr>,
     highest: u64,
+    /// The owner epoch: raised by every `take_ownership`.
+    owner: FencingToken,
 }
 
 /// A [`JournalStore`] kept in memory. Cheap to clone: clones share the same events.
 ///
 /// Behaves as the SQL stores do: atomic writes are all or nothing, a sequence number that is
-/// already stored fails with [`JournalError::ConcurrentWrite`], and deletes keep the highest
-/// sequence number.
+/// already stored fails with [`JournalError::ConcurrentWrite`], a write with a fencing token
+/// older than the id's owner epoch fails with [`JournalError::Fenced`], writes over the
+/// [limits](crate::limits) are rejected, and deletes keep the highest sequence number.
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryJournal {
     inner: Arc<Mutex<HashMap<String, Events>>>,
@@ -41,11 +47,18 @@ impl InMemoryJournal {
 
     /// Stores one atomic write all or nothing.
     fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
-        write.check_shape()?;
+        write.check()?;
         let mut journal = self.lock();
         let events = journal
             .entry(write.persistence_id().to_owned())
             .or_default();
+        if write.fencing_token < events.owner {
+            return Err(JournalError::Fenced {
+                persistence_id: write.persistence_id().to_owned(),
+                fencing_token: write.fencing_token.get(),
+            }
+            .into());
+        }
         if let Some(taken) = write
             .events
             .iter()
@@ -100,5 +113,16 @@ impl JournalStore for InMemoryJournal {
             }
         }
         Ok(())
+    }
+
+    /// Raises the id's owner epoch and reads its highest sequence number under one lock.
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        let mut journal = self.lock();
+        let events = journal.entry(pid.to_owned()).or_default();
+        events.owner = FencingToken(events.owner.get().saturating_add(1));
+        Ok(Ownership {
+            fencing_token: events.owner,
+            highest_seq_nr: events.highest,
+        })
     }
 }

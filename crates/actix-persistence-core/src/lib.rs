@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod inmem;
+pub mod limits;
 pub mod serialization;
 pub mod snapshot;
 pub mod store;
@@ -30,5 +31,6 @@ pub use snapshot::{
     SnapshotSelectionCriteria, SnapshotStore,
 };
 pub use store::{
-    AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream, MAX_SEQ_NR,
+    AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
+    ReplayStream, MAX_SEQ_NR,
 };

@@ -5,8 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
-    WriteRejection,
+    AtomicWrite, AtomicWriteResult, FencingToken, JournalError, JournalStore, Ownership,
+    PersistentRepr, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -17,8 +17,8 @@ use sqlx::{Connection, Executor, Postgres, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, ownership_from_row, rejection,
+    token_to_sql, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -227,6 +227,11 @@ pub(crate) fn redact_password(url: &str) -> String {
 /// - **No overwrite**: a sequence number that is stored for the persistence id makes its atomic
 ///   write fail with [`JournalError::ConcurrentWrite`] naming the first such sequence number;
 ///   the stored event is kept.
+/// - **Single writer (fencing)**: [`take_ownership`](JournalStore::take_ownership) raises the
+///   id's owner epoch in `journal_highest`; a write with an older fencing token fails with
+///   [`JournalError::Fenced`] and stores nothing. Each write locks the id's `journal_highest`
+///   row (the same statement that checks the epoch), so a write and an ownership take of the
+///   same id, from any processes, are ordered by that row lock.
 /// - **Highest sequence number**: kept per persistence id in the `journal_highest` table,
 ///   raised in the write's transaction, never lowered, not even by deletes.
 /// - **Persistence ids** are byte-exact `TEXT`: ids that differ only by case (or by Unicode
@@ -394,6 +399,20 @@ impl Dialect for PostgresDialect {
         insert_atomic_write(conn, write)
     }
 
+    fn take_ownership<'c>(
+        conn: &'c mut PgConnection,
+        persistence_id: &'c str,
+    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c {
+        async move {
+            let row: (i64, i64) = sqlx::query_as(TAKE_OWNERSHIP)
+                .bind(persistence_id)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(|e| JournalError::storage("take ownership", e))?;
+            ownership_from_row(persistence_id, row)
+        }
+    }
+
     fn insert_batch<'c>(
         conn: &'c mut PgConnection,
         writes: &'c [PreparedWrite],
@@ -419,9 +438,12 @@ impl Dialect for PostgresDialect {
 }
 
 /// Inserts every event of `writes` and raises each persistence id's highest sequence number in
-/// one statement (its column values bound as eight arrays, whatever the number of events).
-/// Events whose sequence number is already stored are skipped: `Ok(false)` then tells the
-/// caller to roll back.
+/// one statement (its column values bound as nine arrays, whatever the number of events), for
+/// the ids whose owner epoch is not above their writes' fencing token (the rows of
+/// `journal_highest` are locked first). Events of fenced ids, and events whose sequence number
+/// is already stored, are skipped: `Ok(false)` then tells the caller to roll back and find out
+/// which write failed, one savepoint each. So does a batch holding writes of one id with
+/// different tokens (a stale incarnation's next to its successor's), before any statement.
 async fn insert_batch(
     conn: &mut PgConnection,
     writes: &[PreparedWrite],
@@ -429,28 +451,37 @@ async fn insert_batch(
     const BATCH_INSERT: &str = "\
         WITH batch AS (\
             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::bigint[], \
-                                 $5::integer[], $6::text[], $7::bytea[], $8::text[]) \
+                                 $5::integer[], $6::text[], $7::bytea[], $8::text[], \
+                                 $9::bigint[]) \
             AS b(persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                 payload, tags)\
+                 payload, tags, fencing_token)\
+        ), owned AS (\
+            INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+            SELECT persistence_id, max(seq_nr), max(fencing_token) FROM batch \
+            GROUP BY persistence_id ORDER BY persistence_id \
+            ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
+                GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr) \
+            WHERE journal_highest.owner_epoch <= EXCLUDED.owner_epoch \
+            RETURNING persistence_id\
         ), inserted AS (\
             INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
                                  serializer_id, manifest, payload, tags) \
             SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
                    payload, ARRAY(SELECT json_array_elements_text(tags::json)) \
-            FROM batch ORDER BY persistence_id, seq_nr \
+            FROM batch WHERE persistence_id IN (SELECT persistence_id FROM owned) \
+            ORDER BY persistence_id, seq_nr \
             ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
-        ), raised AS (\
-            INSERT INTO journal_highest (persistence_id, highest_seq_nr) \
-            SELECT persistence_id, max(seq_nr) FROM batch GROUP BY persistence_id \
-            ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
-                GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr)\
         ) \
         SELECT count(*) FROM inserted";
-    let events = writes.iter().flat_map(|w| w.write.events.iter());
+    if mixes_tokens(writes) {
+        return Ok(false);
+    }
     let count = writes.iter().map(|w| w.write.events.len()).sum::<usize>();
     let mut columns = BatchColumns::with_capacity(count);
-    for event in events {
-        columns.push(event);
+    for write in writes {
+        for event in &write.write.events {
+            columns.push(event, write.write.fencing_token);
+        }
     }
     let inserted: i64 = sqlx::query_scalar(BATCH_INSERT)
         .bind(columns.persistence_ids)
@@ -461,10 +492,20 @@ async fn insert_batch(
         .bind(columns.manifests)
         .bind(columns.payloads)
         .bind(columns.tags)
+        .bind(columns.fencing_tokens)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| JournalError::storage("write", e))?;
     Ok(usize::try_from(inserted).is_ok_and(|n| n == count))
+}
+
+/// Whether two writes of one persistence id in `writes` carry different fencing tokens.
+fn mixes_tokens(writes: &[PreparedWrite]) -> bool {
+    let mut tokens = std::collections::HashMap::with_capacity(writes.len());
+    writes.iter().any(|w| {
+        let token = w.write.fencing_token;
+        *tokens.entry(w.write.persistence_id()).or_insert(token) != token
+    })
 }
 
 /// The events of a batch, column by column, for [`insert_batch`].
@@ -477,6 +518,7 @@ struct BatchColumns<'a> {
     manifests: Vec<&'a str>,
     payloads: Vec<&'a [u8]>,
     tags: Vec<String>,
+    fencing_tokens: Vec<i64>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -490,10 +532,12 @@ impl<'a> BatchColumns<'a> {
             manifests: Vec::with_capacity(n),
             payloads: Vec::with_capacity(n),
             tags: Vec::with_capacity(n),
+            fencing_tokens: Vec::with_capacity(n),
         }
     }
 
-    fn push(&mut self, event: &'a PersistentRepr) {
+    fn push(&mut self, event: &'a PersistentRepr, fencing_token: FencingToken) {
+        self.fencing_tokens.push(token_to_sql(fencing_token));
         self.persistence_ids.push(&event.persistence_id);
         // Checked to fit when the write was prepared.
         self.seq_nrs.push(clamp_seq_nr(event.seq_nr));
@@ -509,22 +553,33 @@ impl<'a> BatchColumns<'a> {
     }
 }
 
-/// The statement inserting `rows` events of one persistence id (`$1`) and raising its highest
-/// sequence number to `$2`; returns the sequence numbers it inserted. Events whose sequence
-/// number is already stored are skipped (`DO NOTHING`), which the caller detects.
+/// The statement inserting `rows` events of one persistence id (`$1`) whose write carries the
+/// fencing token `$3`: it first raises the id's highest sequence number to `$2` if the id's
+/// owner epoch is not above the token (locking its `journal_highest` row), and inserts the
+/// events only then. Returns the sequence numbers it inserted, or a single 0 when the write
+/// was fenced. Events whose sequence number is already stored are skipped (`DO NOTHING`),
+/// which the caller detects.
 fn insert_statement(rows: usize) -> String {
     let mut sql = String::from(
-        "WITH inserted AS (\
+        "WITH owned AS (\
+             INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+             VALUES ($1, $2, $3) \
+             ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
+                 GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr) \
+             WHERE journal_highest.owner_epoch <= EXCLUDED.owner_epoch \
+             RETURNING 1\
+         ), inserted AS (\
              INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                  serializer_id, manifest, payload, tags) VALUES ",
+                                  serializer_id, manifest, payload, tags) \
+             SELECT $1, v.* FROM (VALUES ",
     );
     for row in 0..rows {
-        let p = 3 + row * 7;
+        let p = 4 + row * 7;
         if row > 0 {
             sql.push_str(", ");
         }
         sql.push_str(&format!(
-            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
             p,
             p + 1,
             p + 2,
@@ -535,13 +590,12 @@ fn insert_statement(rows: usize) -> String {
         ));
     }
     sql.push_str(
-        " ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING seq_nr\
-         ), raised AS (\
-             INSERT INTO journal_highest (persistence_id, highest_seq_nr) VALUES ($1, $2) \
-             ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
-                 GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr)\
+        ") AS v(seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags) \
+             WHERE EXISTS (SELECT 1 FROM owned) \
+             ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING seq_nr\
          ) \
-         SELECT seq_nr FROM inserted",
+         SELECT seq_nr FROM inserted \
+         UNION ALL SELECT 0::bigint WHERE NOT EXISTS (SELECT 1 FROM owned)",
     );
     sql
 }
@@ -557,7 +611,8 @@ fn serializer_id_from_sql(id: i32) -> u32 {
 }
 
 /// [`Dialect::insert_atomic_write`] for PostgreSQL: [`ROWS_PER_STATEMENT`] events per
-/// statement, each statement also raising the highest sequence number. An event whose sequence
+/// statement, each statement also checking the fencing token and raising the highest sequence
+/// number. A fenced write is reported as [`JournalError::Fenced`]; an event whose sequence
 /// number is taken is skipped (`DO NOTHING`) and reported as [`JournalError::ConcurrentWrite`].
 async fn insert_atomic_write(
     conn: &mut PgConnection,
@@ -568,7 +623,8 @@ async fn insert_atomic_write(
         let sql = insert_statement(chunk.len());
         let mut query = sqlx::query_scalar::<_, i64>(&sql)
             .bind(persistence_id)
-            .bind(write.highest_seq_nr);
+            .bind(write.highest_seq_nr)
+            .bind(token_to_sql(write.write.fencing_token));
         for event in chunk {
             query = query
                 // Consecutive and at most `highest_seq_nr`, which fits.
@@ -591,6 +647,12 @@ async fn insert_atomic_write(
             }
             Err(e) => return Err(JournalError::storage("write", e)),
         };
+        if inserted.first() == Some(&0) {
+            return Err(JournalError::Fenced {
+                persistence_id: persistence_id.to_owned(),
+                fencing_token: write.write.fencing_token.get(),
+            });
+        }
         if inserted.len() < chunk.len() {
             let taken = chunk
                 .iter()
@@ -649,6 +711,14 @@ impl JournalStore for PostgresJournal {
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.tables().delete_to(pid, to).await
     }
+
+    /// Raises the id's owner epoch in `journal_highest` and reads its highest sequence number
+    /// in one statement (locking the row), in a transaction shared with the writes and
+    /// ownership takes queued with it (group commit; the writes first). Durable when it
+    /// returns.
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        self.writer.take_ownership(pid).await
+    }
 }
 
 #[cfg(test)]
@@ -683,7 +753,7 @@ mod tests {
     #[test]
     fn insert_statement_numbers_parameters_per_row() {
         let sql = insert_statement(2);
-        assert!(sql.contains("($1, $3, $4, $5, $6, $7, $8, $9), ($1, $10, $11"));
-        assert!(sql.contains("VALUES ($1, $2)"));
+        assert!(sql.contains("($4, $5, $6, $7, $8, $9, $10), ($11, $12"));
+        assert!(sql.contains("VALUES ($1, $2, $3)"));
     }
 }

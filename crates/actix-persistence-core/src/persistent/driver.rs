@@ -277,9 +277,13 @@ fn deliver<A: PersistentActor>(
                 then(act, Err(PersistError::Rejected(rejection)), ctx);
             }
             Err(AtomicWriteError::Failed(cause)) => {
+                let reason = match cause {
+                    JournalError::Fenced { .. } => StopReason::Fenced,
+                    _ => StopReason::PersistFailure,
+                };
                 act.on_persist_failure(&cause, ctx);
                 then(act, Err(PersistError::Failed(cause)), ctx);
-                stop_after_failure(act, ctx, StopReason::PersistFailure);
+                stop_after_failure(act, ctx, reason);
                 return false;
             }
         }

@@ -15,9 +15,9 @@ use tracing::Span;
 
 use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
-use crate::journal::{JournalActor, ReplayMessages};
+use crate::journal::{JournalActor, ReplayMessages, TakeOwnership};
 use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
-use crate::store::{ReplayStream, MAX_SEQ_NR};
+use crate::store::{FencingToken, ReplayStream, MAX_SEQ_NR};
 
 /// Replayed events applied in one poll before the driver yields to other actors.
 const REPLAY_EVENTS_PER_POLL: usize = 1024;
@@ -91,6 +91,7 @@ pub(crate) struct RecoveryPlan {
 /// What the asynchronous first part of recovery found.
 struct Start {
     snapshot: Option<SelectedSnapshot>,
+    fencing_token: FencingToken,
     highest_seq_nr: u64,
     events: ReplayStream,
     permit: Option<OwnedSemaphorePermit>,
@@ -185,6 +186,7 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         }
         _ => None,
     };
+    let fencing_token = take_ownership(&plan).await?;
     let from = snapshot.as_ref().map(|s| s.metadata.seq_nr).unwrap_or(0) + 1;
     let request = plan.journal.send(ReplayMessages {
         persistence_id: plan.persistence_id.clone(),
@@ -202,10 +204,31 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         })?;
     Ok(Start {
         snapshot,
+        fencing_token,
         highest_seq_nr: replay.highest_seq_nr,
         events: replay.events,
         permit,
     })
+}
+
+/// Takes ownership of the persistence id before the replay (within the recovery timeout), so
+/// that every write of an older incarnation is either replayed or fenced.
+async fn take_ownership(plan: &RecoveryPlan) -> Result<FencingToken, RecoveryError> {
+    let request = plan.journal.send(TakeOwnership {
+        persistence_id: plan.persistence_id.clone(),
+    });
+    let ownership = tokio::time::timeout(plan.timeout, request)
+        .await
+        .map_err(|_| RecoveryError::Timeout {
+            persistence_id: plan.persistence_id.clone(),
+            timeout: plan.timeout,
+        })?
+        .unwrap_or(Err(JournalError::JournalStopped))
+        .map_err(|source| RecoveryError::Journal {
+            persistence_id: plan.persistence_id.clone(),
+            source,
+        })?;
+    Ok(ownership.fencing_token)
 }
 
 /// Drives recovery one step; yields the last sequence number when done.
@@ -223,6 +246,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
         };
         recovery.start = None;
         recovery._permit = found.permit;
+        act.persistence_mut().set_fencing_token(found.fencing_token);
         let mut last = 0;
         if let Some(snapshot) = found.snapshot {
             last = snapshot.metadata.seq_nr;

@@ -16,7 +16,7 @@ use crate::error::{validate_persistence_id, InvalidPersistenceId, WriteRejection
 use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
-use crate::store::{AtomicWrite, PersistentRepr};
+use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
 
 /// A continuation: runs once with the stored events, or with why they were not stored.
 pub(crate) type Continuation<A> =
@@ -56,6 +56,8 @@ pub struct PersistenceState<A: EventSourced> {
     journal: Addr<JournalActor>,
     incarnation: Incarnation,
     writer_uuid: String,
+    /// The token recovery got when it took ownership of the id; every write carries it.
+    fencing_token: FencingToken,
     /// Highest sequence number recovered or stored and applied.
     last_seq_nr: u64,
     /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
@@ -92,6 +94,10 @@ pub enum StopReason {
     PersistFailure,
     /// Recovery failed (`on_recovery_failure` ran).
     RecoveryFailure,
+    /// A write was fenced ([`crate::JournalError::Fenced`]): a newer incarnation of the
+    /// persistence id owns it, here or in another process. A [`super::BackoffSupervisor`]
+    /// does not restart it (a restart would take the id back from its new owner).
+    Fenced,
 }
 
 impl<A: EventSourced> Drop for PersistenceState<A> {
@@ -118,6 +124,7 @@ impl<A: EventSourced> PersistenceState<A> {
             journal,
             incarnation: Incarnation::next(),
             writer_uuid: uuid::Uuid::new_v4().to_string(),
+            fencing_token: FencingToken::UNOWNED,
             last_seq_nr: 0,
             assigned_seq_nr: 0,
             recovered: false,
@@ -191,6 +198,16 @@ impl<A: EventSourced> PersistenceState<A> {
         &self.writer_uuid
     }
 
+    /// The fencing token this incarnation writes with: the owner epoch its recovery got when
+    /// it took ownership of the persistence id ([`FencingToken::UNOWNED`] before recovery).
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    pub(crate) fn set_fencing_token(&mut self, token: FencingToken) {
+        self.fencing_token = token;
+    }
+
     /// The journal this actor writes to.
     pub fn journal(&self) -> &Addr<JournalActor> {
         &self.journal
@@ -233,7 +250,8 @@ impl<A: EventSourced> PersistenceState<A> {
     }
 
     /// Assigns sequence numbers to serialized events and builds their atomic write; the first
-    /// serialization error rejects the whole atomic write.
+    /// serialization error, or a field over the [limits](crate::limits), rejects the whole
+    /// atomic write before it is sent.
     pub(crate) fn prepare_write(
         &mut self,
         serialized: Vec<Result<SerializedEvent, SerializationError>>,
@@ -284,7 +302,10 @@ impl<A: EventSourced> PersistenceState<A> {
                 }
             }
         }
-        match AtomicWrite::new(reprs) {
+        let write = AtomicWrite::new(reprs)
+            .map(|write| write.with_fencing_token(self.fencing_token))
+            .and_then(|write| write.check().map(|()| write));
+        match write {
             Ok(write) => PendingWrite::Ready(write),
             Err(rejection) => PendingWrite::Rejected(rejection),
         }
