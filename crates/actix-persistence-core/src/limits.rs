@@ -15,7 +15,7 @@
 //! | payload | at most [`MAX_PAYLOAD_BYTES`] bytes per event |
 //! | manifest | at most [`MAX_MANIFEST_BYTES`] bytes, no NUL |
 //! | writer id | at most [`MAX_WRITER_UUID_BYTES`] bytes, no NUL |
-//! | tags | at most [`MAX_TAGS`] per event, each 1 to [`MAX_TAG_BYTES`] bytes, no NUL |
+//! | tags | at most [`MAX_TAGS`] per event, each at most [`MAX_TAG_BYTES`] bytes, no NUL |
 //! | events per atomic write | at most [`MAX_EVENTS_PER_ATOMIC_WRITE`] |
 //!
 //! A persistent actor checks its writes against them before sending (a write over a limit is
@@ -105,11 +105,6 @@ pub fn check_limits(write: &AtomicWrite) -> Result<(), WriteRejection> {
             )));
         }
         for tag in &event.tags {
-            if tag.is_empty() {
-                return Err(reject(format!(
-                    "the event at sequence number {seq_nr} has an empty tag"
-                )));
-            }
             text_problem("tag", tag, MAX_TAG_BYTES, seq_nr).map_or(Ok(()), |p| Err(reject(p)))?;
         }
     }

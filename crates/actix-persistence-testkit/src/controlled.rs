@@ -190,6 +190,12 @@ impl JournalStore for ControlledJournal {
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.inner.delete_messages_to(pid, to).await
     }
+    async fn take_ownership(
+        &self,
+        pid: &str,
+    ) -> Result<actix_persistence_core::Ownership, JournalError> {
+        self.inner.take_ownership(pid).await
+    }
 }
 
 /// The test dropped a pending write (or the controller) without deciding.
