@@ -81,8 +81,9 @@ pub use actix_persistence_core::persistent::{
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, serialization, snapshot, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
-    InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection, MAX_SEQ_NR,
+    journal, limits, serialization, snapshot, store, AtomicWrite, AtomicWriteError, FencingToken,
+    InMemoryJournal, InvalidPersistenceId, JournalError, JournalStore, Ownership, PersistentRepr,
+    WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
