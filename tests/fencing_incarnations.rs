@@ -63,9 +63,9 @@ async fn stored(h: &Harness, pid: &str) -> Vec<(u64, String)> {
 
 fn expect_fenced(outcome: Result<u64, PersistError>, pid: &str) {
     match outcome {
-        Err(PersistError::Failed(JournalError::Fenced {
-            persistence_id, ..
-        })) => assert_eq!(persistence_id, pid),
+        Err(PersistError::Failed(JournalError::Fenced { persistence_id, .. })) => {
+            assert_eq!(persistence_id, pid)
+        }
         other => panic!("expected the write to be fenced, got {other:?}"),
     }
 }
@@ -81,11 +81,19 @@ async fn a_write_in_flight_during_a_takeover_is_fenced_and_the_new_owner_persist
 
     // A new incarnation recovers while the old write is still on its way to the store.
     let (new, recovered) = new_incarnation(&mut h, "f1").await;
-    assert_eq!(recovered, (0, Vec::new()), "the in-flight write is not stored yet");
+    assert_eq!(
+        recovered,
+        (0, Vec::new()),
+        "the in-flight write is not stored yet"
+    );
     old_write.complete().wait().await;
     expect_fenced(in_flight.await.expect("mailbox"), "f1");
     assert_eq!(old_stopped.await, Ok(StopReason::Fenced));
-    assert_eq!(stored(&h, "f1").await, Vec::new(), "the fenced write stored nothing");
+    assert_eq!(
+        stored(&h, "f1").await,
+        Vec::new(),
+        "the fenced write stored nothing"
+    );
 
     // The new owner's first persist takes seq 1.
     let first = new.send(Persist(vec![named("from-new")]));
@@ -113,7 +121,11 @@ async fn a_write_stored_before_a_takeover_is_replayed_and_the_new_owner_continue
     assert_eq!(recovered, (1, vec![named("from-old")]));
     let next = new.send(Persist(vec![named("from-new")]));
     let write = h.control.next_write_for("f2").await;
-    assert_eq!(write.writes()[0].lowest_seq_nr(), 2, "continues after the old write");
+    assert_eq!(
+        write.writes()[0].lowest_seq_nr(),
+        2,
+        "continues after the old write"
+    );
     write.complete();
     assert_eq!(next.await.expect("mailbox").expect("stored"), 2);
 
@@ -169,7 +181,10 @@ async fn a_fenced_actor_under_a_backoff_supervisor_is_not_restarted(backend: Bac
         matches!(after, Err(_) | Ok(Err(PersistError::ActorStopped))),
         "{after:?}"
     );
-    assert!(!h.control.has_waiting_write(), "no write from a restarted child");
+    assert!(
+        !h.control.has_waiting_write(),
+        "no write from a restarted child"
+    );
     assert!(
         !h.seen_so_far()
             .iter()

@@ -221,9 +221,9 @@ async fn two_live_incarnations_writing_seq_1_leave_one_row_and_a_persist_failure
         "the newer incarnation wins"
     );
     match from_a.expect("mailbox") {
-        Err(PersistError::Failed(JournalError::Fenced {
-            persistence_id, ..
-        })) => assert_eq!(persistence_id, "q1"),
+        Err(PersistError::Failed(JournalError::Fenced { persistence_id, .. })) => {
+            assert_eq!(persistence_id, "q1")
+        }
         other => panic!("the older incarnation gets a persist failure (fenced): {other:?}"),
     }
     assert_eq!(stored_seq_nrs(&store_1, "q1").await, vec![1]);

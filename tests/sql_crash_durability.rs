@@ -66,14 +66,20 @@ async fn persist_until_killed(url: &str, actors: usize, acks: usize) -> BTreeMap
                 }
             }
         }
-        assert_eq!(count, acks, "the child stopped before {acks} acknowledgements");
+        assert_eq!(
+            count, acks,
+            "the child stopped before {acks} acknowledgements"
+        );
         process.kill().expect("SIGKILL the child");
         // Acknowledgements already in the pipe were printed before the kill: they count too.
         for line in lines {
             record(&line);
         }
         let status = process.wait().expect("the child ends");
-        assert!(!status.success(), "the child was killed, not finished: {status}");
+        assert!(
+            !status.success(),
+            "the child was killed, not finished: {status}"
+        );
         acked
     })
     .await
@@ -91,13 +97,24 @@ async fn every_acknowledged_event_survives_a_sigkill(url: &str, actors: usize, a
         let stored = child::stored(&*store, &pid).await;
         let seq_nrs: Vec<u64> = stored.iter().map(|(seq_nr, _)| *seq_nr).collect();
         let expected: Vec<u64> = (1..=seq_nrs.len() as u64).collect();
-        assert_eq!(seq_nrs, expected, "{pid}: consecutive from 1, no gap or duplicate");
+        assert_eq!(
+            seq_nrs, expected,
+            "{pid}: consecutive from 1, no gap or duplicate"
+        );
         for (seq_nr, payload) in &stored {
-            assert_eq!(payload, &format!("child:{pid}:{seq_nr}"), "{pid} at {seq_nr}");
+            assert_eq!(
+                payload,
+                &format!("child:{pid}:{seq_nr}"),
+                "{pid} at {seq_nr}"
+            );
         }
         let acknowledged = acked.get(&pid).cloned().unwrap_or_default();
         let unique: BTreeSet<_> = acknowledged.iter().collect();
-        assert_eq!(unique.len(), acknowledged.len(), "{pid}: acknowledged once each");
+        assert_eq!(
+            unique.len(),
+            acknowledged.len(),
+            "{pid}: acknowledged once each"
+        );
         if let Some(last) = acknowledged.iter().max() {
             assert!(
                 *last <= seq_nrs.len() as u64,

@@ -37,7 +37,10 @@ async fn take_over_in_another_process(url: &str, pid: &str) -> u64 {
         let mut process = child::spawn("take-over", &url, &pid);
         let stdout = process.stdout.take().expect("piped stdout");
         // Read to the end: the child must never find its stdout closed.
-        let lines: Vec<String> = BufReader::new(stdout).lines().map_while(Result::ok).collect();
+        let lines: Vec<String> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect();
         let stored = lines
             .iter()
             .find_map(|line| child::after(line, "STORED ").map(str::to_owned));
@@ -78,7 +81,10 @@ async fn takeover_by_another_process_fences_this_one(url: &str) {
     let mut ours = Appender::new(&journal, "write-first", "parent");
     let stopped = ours.persistence.watch_stop();
     let ours = ours.start();
-    assert_eq!(ours.send(Append).await.expect("mailbox").expect("stored"), 1);
+    assert_eq!(
+        ours.send(Append).await.expect("mailbox").expect("stored"),
+        1
+    );
     assert_eq!(take_over_in_another_process(url, "write-first").await, 2);
     match ours.send(Append).await.expect("mailbox") {
         Err(PersistError::Failed(JournalError::Fenced { .. })) => {}

@@ -12,8 +12,8 @@ use actix_persistence::actix::{Actor, ActorContext, Addr, Context, Handler, Mess
 use actix_persistence::journal::{JournalActor, JournalConfig};
 use actix_persistence::{
     start_recovery, EventSourced, JournalStore, PersistReply, PersistResult, PersistenceState,
-    PersistentActor, PostgresJournal, PostgresJournalOptions, SqliteJournal,
-    SqliteJournalOptions, MAX_SEQ_NR,
+    PersistentActor, PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
+    MAX_SEQ_NR,
 };
 use futures::TryStreamExt;
 
@@ -47,7 +47,12 @@ macro_rules! child_entry_point {
 pub fn spawn(role: &str, url: &str, arg: &str) -> Child {
     let exe = std::env::current_exe().expect("the test binary's path");
     Command::new(exe)
-        .args(["child_entry_point", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "child_entry_point",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE, role)
         .env(URL, url)
         .env(ARG, arg)

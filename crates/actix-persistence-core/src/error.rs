@@ -142,7 +142,9 @@ pub enum InvalidPersistenceId {
     #[error("persistence id {0:?} holds a NUL character")]
     HoldsNul(String),
     /// It is longer than every store can index ([`crate::limits::MAX_PERSISTENCE_ID_BYTES`]).
-    #[error("persistence id {persistence_id:?} is {bytes} bytes long, above the limit of {max} bytes")]
+    #[error(
+        "persistence id {persistence_id:?} is {bytes} bytes long, above the limit of {max} bytes"
+    )]
     TooLong {
         /// The id.
         persistence_id: String,

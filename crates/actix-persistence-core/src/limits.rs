@@ -95,9 +95,15 @@ pub fn check_limits(write: &AtomicWrite) -> Result<(), WriteRejection> {
                 event.payload.len()
             )));
         }
-        text_problem("manifest", &event.manifest, MAX_MANIFEST_BYTES, seq_nr).map_or(Ok(()), |p| Err(reject(p)))?;
-        text_problem("writer id", &event.writer_uuid, MAX_WRITER_UUID_BYTES, seq_nr)
+        text_problem("manifest", &event.manifest, MAX_MANIFEST_BYTES, seq_nr)
             .map_or(Ok(()), |p| Err(reject(p)))?;
+        text_problem(
+            "writer id",
+            &event.writer_uuid,
+            MAX_WRITER_UUID_BYTES,
+            seq_nr,
+        )
+        .map_or(Ok(()), |p| Err(reject(p)))?;
         if event.tags.len() > MAX_TAGS {
             return Err(reject(format!(
                 "the event at sequence number {seq_nr} has {} tags, above the limit of {MAX_TAGS}",

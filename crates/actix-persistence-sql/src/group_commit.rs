@@ -229,7 +229,8 @@ impl<B: Backend> Writer<B> {
                     let mut stored = Vec::with_capacity(prepared.len());
                     for write in &prepared {
                         let one = std::slice::from_ref(write);
-                        let (results, _) = self.backend.commit_batch(one, &[], &self.counters).await;
+                        let (results, _) =
+                            self.backend.commit_batch(one, &[], &self.counters).await;
                         stored.extend(results);
                     }
                     stored
@@ -267,7 +268,10 @@ impl<B: Backend> Writer<B> {
         let owners = [persistence_id.to_owned()];
         match &self.queue {
             None => {
-                let (_, mut owned) = self.backend.commit_batch(&[], &owners, &self.counters).await;
+                let (_, mut owned) = self
+                    .backend
+                    .commit_batch(&[], &owners, &self.counters)
+                    .await;
                 owned.pop().unwrap_or_else(|| Err(stopped_error()))
             }
             Some(queue) => {

@@ -371,9 +371,9 @@ async fn results_come_back_in_batch_order_across_persistence_ids<B: TestBackend>
         .write_messages(vec![
             atomic("a", 1..=2),
             AtomicWrite {
-            events: vec![],
-            fencing_token: Default::default(),
-        },
+                events: vec![],
+                fencing_token: Default::default(),
+            },
             atomic("b", 1..=2),
             atomic("c", 1..=1),
             atomic("a", 3..=3),

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteError, AtomicWriteResult, FencingToken, InMemoryJournal,
-    InMemorySnapshotStore, JournalError, JournalStore, Ownership, ReplayStream, SelectedSnapshot, SerializedSnapshot, SnapshotError,
-    SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore, MAX_SEQ_NR,
+    InMemorySnapshotStore, JournalError, JournalStore, Ownership, ReplayStream, SelectedSnapshot,
+    SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
+    MAX_SEQ_NR,
 };
 use actix_persistence_testkit::conformance::{
     check_journal_against_model, journal, snapshot, ModelCheckConfig,
@@ -279,7 +280,8 @@ async fn suite_catches_a_store_that_loses_tags() {
 
 #[actix::test]
 async fn suite_catches_a_store_that_takes_no_ownership() {
-    let message = journal_failure("f01_ownership_raises_the_epoch", Mutation::TakesNoOwnership).await;
+    let message =
+        journal_failure("f01_ownership_raises_the_epoch", Mutation::TakesNoOwnership).await;
     assert_mentions(&message, &["F1", "token above UNOWNED"]);
 }
 
@@ -290,7 +292,10 @@ async fn suite_catches_a_store_that_accepts_stale_fencing_tokens() {
         Mutation::AcceptsStaleTokens,
     )
     .await;
-    assert_mentions(&message, &["F2", "must fail, but the store reported success"]);
+    assert_mentions(
+        &message,
+        &["F2", "must fail, but the store reported success"],
+    );
 }
 
 #[actix::test]

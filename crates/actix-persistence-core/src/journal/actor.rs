@@ -203,9 +203,9 @@ fn store_was_healthy(reply: &WriteMessagesReply) -> bool {
         WriteMessagesReply::Failed(_) => false,
         WriteMessagesReply::Completed(results) => {
             results.iter().any(Result::is_ok)
-                || results.iter().all(|r| {
-                    !matches!(r, Err(AtomicWriteError::Failed(e)) if e.is_store_failure())
-                })
+                || results
+                    .iter()
+                    .all(|r| !matches!(r, Err(AtomicWriteError::Failed(e)) if e.is_store_failure()))
         }
     }
 }

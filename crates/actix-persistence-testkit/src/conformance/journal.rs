@@ -136,10 +136,7 @@ impl JournalUnderTest {
     }
 
     /// Sends [`TakeOwnership`] for `pid` without waiting.
-    fn send_take_ownership(
-        &self,
-        pid: &str,
-    ) -> actix::dev::Request<JournalActor, TakeOwnership> {
+    fn send_take_ownership(&self, pid: &str) -> actix::dev::Request<JournalActor, TakeOwnership> {
         self.actor.send(TakeOwnership {
             persistence_id: pid.to_owned(),
         })
@@ -1036,7 +1033,10 @@ pub async fn f01_ownership_raises_the_epoch(store: Arc<dyn JournalStore>) {
          override JournalStore::take_ownership does not fence)",
         first.fencing_token
     );
-    assert_eq!(first.highest_seq_nr, 5, "F1: highest sequence number with ownership");
+    assert_eq!(
+        first.highest_seq_nr, 5,
+        "F1: highest sequence number with ownership"
+    );
     let second = f.journal.take_ownership(f.pid()).await;
     assert!(
         second.fencing_token > first.fencing_token,
@@ -1046,9 +1046,16 @@ pub async fn f01_ownership_raises_the_epoch(store: Arc<dyn JournalStore>) {
     );
     assert_eq!(second.highest_seq_nr, 5, "F1: the highest is unchanged");
     let fresh = f.journal.take_ownership(&fresh_pid()).await;
-    assert_eq!(fresh.highest_seq_nr, 0, "F1: an id that never wrote has highest 0");
-    assert!(fresh.fencing_token > FencingToken::UNOWNED, "F1: token of a fresh id");
-    f.expect_replay("F1 after ownership", (1, MAX, MAX), 1..=5, 5).await;
+    assert_eq!(
+        fresh.highest_seq_nr, 0,
+        "F1: an id that never wrote has highest 0"
+    );
+    assert!(
+        fresh.fencing_token > FencingToken::UNOWNED,
+        "F1: token of a fresh id"
+    );
+    f.expect_replay("F1 after ownership", (1, MAX, MAX), 1..=5, 5)
+        .await;
 }
 
 /// F2: after B took ownership over A, A's writes fail with [`JournalError::Fenced`] and store
@@ -1081,7 +1088,11 @@ pub async fn f02_older_token_is_fenced_and_stores_nothing(store: Arc<dyn Journal
     let six = owner.events("b", [6]);
     let reply = f
         .journal
-        .write("F2 owner's 6", owner.incarnation, vec![fenced_write(six.clone(), b)])
+        .write(
+            "F2 owner's 6",
+            owner.incarnation,
+            vec![fenced_write(six.clone(), b)],
+        )
         .await;
     expect_all_stored("F2 the owner's write of 6", reply, 1);
     check_replay("F2 the owner's 6", &f.replay(6, MAX, MAX).await, &six, 6);
@@ -1098,13 +1109,25 @@ pub async fn f03_write_before_takeover_is_replayed(store: Arc<dyn JournalStore>)
     let six = old.events("old", [6]);
     let reply = f
         .journal
-        .write("F3 old owner's 6", old.incarnation, vec![fenced_write(six.clone(), a)])
+        .write(
+            "F3 old owner's 6",
+            old.incarnation,
+            vec![fenced_write(six.clone(), a)],
+        )
         .await;
     expect_all_stored("F3 the old owner's 6 before the takeover", reply, 1);
 
     let b = f.journal.take_ownership(f.pid()).await;
-    assert_eq!(b.highest_seq_nr, 6, "F3: the new owner's highest includes the old 6");
-    check_replay("F3 the new owner replays 6", &f.replay(6, MAX, MAX).await, &six, 6);
+    assert_eq!(
+        b.highest_seq_nr, 6,
+        "F3: the new owner's highest includes the old 6"
+    );
+    check_replay(
+        "F3 the new owner replays 6",
+        &f.replay(6, MAX, MAX).await,
+        &six,
+        6,
+    );
     let new = Writer::new(f.pid());
     let seven = new.events("new", [7]);
     let reply = f
@@ -1142,7 +1165,10 @@ pub async fn f03_write_before_takeover_is_replayed(store: Arc<dyn JournalStore>)
     let replayed = f.replay(8, MAX, MAX).await;
     match &raced[0] {
         WriteOutcome::Stored => {
-            assert_eq!(c.highest_seq_nr, 8, "F3 race: a stored 8 is seen by the takeover");
+            assert_eq!(
+                c.highest_seq_nr, 8,
+                "F3 race: a stored 8 is seen by the takeover"
+            );
             check_replay("F3 race: stored 8", &replayed, &eight, 8);
         }
         WriteOutcome::Failed(JournalError::Fenced { .. }) => {
