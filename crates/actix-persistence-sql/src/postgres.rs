@@ -403,14 +403,7 @@ impl Dialect for PostgresDialect {
         conn: &'c mut PgConnection,
         persistence_id: &'c str,
     ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c {
-        async move {
-            let row: (i64, i64) = sqlx::query_as(TAKE_OWNERSHIP)
-                .bind(persistence_id)
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(|e| JournalError::storage("take ownership", e))?;
-            ownership_from_row(persistence_id, row)
-        }
+        take_ownership(conn, persistence_id)
     }
 
     fn insert_batch<'c>(
@@ -497,6 +490,19 @@ async fn insert_batch(
         .await
         .map_err(|e| JournalError::storage("write", e))?;
     Ok(usize::try_from(inserted).is_ok_and(|n| n == count))
+}
+
+/// [`Dialect::take_ownership`] for PostgreSQL: [`TAKE_OWNERSHIP`], which locks the id's row.
+async fn take_ownership(
+    conn: &mut PgConnection,
+    persistence_id: &str,
+) -> Result<Ownership, JournalError> {
+    let row: (i64, i64) = sqlx::query_as(TAKE_OWNERSHIP)
+        .bind(persistence_id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| JournalError::storage("take ownership", e))?;
+    ownership_from_row(persistence_id, row)
 }
 
 /// Whether two writes of one persistence id in `writes` carry different fencing tokens.
