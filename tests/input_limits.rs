@@ -298,3 +298,40 @@ async fn a_write_failing_next_to_a_stored_one_in_its_batch_does_not_count_agains
         results[0]
     );
 }
+
+#[actix::test]
+async fn a_persist_over_a_limit_is_rejected_before_the_store_and_the_actor_goes_on() {
+    let mut h = Harness::new(1);
+    let actor = h.probe_in_group("big", 0).await;
+    let too_big = "x".repeat(MAX_PAYLOAD_BYTES);
+    match actor
+        .send(Persist(vec![named(&too_big)]))
+        .await
+        .expect("mailbox")
+    {
+        Err(actix_persistence::PersistError::Rejected(rejection)) => {
+            assert_eq!(rejection.seq_nr, 1);
+            assert!(
+                rejection
+                    .reason
+                    .contains("above the limit of 10485760 bytes"),
+                "{}",
+                rejection.reason
+            );
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(
+        !h.control.has_waiting_write(),
+        "the write never reached the store"
+    );
+    let next = actor.send(Persist(vec![named("small")]));
+    let write = h.control.next_write_for("big").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 2);
+    write.complete();
+    assert_eq!(next.await.expect("mailbox").expect("stored"), 2);
+    assert!(h.seen_so_far().contains(&Seen::Rejected {
+        pid: "big".to_owned(),
+        seq_nr: 1
+    }));
+}
