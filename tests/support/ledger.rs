@@ -22,7 +22,7 @@ pub enum Entry {
 
 /// What the test wants to happen, and what the actor saw. Shared with the test (and across
 /// arbiters), so only atomics and mutexes.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Script {
     /// Panic in `restore_snapshot`.
     pub panic_in_restore: bool,
@@ -45,6 +45,9 @@ pub struct Script {
     /// Sequence numbers of the snapshots saved; `snapshot_saved` is notified after each.
     pub snapshots_saved: Mutex<Vec<u64>>,
     pub snapshot_saved: tokio::sync::Notify,
+    /// Called in every `apply`; its values are kept in `probed`.
+    pub probe: Mutex<Option<Box<dyn Fn() -> u32 + Send>>>,
+    pub probed: Mutex<Vec<u32>>,
 }
 
 impl Script {
@@ -101,6 +104,9 @@ impl EventSourced for Ledger {
             .expect("lock")
             .push(seq_nr);
         let applied = self.script.applied.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(probe) = &*self.script.probe.lock().expect("lock") {
+            self.script.probed.lock().expect("lock").push(probe());
+        }
         if self.script.stop_arbiter_at.load(Ordering::SeqCst) == seq_nr {
             self.script.applied_at_stop.store(applied, Ordering::SeqCst);
             actix::Arbiter::current().stop();

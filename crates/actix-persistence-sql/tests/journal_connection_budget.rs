@@ -34,7 +34,10 @@ async fn replays_held_open_never_take_the_connections_of_writes<B: TestBackend>(
         .map(|_| journal.replay_messages("r", 1, MAX, MAX))
         .collect();
     for replay in &mut held {
-        assert!(replay.next().now_or_never().is_none(), "the page is being read");
+        assert!(
+            replay.next().now_or_never().is_none(),
+            "the page is being read"
+        );
     }
     let results = journal
         .write_messages(vec![atomic("w", 1..=1)])
