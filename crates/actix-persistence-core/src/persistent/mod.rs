@@ -39,9 +39,20 @@
 //! snapshot matching its [`Recovery`] criteria, hands it to [`EventSourced::restore_snapshot`],
 //! then replays only the events after it, streamed in batches. A snapshot that cannot be read
 //! fails recovery ([`RecoveryError::Snapshot`]) instead of replaying from the start, because
-//! the events it covers may have been deleted. Recovery fails with [`RecoveryError::Timeout`]
-//! after the recovery timeout without progress (default 30 s), and waits for one of the
-//! shared [`RecoveryPermits`] first when configured.
+//! the events it covers may have been deleted. Events missing between the loaded snapshot (or
+//! the start) and the first replayed event fail recovery ([`RecoveryError::MissingEvents`]).
+//! Recovery fails with [`RecoveryError::Timeout`] after the recovery timeout without progress
+//! (default 30 s), and waits for one of the shared [`RecoveryPermits`] first when configured.
+//!
+//! Recovery applies at most [`REPLAY_EVENTS_PER_POLL`] events (or 1 ms of them) before it
+//! yields to the runtime, so a stop requested while recovering (the arbiter stopping) takes
+//! effect after at most one such slice, before any command is handled.
+//!
+//! # User code that panics
+//! A panic in user code the library runs is a failure with the panic message as its reason:
+//! during recovery it fails recovery ([`RecoveryError::Panicked`]); in `apply` of a stored event,
+//! a continuation or a hook it stops the actor ([`StopReason::Panicked`]) and the caller gets
+//! [`PersistError::Panicked`]. A [`BackoffSupervisor`] restarts the actor in both cases.
 
 mod driver;
 mod panics;
