@@ -271,3 +271,27 @@ async fn backoff_supervisor_restarts_after_a_panic_during_recovery() {
         .iter()
         .all(|f| matches!(f, RecoveryError::Panicked { hook: "apply", .. })));
 }
+
+#[actix::test]
+async fn a_panic_in_a_snapshot_hook_stops_the_actor_with_the_panic_as_reason() {
+    let journal = InMemoryJournal::new();
+    let script = Arc::new(Script {
+        panic_in_snapshot_saved: true,
+        ..Script::default()
+    });
+    let snapshots: Arc<dyn SnapshotStore> = Arc::new(InMemorySnapshotStore::new());
+    let started = start(&journal, "p-snapshot", &script, Some(snapshots));
+    started
+        .addr
+        .send(Record(vec![Entry::Add(1)]))
+        .await
+        .expect("mailbox")
+        .expect("stored");
+    started.addr.send(Snap).await.expect("mailbox");
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::Panicked {
+            reason: "snapshot hook exploded".into()
+        }
+    );
+}

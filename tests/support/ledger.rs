@@ -28,6 +28,8 @@ pub struct Script {
     pub panic_in_restore: bool,
     /// Panic in `on_recovery_completed`.
     pub panic_in_recovery_completed: bool,
+    /// Panic in `on_snapshot_saved`.
+    pub panic_in_snapshot_saved: bool,
     /// Stop the actor's arbiter while applying the event with this seq_nr (0: never).
     pub stop_arbiter_at: AtomicU64,
     /// Events applied so far (live and replayed).
@@ -142,6 +144,9 @@ impl EventSourced for Ledger {
             .expect("lock")
             .push(metadata.seq_nr);
         self.script.snapshot_saved.notify_one();
+        if self.script.panic_in_snapshot_saved {
+            panic!("snapshot hook exploded");
+        }
     }
 
     fn on_recovery_completed(&mut self, last_seq_nr: u64, _: &mut Context<Self>) {

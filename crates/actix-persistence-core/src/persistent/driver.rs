@@ -353,7 +353,7 @@ fn fail_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, cause: &
 /// the invocations still in flight take their results from `results` (stored events are
 /// reported as [`PersistError::StoppedAfterStore`], never as `ActorStopped`); those not sent
 /// get [`PersistError::ActorStopped`].
-fn stop_with<A: PersistentActor>(
+pub(crate) fn stop_with<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
     reason: StopReason,

@@ -6,7 +6,8 @@ use std::time::Duration;
 use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
 
-use super::state::now_millis;
+use super::panics::catch_user;
+use super::state::{now_millis, StopReason};
 use super::PersistentActor;
 use crate::error::JournalError;
 use crate::journal::DeleteMessagesTo;
@@ -125,10 +126,13 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
             .into_actor(act)
             .map(|saved, act, ctx| match saved {
                 Ok(metadata) => {
-                    act.on_snapshot_saved(&metadata, ctx);
-                    apply_retention(act, ctx, &metadata);
+                    if run_hook(act, ctx, |act, ctx| act.on_snapshot_saved(&metadata, ctx)) {
+                        apply_retention(act, ctx, &metadata);
+                    }
                 }
-                Err(error) => act.on_snapshot_failure(&error, ctx),
+                Err(error) => {
+                    run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
+                }
             }),
     );
 }
@@ -168,7 +172,9 @@ fn apply_retention<A: PersistentActor>(
                     delete_events_to(act, ctx, oldest_kept)
                 }
                 Ok(_) => {}
-                Err(error) => act.on_snapshot_failure(&error, ctx),
+                Err(error) => {
+                    run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
+                }
             }),
     );
 }
@@ -239,10 +245,37 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
         delete
             .into_actor(act)
             .map(move |deleted, act, ctx| match deleted {
-                Ok(()) => act.on_events_deleted(to_seq_nr, ctx),
-                Err(error) => act.on_delete_failure(&DeleteError::Journal(error), ctx),
+                Ok(()) => {
+                    run_hook(act, ctx, |act, ctx| act.on_events_deleted(to_seq_nr, ctx));
+                }
+                Err(error) => {
+                    let error = DeleteError::Journal(error);
+                    run_hook(act, ctx, |act, ctx| act.on_delete_failure(&error, ctx));
+                }
             }),
     );
+}
+
+/// Runs a hook that answers a background snapshot or delete call. A panic in it stops the
+/// actor with [`StopReason::Panicked`] (as everywhere the library runs user code); returns
+/// whether the hook returned normally.
+fn run_hook<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    hook: impl FnOnce(&mut A, &mut Context<A>),
+) -> bool {
+    match catch_user(|| hook(act, ctx)) {
+        Ok(()) => true,
+        Err(reason) => {
+            super::driver::stop_with(
+                act,
+                ctx,
+                StopReason::Panicked { reason },
+                std::iter::empty(),
+            );
+            false
+        }
+    }
 }
 
 /// Runs `call` as a task of its own, so the store call progresses even while the actor waits
