@@ -78,7 +78,7 @@ pub use actix_persistence_config::{ConfigError, Settings};
 pub use actix_persistence_core::persistent::{
     start_recovery, Backoff, BackoffSupervisor, DeleteError, EventSourced, PersistError,
     PersistReply, PersistResult, PersistenceState, PersistentActor, Recovery, RecoveryError,
-    RecoveryPermits, SnapshotPolicy, StopReason,
+    RecoveryPermits, SnapshotPolicy, StopReason, REPLAY_EVENTS_PER_POLL,
 };
 #[doc(inline)]
 pub use actix_persistence_core::query;

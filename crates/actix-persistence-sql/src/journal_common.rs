@@ -23,6 +23,23 @@ use sqlx::{
     Transaction, Type,
 };
 
+/// How many connections of a journal's pools are checked out right now (not idle): a snapshot
+/// for monitoring, and for checking that replays give their connections back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectionsInUse {
+    /// Connections of the reading side (replays, highest sequence numbers, snapshots on
+    /// PostgreSQL) in use.
+    pub reads: u32,
+    /// Connections of the writing side (transactions of writes, deletes) in use.
+    pub writes: u32,
+}
+
+/// Connections of `pool` checked out right now.
+pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
+    let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+    pool.size().saturating_sub(idle)
+}
+
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
 
@@ -380,12 +397,19 @@ where
         .boxed()
     }
 
+    /// Reads the next page on a connection of the readers, and gives the connection back to
+    /// the pool before the page's events are handed out: no reader connection stays checked
+    /// out while the caller (a recovering actor's `apply`) works through the page.
     async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
         let limit = cursor.remaining.min(u64::from(cursor.page_size));
         let upper = cursor
             .next_from
             .saturating_add(cursor.window - 1)
             .min(cursor.to);
+        let mut conn = match cursor.readers.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+        };
         let rows = sqlx::query::<D::Db>(
             "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
                     manifest, payload, tags \
@@ -399,8 +423,12 @@ where
         .bind(upper)
         // At most `page_size`, a u32.
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&cursor.readers)
+        .fetch_all(&mut *conn)
         .await;
+        // Dropping a pooled connection only schedules its return on the runtime, which runs
+        // when the caller's task next yields; sqlx's `return_to_pool` runs that same drop
+        // handler (test the connection, release it) here, so it is available at once.
+        conn.return_to_pool().await;
         let rows = match rows {
             Ok(rows) => rows,
             Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),

@@ -22,8 +22,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
+    Dialect, JournalTables, SqlBackend,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -297,6 +297,14 @@ impl SqliteJournal {
     /// ```
     pub fn stats(&self) -> WriteStats {
         self.writer.stats()
+    }
+
+    /// Connections checked out of the reader pool and of the writer connection right now.
+    pub fn connections_in_use(&self) -> ConnectionsInUse {
+        ConnectionsInUse {
+            reads: in_use(&self.pools.readers),
+            writes: in_use(&self.pools.writer),
+        }
     }
 
     /// A snapshot store in the same database, sharing this journal's pools (snapshots are
