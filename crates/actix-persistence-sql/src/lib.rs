@@ -87,11 +87,11 @@ pub mod test_util;
 pub use error::SqlStoreError;
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresJournal, PostgresJournalOptions};
+pub use postgres::{migrate_postgres, PostgresJournal, PostgresJournalOptions};
 #[cfg(feature = "postgres")]
 pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL};
+pub use sqlite::{migrate_sqlite, SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL};
 #[cfg(feature = "sqlite")]
 pub use sqlite_snapshot::SqliteSnapshotStore;
 

@@ -148,6 +148,18 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
         .connect_with(connect_options)
         .await
         .map_err(connect_error)?;
+    migrate_postgres(&pool).await?;
+    Ok(pool)
+}
+
+/// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, projection offsets). [`PostgresJournal::connect`]
+/// runs it; other users of the same database (a projection's offset store on a pool of its own)
+/// call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
     // Without the advisory lock, processes starting together may apply the same migration at
     // once: the losers fail when the winner commits. Each such failure means another process
     // made progress (it created the migrations table or applied a migration), so a bounded
@@ -155,8 +167,8 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
     let attempts = MIGRATOR.iter().count() + 2;
     let mut attempt = 1;
     loop {
-        match MIGRATOR.run(&pool).await {
-            Ok(()) => break,
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
             Err(error) if attempt < attempts => {
                 tracing::debug!(%error, attempt, "journal migration failed; running it again");
                 attempt += 1;
@@ -164,7 +176,6 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
             Err(source) => return Err(SqlStoreError::Migrate { source }),
         }
     }
-    Ok(pool)
 }
 
 /// `url` with the password of its user info (`user:password@`) and any `password=` parameter
@@ -294,6 +305,12 @@ impl PostgresJournal {
     /// and how many atomic writes they stored, which shows how well group commit batches.
     pub fn stats(&self) -> WriteStats {
         self.writer.stats()
+    }
+
+    /// The journal's connection pool, for other stores in the same database (a projection's
+    /// offset store and read model).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 
     /// A snapshot store in the same database, sharing this journal's pool.
