@@ -102,6 +102,16 @@ impl<O: Clone + Send + Sync + 'static> ProjectionHandle<O> {
         self.join_task().await
     }
 
+    /// Aborts the projection's task at once, as a crash would: handler calls in flight are
+    /// dropped (an exactly-once transaction rolls back) and no offset is saved beyond what was
+    /// saved already. For tests of crash recovery; use [`stop`](Self::stop) otherwise.
+    pub async fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
     /// Waits until the projection ends by itself (its source completed, or it failed for
     /// good), and returns its final state.
     pub async fn join(mut self) -> ProjectionState {

@@ -6,7 +6,8 @@ use std::fmt;
 /// Akka Projections' `ProjectionId`). The offset store keeps one row per id.
 ///
 /// A projection split over slice ranges has one instance per range, all with the same name:
-/// [`ProjectionId::for_slices`] gives keys such as `"slices-0-255"`.
+/// [`ProjectionId::for_slices`] gives keys such as `"slices-0-255"`, and
+/// [`slice_ranges`](crate::slice_ranges) the ranges.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProjectionId {
     /// The projection's name, e.g. `"account-balance"`.
@@ -25,7 +26,7 @@ impl ProjectionId {
     }
 
     /// The instance of `name` over slices `min_slice..=max_slice`: key `"slices-<min>-<max>"`.
-    pub fn for_slices(name: impl Into<String>, min_slice: u32, max_slice: u32) -> Self {
+    pub fn for_slices(name: impl Into<String>, min_slice: u16, max_slice: u16) -> Self {
         Self::new(name, format!("slices-{min_slice}-{max_slice}"))
     }
 
@@ -40,32 +41,3 @@ impl fmt::Display for ProjectionId {
         write!(f, "{}/{}", self.name, self.key)
     }
 }
-
-/// Splits the 1024 slices into `instances` contiguous ranges of (nearly) equal size, in order,
-/// with no overlap and no hole (as Akka's `EventSourcedProvider.sliceRanges`).
-///
-/// # Examples
-/// ```
-/// use actix_persistence_projection::slice_ranges;
-/// assert_eq!(slice_ranges(4), vec![(0, 255), (256, 511), (512, 767), (768, 1023)]);
-/// assert_eq!(slice_ranges(1), vec![(0, 1023)]);
-/// ```
-///
-/// # Panics
-/// When `instances` is 0 or above 1024.
-pub fn slice_ranges(instances: u32) -> Vec<(u32, u32)> {
-    assert!(
-        (1..=SLICES).contains(&instances),
-        "a projection is split into 1 to {SLICES} instances, not {instances}"
-    );
-    (0..instances)
-        .map(|i| {
-            let min = i * SLICES / instances;
-            let max = (i + 1) * SLICES / instances - 1;
-            (min, max)
-        })
-        .collect()
-}
-
-/// The number of slices persistence ids are hashed into.
-pub const SLICES: u32 = 1024;

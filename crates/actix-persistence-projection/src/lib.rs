@@ -37,14 +37,17 @@ pub mod offset_store;
 mod processor;
 mod progress;
 mod projection;
+pub mod query;
 mod settings;
 mod source;
 
+#[doc(inline)]
+pub use actix_persistence_core::query::{slice_for_persistence_id, slice_ranges, NUMBER_OF_SLICES};
 pub use actor::{GetProgress, PauseProjection, ProjectionActor, ResumeProjection};
 pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
 pub use handle::{ProjectionHandle, ResetError};
 pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
-pub use id::{slice_ranges, ProjectionId, SLICES};
+pub use id::ProjectionId;
 #[cfg(feature = "postgres")]
 pub use offset_store::PostgresOffsetStore;
 #[cfg(feature = "sqlite")]
@@ -54,5 +57,6 @@ pub use offset_store::{
 };
 pub use progress::{Lag, Progress, ProjectionState};
 pub use projection::Projection;
+pub use query::QuerySource;
 pub use settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
 pub use source::{Envelope, EnvelopeStream, SourceLag, SourceProvider};
