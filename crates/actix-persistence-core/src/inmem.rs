@@ -3,15 +3,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use futures::stream;
 
 use crate::error::JournalError;
 use crate::query::{
-    slice_for_persistence_id, EventKey, EventsRequest, QueryStore, StoredEvent, WriteNotifications,
-    WriteNotifier,
+    slice_for_persistence_id, wall_clock_micros, EventKey, EventsRequest, QueryStore, StoredEvent,
+    WriteNotifications, WriteNotifier,
 };
 use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream};
 
@@ -37,12 +36,6 @@ impl Journal {
         self.last_timestamp = self.last_timestamp.max(wall_clock_micros());
         self.last_timestamp
     }
-}
-
-fn wall_clock_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// A [`JournalStore`] and [`QueryStore`] kept in memory. Cheap to clone: clones share the same

@@ -81,4 +81,4 @@ pub use settings::QuerySettings;
 pub use slice::{
     entity_type_of, slice_for_persistence_id, slice_ranges, ENTITY_TYPE_SEPARATOR, NUMBER_OF_SLICES,
 };
-pub use store::{EventFilter, EventKey, EventsRequest, QueryStore, StoredEvent};
+pub use store::{wall_clock_micros, EventFilter, EventKey, EventsRequest, QueryStore, StoredEvent};

@@ -80,29 +80,21 @@ mod tests {
 
     #[test]
     fn slices_match_java_string_hash_code() {
-        // Java: "Account|42".hashCode() == 1_286_447_434 ... computed by hand below.
-        let java_hash = |s: &str| {
-            s.encode_utf16()
-                .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32))
-        };
-        assert_eq!(java_hash("a"), 97);
-        assert_eq!(java_hash("ab"), 97 * 31 + 98);
-        assert_eq!(
-            slice_for_persistence_id("ab"),
-            ((97 * 31 + 98) % 1024) as u16
-        );
-        // A hash that wraps to a negative number: abs of the remainder.
-        let h = java_hash("persistence-id-with-a-long-name");
-        assert!(h < 0);
-        assert_eq!(
-            slice_for_persistence_id("persistence-id-with-a-long-name"),
-            (h % 1024).unsigned_abs() as u16
-        );
-        // Non-BMP characters hash as their two UTF-16 units.
-        assert_eq!(
-            slice_for_persistence_id("\u{1F600}"),
-            ((0xD83Di32 * 31 + 0xDE00) % 1024) as u16
-        );
+        // Expected values from an independent implementation of Java's String.hashCode
+        // (UTF-16 units, 32-bit wrapping), then abs(hash % 1024).
+        for (id, slice) in [
+            ("Account|42", 717),
+            ("Account|1", 514),
+            ("Account|2", 515),
+            ("counter-1", 160),
+            ("Order|7", 745),
+            // hashCode -952390917: negative, the remainder's absolute value
+            ("\u{20AC}uro|1", 261),
+            // a character outside the BMP hashes as its two UTF-16 units
+            ("\u{1F600}", 355),
+        ] {
+            assert_eq!(slice_for_persistence_id(id), slice, "slice of {id:?}");
+        }
     }
 
     #[test]

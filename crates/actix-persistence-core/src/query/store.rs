@@ -4,6 +4,7 @@
 
 use std::cmp::Ordering;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
@@ -198,4 +199,12 @@ impl<S: QueryStore + ?Sized> QueryStore for Arc<S> {
     fn write_notifications(&self) -> Option<super::WriteNotifications> {
         (**self).write_notifications()
     }
+}
+
+/// The wall clock of this process, microseconds since the Unix epoch (0 before 1970): the
+/// database clock of embedded stores (in memory, SQLite).
+pub fn wall_clock_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
