@@ -5,9 +5,12 @@
 use std::sync::Arc;
 
 use actix_persistence_core::query::{
-    EventDecoder, EventEnvelope, EventFilter, EventKey, EventsRequest, JsonDecoder, Offset,
-    ReadJournal,
+    EventDecoder, EventFilter, EventKey, EventsRequest, JsonDecoder,
 };
+/// The query types a projection over a [`QuerySource`] meets, from
+/// `actix_persistence_core::query`.
+#[doc(no_inline)]
+pub use actix_persistence_core::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
