@@ -586,30 +586,37 @@ impl<'p, E: Envelope> Run<'p, E> {
     /// Starts waiting units in order while slots are free, skipping a unit whose persistence
     /// ids are in flight or belong to an earlier waiting unit (that keeps each id in order).
     fn start_runnable(&mut self) {
-        if self.stopping || self.waiting.is_empty() {
+        let max = self.projection.max_concurrency;
+        if self.stopping || self.waiting.is_empty() || self.in_flight.len() >= max {
             return;
         }
-        let mut blocked: HashSet<String> = HashSet::new();
-        let mut still_waiting = VecDeque::with_capacity(self.waiting.len());
-        while let Some(unit) = self.waiting.pop_front() {
-            let free = self.in_flight.len() < self.projection.max_concurrency;
-            let clear = unit
-                .pids
-                .iter()
-                .all(|pid| !self.busy.contains(pid) && !blocked.contains(pid));
-            if free && clear {
+        // Which waiting units may start: decided over borrowed ids, then taken out.
+        let mut runnable: Vec<usize> = Vec::new();
+        {
+            let mut blocked: HashSet<&str> = HashSet::new();
+            let free = max - self.in_flight.len();
+            for (i, unit) in self.waiting.iter().enumerate() {
+                let clear = unit
+                    .pids
+                    .iter()
+                    .all(|pid| !self.busy.contains(pid) && !blocked.contains(pid.as_str()));
+                if clear {
+                    runnable.push(i);
+                    if runnable.len() == free {
+                        break;
+                    }
+                }
+                // Later units of the same ids wait for this one, started or not.
+                blocked.extend(unit.pids.iter().map(String::as_str));
+            }
+        }
+        for i in runnable.into_iter().rev() {
+            if let Some(unit) = self.waiting.remove(i) {
                 self.busy.extend(unit.pids.iter().cloned());
                 let future = self.unit_future(unit);
                 self.in_flight.push(future);
-            } else {
-                blocked.extend(unit.pids.iter().cloned());
-                still_waiting.push_back(unit);
-                if !free {
-                    still_waiting.extend(self.waiting.drain(..));
-                }
             }
         }
-        self.waiting = still_waiting;
     }
 
     /// The future that handles `unit` with retries, then skips it or fails.
