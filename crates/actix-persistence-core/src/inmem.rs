@@ -175,24 +175,25 @@ impl QueryStore for InMemoryJournal {
             let Some((repr, timestamp)) = events.stored.get(&key.seq_nr) else {
                 continue;
             };
-            if !request
-                .filter
-                .matches(repr, slice_for_persistence_id(&repr.persistence_id))
-            {
+            let slice = slice_for_persistence_id(&repr.persistence_id);
+            if !request.filter.matches(repr, slice) {
                 continue;
             }
-            let previous_timestamp = if request.with_previous_timestamp {
-                key.seq_nr
-                    .checked_sub(1)
-                    .and_then(|previous| events.stored.get(&previous))
-                    .map(|(_, timestamp)| *timestamp)
+            let previous = if request.with_previous_timestamp {
+                events
+                    .stored
+                    .range(..key.seq_nr)
+                    .rev()
+                    .find(|(_, (previous, _))| request.filter.matches(previous, slice))
+                    .map(|(seq_nr, (_, timestamp))| (*seq_nr, *timestamp))
             } else {
                 None
             };
             page.push(StoredEvent {
                 timestamp: *timestamp,
                 repr: repr.clone(),
-                previous_timestamp,
+                previous_timestamp: previous.map(|(_, timestamp)| timestamp),
+                previous_seq_nr: previous.map(|(seq_nr, _)| seq_nr),
             });
         }
         Ok(page)

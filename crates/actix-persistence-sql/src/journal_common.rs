@@ -23,6 +23,23 @@ use sqlx::{
     Transaction, Type,
 };
 
+/// How many connections of a journal's pools are checked out right now (not idle): a snapshot
+/// for monitoring, and for checking that replays give their connections back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectionsInUse {
+    /// Connections of the reading side (replays, highest sequence numbers, snapshots on
+    /// PostgreSQL) in use.
+    pub reads: u32,
+    /// Connections of the writing side (transactions of writes, deletes) in use.
+    pub writes: u32,
+}
+
+/// Connections of `pool` checked out right now.
+pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
+    let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+    pool.size().saturating_sub(idle)
+}
+
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
 
@@ -113,8 +130,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// as [`EventKey`] does (PostgreSQL: `COLLATE "C"`).
     const BYTE_ORDER: &'static str = "";
 
-    /// The condition "the event holds the tag bound as `$n`".
-    fn has_tag(n: usize) -> String;
+    /// The condition "the event (row of `table`) holds the tag bound as `$n`".
+    fn has_tag(table: &str, n: usize) -> String;
 
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
@@ -380,12 +397,19 @@ where
         .boxed()
     }
 
+    /// Reads the next page on a connection of the readers, and gives the connection back to
+    /// the pool before the page's events are handed out: no reader connection stays checked
+    /// out while the caller (a recovering actor's `apply`) works through the page.
     async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
         let limit = cursor.remaining.min(u64::from(cursor.page_size));
         let upper = cursor
             .next_from
             .saturating_add(cursor.window - 1)
             .min(cursor.to);
+        let mut conn = match cursor.readers.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+        };
         let rows = sqlx::query::<D::Db>(
             "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
                     manifest, payload, tags \
@@ -399,8 +423,12 @@ where
         .bind(upper)
         // At most `page_size`, a u32.
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&cursor.readers)
+        .fetch_all(&mut *conn)
         .await;
+        // Dropping a pooled connection only schedules its return on the runtime, which runs
+        // when the caller's task next yields; sqlx's `return_to_pool` runs that same drop
+        // handler (test the connection, release it) here, so it is available at once.
+        conn.return_to_pool().await;
         let rows = match rows {
             Ok(rows) => rows,
             Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
@@ -502,15 +530,30 @@ where
                 "entity_type = $1 AND slice >= $2 AND slice <= $3".to_owned(),
                 3,
             ),
-            EventFilter::Tag(_) => (D::has_tag(1), 1),
+            EventFilter::Tag(_) => (D::has_tag("journal", 1), 1),
         };
         let p = filter_params;
         let previous = if request.with_previous_timestamp {
-            ", (SELECT p.db_timestamp FROM journal p \
-                WHERE p.persistence_id = journal.persistence_id \
-                  AND p.seq_nr = journal.seq_nr - 1) AS previous_timestamp"
+            // The previous event of the same id that the filter selects.
+            let selected = match request.filter {
+                EventFilter::Slices { .. } => String::new(),
+                EventFilter::Tag(_) => format!(" AND {}", D::has_tag("p", 1)),
+            };
+            let previous = |column: &str| {
+                format!(
+                    "(SELECT p.{column} FROM journal p \
+                      WHERE p.persistence_id = journal.persistence_id \
+                        AND p.seq_nr < journal.seq_nr{selected} \
+                      ORDER BY p.seq_nr DESC LIMIT 1)"
+                )
+            };
+            format!(
+                ", {} AS previous_timestamp, {} AS previous_seq_nr",
+                previous("db_timestamp"),
+                previous("seq_nr")
+            )
         } else {
-            ", NULL AS previous_timestamp"
+            ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
         };
         let order = D::BYTE_ORDER;
         let sql = format!(
@@ -557,6 +600,10 @@ where
                 Ok(StoredEvent {
                     timestamp: row.try_get("db_timestamp").map_err(storage)?,
                     previous_timestamp: row.try_get("previous_timestamp").map_err(storage)?,
+                    previous_seq_nr: row
+                        .try_get::<Option<i64>, _>("previous_seq_nr")
+                        .map_err(storage)?
+                        .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
                     repr,
                 })
             })

@@ -21,8 +21,8 @@ use sqlx::{Connection, Executor, Postgres, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
+    Dialect, JournalTables, SqlBackend,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -71,11 +71,14 @@ pub struct PostgresJournalOptions {
     /// No default: [`connect`](PostgresJournal::connect) refuses an empty URL. (The
     /// `journal.postgres.url` setting falls back to the `DATABASE_URL` environment variable.)
     pub url: String,
-    /// Size of the connection pool, shared by writes, replays and deletes (and by a snapshot
-    /// store made with [`PostgresJournal::snapshot_store`]). With group commit, writes use one
-    /// connection at a time. Must be at least 1.
+    /// Connections the journal holds at most, split into two budgets so that replays and
+    /// writes can never take each other's last connection: half of them (at least 1) for
+    /// writes and deletes, the rest for replays, highest sequence numbers and a snapshot store
+    /// made with [`PostgresJournal::snapshot_store`] (see [`connection_budgets`]). With 1,
+    /// everything shares that connection. With group commit, writes use one connection per
+    /// transaction in flight (at most 4). Must be at least 1.
     ///
-    /// Default: 10.
+    /// Default: 10 (5 for writes, 5 for reads).
     pub max_connections: u32,
     /// How long an operation waits for a free connection of the pool (or for a new one to
     /// connect) before it fails.
@@ -125,8 +128,83 @@ impl Default for PostgresJournalOptions {
     }
 }
 
+/// How [`PostgresJournalOptions::max_connections`] is split: `(writes, reads)`, the writes
+/// getting half (at least 1) and the reads the rest; `reads` is 0 for a single connection,
+/// which then serves both.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_sql::connection_budgets;
+///
+/// assert_eq!(connection_budgets(10), (5, 5));
+/// assert_eq!(connection_budgets(3), (1, 2));
+/// assert_eq!(connection_budgets(1), (1, 0));
+/// ```
+pub fn connection_budgets(max_connections: u32) -> (u32, u32) {
+    let writes = (max_connections / 2).max(1);
+    (writes, max_connections.saturating_sub(writes))
+}
+
+/// Opens the pools of a journal: the writer pool (which also brings the schema up to date) and
+/// a separate reader pool, each with its budget of `max_connections`; one shared pool when
+/// `max_connections` is 1.
+async fn open_pools(options: &PostgresJournalOptions) -> Result<(PgPool, PgPool), SqlStoreError> {
+    check_max_connections(
+        options.max_connections,
+        "the pool needs at least one connection",
+    )?;
+    let (writes, reads) = connection_budgets(options.max_connections);
+    let writer = open_pool(&PostgresJournalOptions {
+        max_connections: writes,
+        ..options.clone()
+    })
+    .await?;
+    if reads == 0 {
+        return Ok((writer.clone(), writer));
+    }
+    let readers = connect_pool(&PostgresJournalOptions {
+        max_connections: reads,
+        ..options.clone()
+    })
+    .await?;
+    Ok((writer, readers))
+}
+
 /// Opens the pool and brings the schema (journal and snapshots) up to date.
 pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
+    let pool = connect_pool(options).await?;
+    migrate_postgres(&pool).await?;
+    Ok(pool)
+}
+
+/// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`PostgresJournal::connect`] runs it; other users of the same database (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
+    // Without the advisory lock, processes starting together may apply the same migration at
+    // once: the losers fail when the winner commits. Each such failure means another process
+    // made progress (it created the migrations table or applied a migration), so a bounded
+    // number of retries always ends with every migration applied, or with a real error.
+    let attempts = MIGRATOR.iter().count() + 2;
+    let mut attempt = 1;
+    loop {
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(error) if attempt < attempts => {
+                tracing::debug!(%error, attempt, "journal migration failed; running it again");
+                attempt += 1;
+            }
+            Err(source) => return Err(SqlStoreError::Migrate { source }),
+        }
+    }
+}
+
+/// Opens a pool of `options.max_connections` connections, each with the statement timeout.
+async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     if options.url.trim().is_empty() {
         return Err(SqlStoreError::InvalidOption {
             option: "url",
@@ -160,34 +238,7 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
         .connect_with(connect_options)
         .await
         .map_err(connect_error)?;
-    migrate_postgres(&pool).await?;
     Ok(pool)
-}
-
-/// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
-/// embedded in this crate (journal, snapshots, projection offsets). [`PostgresJournal::connect`]
-/// runs it; other users of the same database (a projection's offset store on a pool of its own)
-/// call it to make sure the tables exist.
-///
-/// # Errors
-/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
-pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
-    // Without the advisory lock, processes starting together may apply the same migration at
-    // once: the losers fail when the winner commits. Each such failure means another process
-    // made progress (it created the migrations table or applied a migration), so a bounded
-    // number of retries always ends with every migration applied, or with a real error.
-    let attempts = MIGRATOR.iter().count() + 2;
-    let mut attempt = 1;
-    loop {
-        match MIGRATOR.run(pool).await {
-            Ok(()) => return Ok(()),
-            Err(error) if attempt < attempts => {
-                tracing::debug!(%error, attempt, "journal migration failed; running it again");
-                attempt += 1;
-            }
-            Err(source) => return Err(SqlStoreError::Migrate { source }),
-        }
-    }
 }
 
 /// `url` with the password of its user info (`user:password@`) and any `password=` parameter
@@ -224,8 +275,12 @@ pub(crate) fn redact_password(url: &str) -> String {
 /// A [`JournalStore`] in a PostgreSQL database (or a Postgres-compatible one: the SQL uses no
 /// extension, no advisory lock and no `LISTEN`/`NOTIFY`).
 ///
-/// Holds one pool of [`max_connections`](PostgresJournalOptions::max_connections) connections.
-/// Cheap to clone: clones share the pool, the writer task and the [`stats`](Self::stats).
+/// Holds two pools, [`max_connections`](PostgresJournalOptions::max_connections) connections
+/// together: one for writes and deletes, one for replays, highest sequence numbers and
+/// snapshots ([`connection_budgets`]), so that any number of recovering actors cannot starve
+/// writes of connections, nor writes starve replays. A replay holds a reader connection only
+/// while it reads a page, never while the recovering actor applies the page's events. Cheap to
+/// clone: clones share the pools, the writer task and the [`stats`](Self::stats).
 ///
 /// # Group commit
 /// Atomic writes that arrive while a transaction is in flight, from any number of concurrent
@@ -263,7 +318,11 @@ pub(crate) fn redact_password(url: &str) -> String {
 /// [`AtomicWriteError::Failed`]: actix_persistence_core::AtomicWriteError::Failed
 #[derive(Debug, Clone)]
 pub struct PostgresJournal {
+    /// Writes and deletes.
     pool: PgPool,
+    /// Replays, highest sequence numbers, snapshots (the same pool as `pool` with 1
+    /// connection).
+    readers: PgPool,
     writer: Writer<SqlBackend<PostgresDialect>>,
     replay_batch_size: u32,
     /// Wakes the live queries of this process after each commit.
@@ -296,8 +355,9 @@ impl PostgresJournal {
     /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
-        let pool = open_pool(options).await?;
+        let (pool, readers) = open_pools(options).await?;
         let journal = PostgresJournal {
+            readers,
             writer: Writer::start(
                 SqlBackend::new(pool.clone()),
                 options.max_batch_size,
@@ -322,6 +382,21 @@ impl PostgresJournal {
     /// closed with it; later operations fail with [`JournalError::Storage`].
     pub async fn close(&self) {
         self.pool.close().await;
+        self.readers.close().await;
+    }
+
+    /// The journal's writer pool, for other stores in the same database (a projection's
+    /// offset store and read model).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Connections checked out of the reader and the writer pools right now.
+    pub fn connections_in_use(&self) -> ConnectionsInUse {
+        ConnectionsInUse {
+            reads: in_use(&self.readers),
+            writes: in_use(&self.pool),
+        }
     }
 
     /// Counters of the writes so far (shared by every clone): how many transactions committed
@@ -330,21 +405,16 @@ impl PostgresJournal {
         self.writer.stats()
     }
 
-    /// The journal's connection pool, for other stores in the same database (a projection's
-    /// offset store and read model).
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    /// A snapshot store in the same database, sharing this journal's pool.
+    /// A snapshot store in the same database, sharing this journal's reader pool (snapshots
+    /// are read while recovering; they never take a connection of the writes' budget).
     pub fn snapshot_store(&self) -> PostgresSnapshotStore {
-        PostgresSnapshotStore::from_pool(self.pool.clone())
+        PostgresSnapshotStore::from_pool(self.readers.clone())
     }
 
-    /// The journal tables, read and deleted from through the pool.
+    /// The journal tables, read through the reader pool and deleted from through the writer.
     fn tables(&self) -> JournalTables<'_, PostgresDialect> {
         JournalTables {
-            readers: &self.pool,
+            readers: &self.readers,
             writer: &self.pool,
             page_size: self.replay_batch_size,
         }
@@ -365,7 +435,7 @@ pub(crate) struct PreparedWrite {
 }
 
 /// Group-commit transactions in flight at once: while one commits (waits for its flush), the
-/// next batch is already being written. Half the pool, 1 to 4; the rest serves replays.
+/// next batch is already being written. The writes' budget (half the connections), 1 to 4.
 fn concurrent_transactions(max_connections: u32) -> usize {
     usize::try_from(max_connections / 2)
         .unwrap_or(1)
@@ -459,8 +529,8 @@ impl Dialect for PostgresDialect {
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
 
-    fn has_tag(n: usize) -> String {
-        format!("${n} = ANY(tags)")
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("${n} = ANY({table}.tags)")
     }
 
     /// The database's clock (`$1`, the process's clock, is not used but typed).

@@ -22,8 +22,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
+    Dialect, JournalTables, SqlBackend,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -211,9 +211,9 @@ impl SqlitePools {
 }
 
 /// Brings the schema of the SQLite database behind `pool` up to date with the migrations
-/// embedded in this crate (journal, snapshots, projection offsets). [`SqliteJournal::connect`]
-/// runs it; other users of the same database file (a projection's offset store on a pool of its
-/// own) call it to make sure the tables exist.
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`SqliteJournal::connect`] runs it; other users of the same database file (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
 ///
 /// # Errors
 /// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
@@ -317,6 +317,14 @@ impl SqliteJournal {
         &self.pools.writer
     }
 
+    /// Connections checked out of the reader pool and of the writer connection right now.
+    pub fn connections_in_use(&self) -> ConnectionsInUse {
+        ConnectionsInUse {
+            reads: in_use(&self.pools.readers),
+            writes: in_use(&self.pools.writer),
+        }
+    }
+
     /// A snapshot store in the same database, sharing this journal's pools (snapshots are
     /// written through the one writer connection, in turn with the journal's transactions).
     pub fn snapshot_store(&self) -> SqliteSnapshotStore {
@@ -408,8 +416,8 @@ impl Dialect for SqliteDialect {
         true
     }
 
-    fn has_tag(n: usize) -> String {
-        format!("EXISTS (SELECT 1 FROM json_each(journal.tags) WHERE json_each.value = ${n})")
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("EXISTS (SELECT 1 FROM json_each({table}.tags) AS t WHERE t.value = ${n})")
     }
 
     /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).

@@ -243,30 +243,28 @@ impl OffsetQuery {
             .is_some_and(|seen| seen.seq_nr >= event.repr.seq_nr)
     }
 
-    /// Whether the previous event of `event`'s persistence id was delivered, deleted, or lies
-    /// behind the settled position (so the fast pass may deliver `event` without breaking the
-    /// persistence id's order).
+    /// Whether the previous event of `event`'s persistence id that the query selects was
+    /// delivered, or lies behind the settled position (so the fast pass may deliver `event`
+    /// without breaking the persistence id's order). True when there is none (the first, or
+    /// the earlier ones are deleted).
     fn predecessor_delivered(&self, event: &StoredEvent) -> bool {
-        let seq_nr = event.repr.seq_nr;
-        if seq_nr <= 1 {
+        let (Some(seq_nr), Some(timestamp)) = (event.previous_seq_nr, event.previous_timestamp)
+        else {
+            return true;
+        };
+        if self
+            .seen
+            .get(&event.repr.persistence_id)
+            .is_some_and(|seen| seen.seq_nr >= seq_nr)
+        {
             return true;
         }
-        if let Some(seen) = self.seen.get(&event.repr.persistence_id) {
-            if seen.seq_nr + 1 == seq_nr {
-                return true;
-            }
-        }
-        match event.previous_timestamp {
-            None => true,
-            Some(timestamp) => {
-                let previous = EventKey {
-                    timestamp,
-                    persistence_id: event.repr.persistence_id.clone(),
-                    seq_nr: seq_nr - 1,
-                };
-                previous <= self.settled
-            }
-        }
+        let previous = EventKey {
+            timestamp,
+            persistence_id: event.repr.persistence_id.clone(),
+            seq_nr,
+        };
+        previous <= self.settled
     }
 
     fn deliver(&mut self, event: StoredEvent) {

@@ -98,7 +98,8 @@ pub struct EventsRequest<'a> {
     pub before_timestamp: i64,
     /// At most this many events, the first ones in [`EventKey`] order.
     pub limit: u32,
-    /// Whether to fill [`StoredEvent::previous_timestamp`].
+    /// Whether to fill [`StoredEvent::previous_timestamp`] and
+    /// [`StoredEvent::previous_seq_nr`].
     pub with_previous_timestamp: bool,
 }
 
@@ -109,10 +110,13 @@ pub struct StoredEvent {
     pub timestamp: i64,
     /// The event.
     pub repr: PersistentRepr,
-    /// The database timestamp of the stored event of the same persistence id with the
-    /// sequence number just below (`None` when there is none: the first event, or deleted).
-    /// Only filled when the request asks for it.
+    /// The database timestamp of the previous stored event of the same persistence id that
+    /// matches the request's filter: the highest sequence number below this one (for a tag:
+    /// among the events carrying the tag). `None` when there is none (the first, or the
+    /// earlier ones are deleted). Only filled when the request asks for it.
     pub previous_timestamp: Option<i64>,
+    /// The sequence number of that previous event (`None` as for `previous_timestamp`).
+    pub previous_seq_nr: Option<u64>,
 }
 
 impl StoredEvent {
