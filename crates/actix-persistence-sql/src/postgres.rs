@@ -174,6 +174,18 @@ async fn open_pools(options: &PostgresJournalOptions) -> Result<(PgPool, PgPool)
 /// Opens the pool and brings the schema (journal and snapshots) up to date.
 pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     let pool = connect_pool(options).await?;
+    migrate_postgres(&pool).await?;
+    Ok(pool)
+}
+
+/// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`PostgresJournal::connect`] runs it; other users of the same database (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
     // Without the advisory lock, processes starting together may apply the same migration at
     // once: the losers fail when the winner commits. Each such failure means another process
     // made progress (it created the migrations table or applied a migration), so a bounded
@@ -181,8 +193,8 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
     let attempts = MIGRATOR.iter().count() + 2;
     let mut attempt = 1;
     loop {
-        match MIGRATOR.run(&pool).await {
-            Ok(()) => break,
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
             Err(error) if attempt < attempts => {
                 tracing::debug!(%error, attempt, "journal migration failed; running it again");
                 attempt += 1;
@@ -190,7 +202,6 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
             Err(source) => return Err(SqlStoreError::Migrate { source }),
         }
     }
-    Ok(pool)
 }
 
 /// Opens a pool of `options.max_connections` connections, each with the statement timeout.
@@ -378,6 +389,12 @@ impl PostgresJournal {
     pub async fn close(&self) {
         self.pool.close().await;
         self.readers.close().await;
+    }
+
+    /// The journal's writer pool, for other stores in the same database (a projection's
+    /// offset store and read model).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 
     /// Connections checked out of the reader and the writer pools right now.

@@ -200,10 +200,7 @@ impl SqlitePools {
             )
             .await
             .map_err(connect_error)?;
-        MIGRATOR
-            .run(&writer)
-            .await
-            .map_err(|source| SqlStoreError::Migrate { source })?;
+        migrate_sqlite(&writer).await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .connect_with(base)
@@ -216,6 +213,20 @@ impl SqlitePools {
         self.writer.close().await;
         self.readers.close().await;
     }
+}
+
+/// Brings the schema of the SQLite database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`SqliteJournal::connect`] runs it; other users of the same database file (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
+    MIGRATOR
+        .run(pool)
+        .await
+        .map_err(|source| SqlStoreError::Migrate { source })
 }
 
 impl SqliteJournal {
@@ -302,6 +313,13 @@ impl SqliteJournal {
     /// ```
     pub fn stats(&self) -> WriteStats {
         self.writer.stats()
+    }
+
+    /// The pool of the journal's one writer connection, for other writers in the same database
+    /// (a projection's offset store and read model): their transactions then take turns with
+    /// the journal's on that connection instead of waiting for SQLite's file lock.
+    pub fn writer_pool(&self) -> &SqlitePool {
+        &self.pools.writer
     }
 
     /// Connections checked out of the reader pool and of the writer connection right now.
