@@ -15,7 +15,8 @@ use actix_persistence_core::query::{
     EventsRequest, StoredEvent,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, PersistentRepr, ReplayStream, WriteRejection,
+    AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
+    WriteRejection,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
@@ -24,8 +25,25 @@ use sqlx::{
     Transaction, Type,
 };
 
+/// How many connections of a journal's pools are checked out right now (not idle): a snapshot
+/// for monitoring, and for checking that replays give their connections back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectionsInUse {
+    /// Connections of the reading side (replays, highest sequence numbers, snapshots on
+    /// PostgreSQL) in use.
+    pub reads: u32,
+    /// Connections of the writing side (transactions of writes, deletes) in use.
+    pub writes: u32,
+}
+
+/// Connections of `pool` checked out right now.
+pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
+    let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+    pool.size().saturating_sub(idle)
+}
+
 use crate::error::SqlStoreError;
-use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
+use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, WriteCounters};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -62,20 +80,33 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         conn: &mut <Self::Db as Database>::Connection,
     ) -> BoxFuture<'_, Result<Transaction<'_, Self::Db>, sqlx::Error>>;
 
-    /// Inserts the events of one atomic write and raises its persistence id's highest sequence
-    /// number, inside a transaction the caller opened and will commit or roll back.
+    /// Checks the write's fencing token against its persistence id's owner epoch, then inserts
+    /// the events of one atomic write and raises the id's highest sequence number, inside a
+    /// transaction the caller opened and will commit or roll back.
     ///
     /// On error some of the events may already be inserted: the caller must roll back (the
     /// whole transaction, or the savepoint around this call when several atomic writes share
     /// one).
     ///
     /// # Errors
+    /// [`JournalError::Fenced`] when the id's owner epoch is above the write's token;
     /// [`JournalError::ConcurrentWrite`] with the first sequence number that is already stored;
     /// [`JournalError::Storage`] for any other database error.
     fn insert_atomic_write<'c>(
         conn: &'c mut <Self::Db as Database>::Connection,
         write: &'c Self::Write,
     ) -> impl Future<Output = Result<(), JournalError>> + Send + 'c;
+
+    /// Raises the owner epoch of `persistence_id` by one (creating its row with epoch 1 when
+    /// it has none) and returns the new epoch with the highest sequence number, in one
+    /// statement, inside a transaction the caller opened and will commit.
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`] for a database error.
+    fn take_ownership<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        persistence_id: &'c str,
+    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c;
 
     /// Inserts every event of a whole batch in one statement, when the dialect can. `None`
     /// when it cannot (then each atomic write goes in a savepoint of its own);
@@ -166,6 +197,41 @@ pub(crate) fn clamp_seq_nr(seq_nr: u64) -> i64 {
     i64::try_from(seq_nr).unwrap_or(i64::MAX)
 }
 
+/// [`Dialect::take_ownership`] of both databases: one statement, which locks the row.
+pub(crate) const TAKE_OWNERSHIP: &str = "\
+    INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES ($1, 0, 1) \
+    ON CONFLICT (persistence_id) DO UPDATE SET owner_epoch = journal_highest.owner_epoch + 1 \
+    RETURNING highest_seq_nr, owner_epoch";
+
+/// Turns the row [`TAKE_OWNERSHIP`] returned into an [`Ownership`].
+pub(crate) fn ownership_from_row(
+    persistence_id: &str,
+    (highest, epoch): (i64, i64),
+) -> Result<Ownership, JournalError> {
+    let corrupt = |seq_nr, reason: &str| {
+        JournalError::storage(
+            "take ownership",
+            SqlStoreError::CorruptRow {
+                persistence_id: persistence_id.to_owned(),
+                seq_nr,
+                reason: reason.to_owned(),
+            },
+        )
+    };
+    Ok(Ownership {
+        highest_seq_nr: u64::try_from(highest)
+            .map_err(|_| corrupt(highest, "negative highest sequence number"))?,
+        fencing_token: FencingToken(
+            u64::try_from(epoch).map_err(|_| corrupt(highest, "negative owner epoch"))?,
+        ),
+    })
+}
+
+/// A fencing token as the signed 64-bit column stores it.
+pub(crate) fn token_to_sql(token: FencingToken) -> i64 {
+    i64::try_from(token.get()).unwrap_or(i64::MAX)
+}
+
 /// The rejection of `write` for `reason`.
 pub(crate) fn rejection(write: &AtomicWrite, reason: String) -> WriteRejection {
     WriteRejection {
@@ -191,10 +257,10 @@ impl<D: Dialect> SqlBackend<D> {
 impl<D: Dialect> Backend for SqlBackend<D> {
     type Write = D::Write;
 
-    /// Checks the shape of `write` and that its sequence numbers fit, then what the dialect
-    /// checks, or says why it is rejected.
+    /// Checks the shape of `write`, the [limits](actix_persistence_core::limits) and that its
+    /// sequence numbers fit, then what the dialect checks, or says why it is rejected.
     fn prepare(write: AtomicWrite) -> Result<D::Write, WriteRejection> {
-        write.check_shape()?;
+        write.check()?;
         let highest_seq_nr = i64::try_from(write.highest_seq_nr()).map_err(|_| {
             let reason = format!(
                 "sequence number {} is above {}, {}",
@@ -210,61 +276,78 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     async fn commit_batch(
         &self,
         writes: &[D::Write],
+        owners: &[String],
         counters: &WriteCounters,
-    ) -> Vec<AtomicWriteResult> {
+    ) -> BatchOutcome {
         let storage = |e| JournalError::storage("write", e);
+        let fail = |error: JournalError| -> BatchOutcome {
+            let owned = owners.iter().map(|_| Err(error.clone())).collect();
+            (fail_all(writes, &error), owned)
+        };
         let mut conn = match self.writer.acquire().await {
             Ok(conn) => conn,
-            Err(e) => return fail_all(writes, &storage(e)),
+            Err(e) => return fail(storage(e)),
         };
         let mut tx = match D::begin(&mut conn).await {
             Ok(tx) => tx,
-            Err(e) => return fail_all(writes, &storage(e)),
+            Err(e) => return fail(storage(e)),
         };
+        let size = writes.len() + owners.len();
         // Fast path: the whole batch in one statement. Rare conflicts fall back to savepoints.
+        let mut outcomes = None;
         if writes.len() > 1 {
             match D::insert_batch(&mut tx, writes).await {
                 None => {}
-                Some(Ok(true)) => {
-                    let outcomes = vec![Ok(()); writes.len()];
-                    return match tx.commit().await {
-                        Ok(()) => {
-                            counters.committed(writes.len());
-                            settle(outcomes, None)
-                        }
-                        Err(e) => settle(outcomes, Some(storage(e))),
-                    };
-                }
+                Some(Ok(true)) => outcomes = Some(vec![Ok(()); writes.len()]),
                 // A conflict or an error in some write: find out which, one savepoint each.
                 Some(Ok(false)) | Some(Err(_)) => {
-                    rollback(tx, writes.len()).await;
+                    rollback(tx, size).await;
                     tx = match D::begin(&mut conn).await {
                         Ok(tx) => tx,
-                        Err(e) => return fail_all(writes, &storage(e)),
+                        Err(e) => return fail(storage(e)),
                     };
                 }
             }
         }
-        let outcomes = match insert_in_savepoints::<D>(&mut tx, writes).await {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                rollback(tx, writes.len()).await;
-                return fail_all(writes, &error);
-            }
+        let outcomes = match outcomes {
+            Some(outcomes) => outcomes,
+            None => match insert_in_savepoints::<D>(&mut tx, writes, !owners.is_empty()).await {
+                Ok(outcomes) => outcomes,
+                Err(error) => {
+                    rollback(tx, size).await;
+                    return fail(error);
+                }
+            },
         };
+        let mut owned = Vec::with_capacity(owners.len());
+        for persistence_id in owners {
+            match D::take_ownership(&mut tx, persistence_id).await {
+                Ok(ownership) => owned.push(ownership),
+                Err(error) => {
+                    rollback(tx, size).await;
+                    return fail(error);
+                }
+            }
+        }
         let stored = outcomes.iter().filter(|o| o.is_ok()).count();
-        if stored == 0 {
-            rollback(tx, writes.len()).await;
-            return settle(outcomes, None);
+        if stored == 0 && owners.is_empty() {
+            rollback(tx, size).await;
+            return (settle(outcomes, None), Vec::new());
         }
         match tx.commit().await {
             Ok(()) => {
-                counters.committed(stored);
-                settle(outcomes, None)
+                if stored > 0 {
+                    counters.committed(stored);
+                }
+                (settle(outcomes, None), owned.into_iter().map(Ok).collect())
             }
             // Nothing of the transaction is stored: PostgreSQL has ended it; SQLite's is rolled
             // back when its connection goes back to the pool.
-            Err(e) => settle(outcomes, Some(storage(e))),
+            Err(e) => {
+                let error = storage(e);
+                let owned = owners.iter().map(|_| Err(error.clone())).collect();
+                (settle(outcomes, Some(error)), owned)
+            }
         }
     }
 }
@@ -281,8 +364,9 @@ async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
 }
 
 /// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
-/// own (a batch of one needs none: the transaction is rolled back instead), so one that fails
-/// is rolled back alone. Returns the outcome of each write.
+/// own (a batch of one needs none unless `shared` says other work commits with it: the
+/// transaction is rolled back instead), so one that fails is rolled back alone. Returns the
+/// outcome of each write.
 ///
 /// # Errors
 /// When a savepoint cannot be opened, released or rolled back: the transaction can then no
@@ -290,8 +374,9 @@ async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
 async fn insert_in_savepoints<D: Dialect>(
     conn: &mut <D::Db as Database>::Connection,
     writes: &[D::Write],
+    shared: bool,
 ) -> Result<Vec<Result<(), JournalError>>, JournalError> {
-    if let [single] = writes {
+    if let ([single], false) = (writes, shared) {
         return Ok(vec![D::insert_atomic_write(conn, single).await]);
     }
     let storage = |e| JournalError::storage("write", e);
@@ -389,12 +474,19 @@ where
         .boxed()
     }
 
+    /// Reads the next page on a connection of the readers, and gives the connection back to
+    /// the pool before the page's events are handed out: no reader connection stays checked
+    /// out while the caller (a recovering actor's `apply`) works through the page.
     async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
         let limit = cursor.remaining.min(u64::from(cursor.page_size));
         let upper = cursor
             .next_from
             .saturating_add(cursor.window - 1)
             .min(cursor.to);
+        let mut conn = match cursor.readers.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+        };
         let rows = sqlx::query::<D::Db>(
             "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
                     manifest, payload, tags \
@@ -408,8 +500,12 @@ where
         .bind(upper)
         // At most `page_size`, a u32.
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&cursor.readers)
+        .fetch_all(&mut *conn)
         .await;
+        // Dropping a pooled connection only schedules its return on the runtime, which runs
+        // when the caller's task next yields; sqlx's `return_to_pool` runs that same drop
+        // handler (test the connection, release it) here, so it is available at once.
+        conn.return_to_pool().await;
         let rows = match rows {
             Ok(rows) => rows,
             Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),

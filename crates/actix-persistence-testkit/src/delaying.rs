@@ -199,6 +199,12 @@ impl<S: JournalStore> JournalStore for DelayingJournal<S> {
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.inner.delete_messages_to(pid, to).await
     }
+    async fn take_ownership(
+        &self,
+        pid: &str,
+    ) -> Result<actix_persistence_core::Ownership, JournalError> {
+        self.inner.take_ownership(pid).await
+    }
 }
 
 impl<S> fmt::Debug for DelayingJournal<S> {

@@ -7,7 +7,7 @@ use actix::Message;
 use tokio::sync::oneshot;
 
 use crate::error::{AtomicWriteError, JournalError};
-use crate::store::{AtomicWrite, AtomicWriteResult, ReplayStream};
+use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream};
 
 /// The identity of one incarnation of a persistent actor: unique within the process, so two
 /// incarnations of the same persistence id compare unequal. The journal routes write replies
@@ -168,4 +168,18 @@ pub struct DeleteMessagesTo {
 
 impl Message for DeleteMessagesTo {
     type Result = Result<(), JournalError>;
+}
+
+/// Take ownership of a persistence id for a new incarnation before replaying it: the store
+/// raises the id's owner epoch and reads its highest sequence number in one atomic step
+/// ([`crate::JournalStore::take_ownership`]). Writes of older incarnations fail with
+/// [`JournalError::Fenced`] from then on.
+#[derive(Debug, Clone)]
+pub struct TakeOwnership {
+    /// The persistence id the new incarnation owns.
+    pub persistence_id: String,
+}
+
+impl Message for TakeOwnership {
+    type Result = Result<Ownership, JournalError>;
 }
