@@ -23,9 +23,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row,
-    rejection, token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend,
-    TAKE_OWNERSHIP,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
+    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
