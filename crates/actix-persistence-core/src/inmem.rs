@@ -13,6 +13,8 @@ use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr,
 struct Events {
     stored: BTreeMap<u64, PersistentRepr>,
     highest: u64,
+    /// Highest sequence number deleted so far.
+    deleted_to: u64,
 }
 
 /// A [`JournalStore`] kept in memory. Cheap to clone: clones share the same events.
@@ -98,7 +100,14 @@ impl JournalStore for InMemoryJournal {
             if to == u64::MAX {
                 events.stored.clear();
             }
+            events.deleted_to = events.deleted_to.max(to.min(events.highest));
         }
         Ok(())
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        Ok(Some(
+            self.lock().get(pid).map(|e| e.deleted_to).unwrap_or(0),
+        ))
     }
 }

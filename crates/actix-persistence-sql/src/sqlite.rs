@@ -483,4 +483,9 @@ impl JournalStore for SqliteJournal {
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.tables().delete_to(pid, to).await
     }
+
+    /// Reads how far the events were deleted from `journal_highest` (0 when never).
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.tables().read_deleted_to(pid).await.map(Some)
+    }
 }

@@ -300,6 +300,10 @@ impl<S: JournalStore> JournalStore for FaultyJournal<S> {
         }
         self.inner.delete_messages_to(pid, to).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }
 
 impl FaultHandle {

@@ -72,6 +72,10 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.store.delete_messages_to(pid, to).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.store.read_deleted_to(pid).await
+    }
 }
 
 #[async_trait]
