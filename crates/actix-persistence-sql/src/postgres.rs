@@ -4,6 +4,10 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use actix_persistence_core::query::{
+    entity_type_of, slice_for_persistence_id, EventsRequest, QueryStore, StoredEvent,
+    WriteNotifications, WriteNotifier,
+};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
     WriteRejection,
@@ -29,6 +33,14 @@ static MIGRATOR: Migrator = Migrator {
     locking: false,
     ..sqlx::migrate!("migrations/postgres")
 };
+
+/// The statement's start on the database clock, microseconds since the Unix epoch: the
+/// database timestamp of the events it inserts (see `migrations/postgres/0003_query_columns.sql`).
+macro_rules! statement_micros {
+    () => {
+        "(extract(epoch from statement_timestamp()) * 1000000)::bigint"
+    };
+}
 
 /// Events per `INSERT` statement: an atomic write with more events takes several statements
 /// (in the same savepoint), keeping each under PostgreSQL's 65535 bind parameters.
@@ -302,6 +314,8 @@ pub struct PostgresJournal {
     readers: PgPool,
     writer: Writer<SqlBackend<PostgresDialect>>,
     replay_batch_size: u32,
+    /// Wakes the live queries of this process after each commit.
+    notifier: WriteNotifier,
 }
 
 impl PostgresJournal {
@@ -331,7 +345,7 @@ impl PostgresJournal {
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let (pool, readers) = open_pools(options).await?;
-        Ok(PostgresJournal {
+        let journal = PostgresJournal {
             readers,
             writer: Writer::start(
                 SqlBackend::new(pool.clone()),
@@ -340,7 +354,16 @@ impl PostgresJournal {
             ),
             pool,
             replay_batch_size: options.replay_batch_size,
-        })
+            notifier: WriteNotifier::new(),
+        };
+        journal
+            .tables()
+            .fill_missing_slices()
+            .await
+            .map_err(|e| SqlStoreError::Upgrade {
+                source: Box::new(e),
+            })?;
+        Ok(journal)
     }
 
     /// Closes the pool, waiting for the connections in use to be returned. Every clone of this
@@ -486,6 +509,19 @@ impl Dialect for PostgresDialect {
     fn stores_text(text: &str) -> bool {
         !holds_nul(text)
     }
+
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
+
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("${n} = ANY({table}.tags)")
+    }
+
+    /// The database's clock (`$1`, the process's clock, is not used but typed).
+    const CURRENT_TIMESTAMP: &'static str = concat!(
+        "SELECT GREATEST(",
+        statement_micros!(),
+        " + 0 * $1::bigint, COALESCE((SELECT max(db_timestamp) FROM journal), 0))"
+    );
 }
 
 /// Inserts every event of `writes` and raises each persistence id's highest sequence number in
@@ -496,17 +532,27 @@ async fn insert_batch(
     conn: &mut PgConnection,
     writes: &[PreparedWrite],
 ) -> Result<bool, JournalError> {
-    const BATCH_INSERT: &str = "\
+    const BATCH_INSERT: &str = concat!(
+        "\
         WITH batch AS (\
             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::bigint[], \
-                                 $5::integer[], $6::text[], $7::bytea[], $8::text[]) \
+                                 $5::integer[], $6::text[], $7::bytea[], $8::text[], \
+                                 $9::integer[], $10::text[]) \
             AS b(persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                 payload, tags)\
+                 payload, tags, slice, entity_type)\
         ), inserted AS (\
             INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                 serializer_id, manifest, payload, tags) \
+                                 serializer_id, manifest, payload, tags, slice, entity_type, \
+                                 db_timestamp) \
             SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                   payload, ARRAY(SELECT json_array_elements_text(tags::json)) \
+                   payload, ARRAY(SELECT json_array_elements_text(tags::json)), slice, \
+                   entity_type, GREATEST(",
+        statement_micros!(),
+        ", COALESCE((\
+                       SELECT p.db_timestamp FROM journal p \
+                       WHERE p.persistence_id = batch.persistence_id \
+                         AND p.seq_nr < batch.seq_nr \
+                       ORDER BY p.seq_nr DESC LIMIT 1), 0)) \
             FROM batch ORDER BY persistence_id, seq_nr \
             ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
         ), raised AS (\
@@ -515,7 +561,8 @@ async fn insert_batch(
             ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
                 GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr)\
         ) \
-        SELECT count(*) FROM inserted";
+        SELECT count(*) FROM inserted"
+    );
     let events = writes.iter().flat_map(|w| w.write.events.iter());
     let count = writes.iter().map(|w| w.write.events.len()).sum::<usize>();
     let mut columns = BatchColumns::with_capacity(count);
@@ -531,6 +578,8 @@ async fn insert_batch(
         .bind(columns.manifests)
         .bind(columns.payloads)
         .bind(columns.tags)
+        .bind(columns.slices)
+        .bind(columns.entity_types)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| JournalError::storage("write", e))?;
@@ -547,6 +596,8 @@ struct BatchColumns<'a> {
     manifests: Vec<&'a str>,
     payloads: Vec<&'a [u8]>,
     tags: Vec<String>,
+    slices: Vec<i32>,
+    entity_types: Vec<&'a str>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -560,6 +611,8 @@ impl<'a> BatchColumns<'a> {
             manifests: Vec::with_capacity(n),
             payloads: Vec::with_capacity(n),
             tags: Vec::with_capacity(n),
+            slices: Vec::with_capacity(n),
+            entity_types: Vec::with_capacity(n),
         }
     }
 
@@ -576,6 +629,10 @@ impl<'a> BatchColumns<'a> {
         // A JSON array of strings cannot fail to serialize.
         self.tags
             .push(serde_json::to_string(&event.tags).unwrap_or_else(|_| "[]".to_owned()));
+        self.slices
+            .push(i32::from(slice_for_persistence_id(&event.persistence_id)));
+        self.entity_types
+            .push(entity_type_of(&event.persistence_id));
     }
 }
 
@@ -583,10 +640,20 @@ impl<'a> BatchColumns<'a> {
 /// sequence number to `$2`; returns the sequence numbers it inserted. Events whose sequence
 /// number is already stored are skipped (`DO NOTHING`), which the caller detects.
 fn insert_statement(rows: usize) -> String {
-    let mut sql = String::from(
-        "WITH inserted AS (\
+    // After the rows' parameters: the slice and the entity type of `$1`.
+    let slice = 3 + rows * 7;
+    let entity_type = slice + 1;
+    let mut sql = format!(
+        "WITH query_timestamp AS (\
+             SELECT GREATEST({}, COALESCE((\
+                 SELECT p.db_timestamp FROM journal p \
+                 WHERE p.persistence_id = $1 AND p.seq_nr < $3 \
+                 ORDER BY p.seq_nr DESC LIMIT 1), 0)) AS db_timestamp\
+         ), inserted AS (\
              INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                  serializer_id, manifest, payload, tags) VALUES ",
+                                  serializer_id, manifest, payload, tags, db_timestamp, slice, \
+                                  entity_type) VALUES ",
+        statement_micros!()
     );
     for row in 0..rows {
         let p = 3 + row * 7;
@@ -594,7 +661,8 @@ fn insert_statement(rows: usize) -> String {
             sql.push_str(", ");
         }
         sql.push_str(&format!(
-            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${}, \
+              (SELECT db_timestamp FROM query_timestamp), ${slice}, ${entity_type})",
             p,
             p + 1,
             p + 2,
@@ -650,6 +718,9 @@ async fn insert_atomic_write(
                 .bind(&event.payload)
                 .bind(&event.tags);
         }
+        let query = query
+            .bind(i32::from(slice_for_persistence_id(persistence_id)))
+            .bind(entity_type_of(persistence_id));
         let concurrent_write = |seq_nr| JournalError::ConcurrentWrite {
             persistence_id: persistence_id.to_owned(),
             seq_nr,
@@ -698,7 +769,11 @@ impl JournalStore for PostgresJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.writer.write(writes).await)
+        let results = self.writer.write(writes).await;
+        if results.iter().any(Result::is_ok) {
+            self.notifier.notify();
+        }
+        Ok(results)
     }
 
     /// Streams the events page by page ([`PostgresJournalOptions::replay_batch_size`] per
@@ -758,7 +833,38 @@ mod tests {
     #[test]
     fn insert_statement_numbers_parameters_per_row() {
         let sql = insert_statement(2);
-        assert!(sql.contains("($1, $3, $4, $5, $6, $7, $8, $9), ($1, $10, $11"));
+        assert!(sql.contains("($1, $3, $4, $5, $6, $7, $8, $9, "));
+        assert!(sql.contains("$17, $18), ($1, $10, $11"));
         assert!(sql.contains("VALUES ($1, $2)"));
+    }
+}
+
+/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
+/// sequence number) order through the index `journal_by_timestamp`; see
+/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
+#[async_trait]
+impl QueryStore for PostgresJournal {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.tables().current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.tables().read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.tables().read_persistence_ids(after, limit).await
+    }
+
+    /// Commits of this journal (and its clones) in this process wake live queries at once.
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        Some(self.notifier.subscribe())
     }
 }
