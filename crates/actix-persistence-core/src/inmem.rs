@@ -156,7 +156,7 @@ impl JournalStore for InMemoryJournal {
 
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
         Ok(Some(
-            self.lock().get(pid).map(|e| e.deleted_to).unwrap_or(0),
+            self.lock().ids.get(pid).map(|e| e.deleted_to).unwrap_or(0),
         ))
     }
 }
