@@ -110,4 +110,8 @@ impl<S: JournalStore> JournalStore for TimedStore<S> {
     ) -> Result<actix_persistence_core::Ownership, JournalError> {
         self.inner.take_ownership(pid).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }

@@ -24,6 +24,8 @@ struct Events {
     highest: u64,
     /// The owner epoch: raised by every `take_ownership`.
     owner: FencingToken,
+    /// Highest sequence number deleted so far.
+    deleted_to: u64,
 }
 
 #[derive(Debug, Default)]
@@ -161,6 +163,7 @@ impl JournalStore for InMemoryJournal {
                     seq_nr,
                 });
             }
+            events.deleted_to = events.deleted_to.max(to.min(events.highest));
         }
         Ok(())
     }
@@ -174,6 +177,12 @@ impl JournalStore for InMemoryJournal {
             fencing_token: events.owner,
             highest_seq_nr: events.highest,
         })
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        Ok(Some(
+            self.lock().ids.get(pid).map(|e| e.deleted_to).unwrap_or(0),
+        ))
     }
 }
 

@@ -260,6 +260,22 @@ pub trait JournalStore: Send + Sync + 'static {
             highest_seq_nr: self.read_highest_sequence_nr(persistence_id, 0).await?,
         })
     }
+
+    /// How far [`delete_messages_to`](Self::delete_messages_to) deleted the events of
+    /// `persistence_id`: the highest sequence number deleted (at most the highest stored at
+    /// the time, 0 when nothing was ever deleted), or `None` when the store does not keep it
+    /// (the default).
+    ///
+    /// Recovery uses it to tell events deleted under a snapshot that is gone (a hole: recovery
+    /// fails) from sequence numbers no write ever stored (a rejected write: nothing is
+    /// missing). Without it, recovery cannot tell them apart and does not check.
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be read.
+    async fn read_deleted_to(&self, persistence_id: &str) -> Result<Option<u64>, JournalError> {
+        let _ = persistence_id;
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -285,5 +301,9 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
 
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
         (**self).take_ownership(pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        (**self).read_deleted_to(pid).await
     }
 }

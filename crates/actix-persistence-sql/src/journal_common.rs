@@ -815,13 +815,13 @@ where
         if !D::stores_text(pid) {
             return Ok(0);
         }
-        let highest: Option<i64> = sqlx::query_scalar::<D::Db, i64>(
-            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
-        )
-        .bind(pid)
-        .fetch_optional(self.readers)
-        .await
-        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        let highest = self
+            .read_column(
+                "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+                pid,
+            )
+            .await
+            .map_err(|e| JournalError::storage("read highest sequence number", e))?;
         match highest {
             None => Ok(0),
             Some(highest) => u64::try_from(highest).map_err(|_| {
@@ -837,18 +837,60 @@ where
         }
     }
 
-    /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) in one
-    /// statement on the writer; the highest sequence number is kept.
+    /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) and
+    /// raises how far they were deleted (`journal_highest.deleted_to`, at most the highest
+    /// sequence number) in one transaction on the writer; the highest sequence number is kept.
     pub(crate) async fn delete_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         if !D::stores_text(pid) {
             return Ok(());
         }
+        let storage = |e| JournalError::storage("delete", e);
+        let mut tx = self.writer.begin().await.map_err(storage)?;
         sqlx::query::<D::Db>("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
             .bind(pid)
             .bind(clamp_seq_nr(to))
-            .execute(self.writer)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| JournalError::storage("delete", e))?;
+            .map_err(storage)?;
+        sqlx::query::<D::Db>(
+            "UPDATE journal_highest \
+             SET deleted_to = CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
+             WHERE persistence_id = $1 \
+               AND deleted_to < CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END",
+        )
+        .bind(pid)
+        .bind(clamp_seq_nr(to))
+        .execute(&mut *tx)
+        .await
+        .map_err(storage)?;
+        tx.commit().await.map_err(storage)?;
         Ok(())
+    }
+
+    /// How far the events of `pid` were deleted (0 when never, or for an id that never wrote).
+    pub(crate) async fn read_deleted_to(&self, pid: &str) -> Result<u64, JournalError> {
+        if !D::stores_text(pid) {
+            return Ok(0);
+        }
+        let deleted_to = self
+            .read_column(
+                "SELECT deleted_to FROM journal_highest WHERE persistence_id = $1",
+                pid,
+            )
+            .await
+            .map_err(|e| JournalError::storage("read how far events were deleted", e))?;
+        Ok(deleted_to.map_or(0, |d| u64::try_from(d).unwrap_or(0)))
+    }
+
+    /// The integer `sql` selects for `pid` (`$1`), if a row matched, read on a reader
+    /// connection that is back in the pool when this returns (see [`Self::next_page`]).
+    async fn read_column(&self, sql: &'static str, pid: &str) -> Result<Option<i64>, sqlx::Error> {
+        let mut conn = self.readers.acquire().await?;
+        let value = sqlx::query_scalar::<D::Db, i64>(sql)
+            .bind(pid)
+            .fetch_optional(&mut *conn)
+            .await;
+        conn.return_to_pool().await;
+        value
     }
 }

@@ -894,6 +894,41 @@ impl JournalStore for PostgresJournal {
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
         self.writer.take_ownership(pid).await
     }
+
+    /// Reads how far the events were deleted from `journal_highest` (0 when never).
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.tables().read_deleted_to(pid).await.map(Some)
+    }
+}
+
+/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
+/// sequence number) order through the index `journal_by_timestamp`; see
+/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
+#[async_trait]
+impl QueryStore for PostgresJournal {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.tables().current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.tables().read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.tables().read_persistence_ids(after, limit).await
+    }
+
+    /// Commits of this journal (and its clones) in this process wake live queries at once.
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        Some(self.notifier.subscribe())
+    }
 }
 
 #[cfg(test)]
@@ -931,35 +966,5 @@ mod tests {
         assert!(sql.contains("($4, $5, $6, $7, $8, $9, $10), ($11, $12"));
         assert!(sql.contains("VALUES ($1, $2, $3)"));
         assert!(sql.contains("$18, $19 "));
-    }
-}
-
-/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
-/// sequence number) order through the index `journal_by_timestamp`; see
-/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
-#[async_trait]
-impl QueryStore for PostgresJournal {
-    async fn current_timestamp(&self) -> Result<i64, JournalError> {
-        self.tables().current_timestamp().await
-    }
-
-    async fn read_events(
-        &self,
-        request: EventsRequest<'_>,
-    ) -> Result<Vec<StoredEvent>, JournalError> {
-        self.tables().read_events(request).await
-    }
-
-    async fn read_persistence_ids(
-        &self,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<String>, JournalError> {
-        self.tables().read_persistence_ids(after, limit).await
-    }
-
-    /// Commits of this journal (and its clones) in this process wake live queries at once.
-    fn write_notifications(&self) -> Option<WriteNotifications> {
-        Some(self.notifier.subscribe())
     }
 }

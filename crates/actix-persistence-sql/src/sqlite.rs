@@ -575,6 +575,11 @@ impl JournalStore for SqliteJournal {
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
         self.writer.take_ownership(pid).await
     }
+
+    /// Reads how far the events were deleted from `journal_highest` (0 when never).
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.tables().read_deleted_to(pid).await.map(Some)
+    }
 }
 
 /// Queries by slice and by tag read the journal table in (database timestamp, persistence id,

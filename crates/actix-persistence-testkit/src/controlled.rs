@@ -197,6 +197,10 @@ impl JournalStore for ControlledJournal {
     ) -> Result<actix_persistence_core::Ownership, JournalError> {
         self.inner.take_ownership(pid).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }
 
 /// The test dropped a pending write (or the controller) without deciding.

@@ -310,6 +310,10 @@ impl<S: JournalStore> JournalStore for FaultyJournal<S> {
         }
         self.inner.take_ownership(pid).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }
 
 impl FaultHandle {

@@ -79,6 +79,10 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
     ) -> Result<actix_persistence_core::Ownership, JournalError> {
         self.store.take_ownership(pid).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.store.read_deleted_to(pid).await
+    }
 }
 
 #[async_trait]

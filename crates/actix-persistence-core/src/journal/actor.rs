@@ -273,10 +273,18 @@ impl Handler<ReplayMessages> for JournalActor {
                 store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr),
             )
             .await?;
+            let deleted_to = with_timeout(
+                &breaker,
+                "read how far events were deleted",
+                timeout,
+                store.read_deleted_to(&msg.persistence_id),
+            )
+            .await?;
             let to = msg.to_seq_nr.min(highest);
             let events = store.replay_messages(&msg.persistence_id, msg.from_seq_nr, to, msg.max);
             Ok(Replay {
                 highest_seq_nr: highest,
+                deleted_to,
                 events,
             })
         })

@@ -131,6 +131,11 @@ impl Message for ReplayMessages {
 pub struct Replay {
     /// Highest sequence number ever stored for the persistence id (0 if none).
     pub highest_seq_nr: u64,
+    /// How far the id's events were deleted ([`JournalStore::read_deleted_to`]), `None` when
+    /// the store does not keep it.
+    ///
+    /// [`JournalStore::read_deleted_to`]: crate::store::JournalStore::read_deleted_to
+    pub deleted_to: Option<u64>,
     /// The replayed events, ascending.
     pub events: ReplayStream,
 }
@@ -139,6 +144,7 @@ impl fmt::Debug for Replay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Replay")
             .field("highest_seq_nr", &self.highest_seq_nr)
+            .field("deleted_to", &self.deleted_to)
             .finish_non_exhaustive()
     }
 }

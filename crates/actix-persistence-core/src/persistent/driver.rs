@@ -292,11 +292,6 @@ fn deliver<A: PersistentActor>(
                 }
             }
             Err(AtomicWriteError::Rejected(rejection)) => {
-                if !events.is_empty() {
-                    let lowest = highest_seq_nr + 1 - events.len() as u64;
-                    act.persistence_mut()
-                        .release_rejected_seq_nrs(lowest, highest_seq_nr);
-                }
                 let hook = catch_user(|| act.on_persist_rejected(&rejection, ctx));
                 let _ = then(Some((act, ctx)), Err(PersistError::Rejected(rejection)));
                 if let Err(reason) = hook {

@@ -99,6 +99,7 @@ struct Start {
     snapshot: Option<SelectedSnapshot>,
     fencing_token: FencingToken,
     highest_seq_nr: u64,
+    deleted_to: Option<u64>,
     events: ReplayStream,
     permit: Option<OwnedSemaphorePermit>,
 }
@@ -109,6 +110,8 @@ pub(crate) struct Recovering {
     replay: Option<(u64, ReplayStream)>,
     /// The sequence number of the loaded snapshot (0 without one).
     snapshot_seq_nr: Option<u64>,
+    /// How far the journal deleted events (`None`: the store does not say).
+    deleted_to: Option<u64>,
     /// Whether the replay stream ended (it is not polled again).
     ended: bool,
     _permit: Option<OwnedSemaphorePermit>,
@@ -144,6 +147,7 @@ impl Recovering {
             start: Some(Box::pin(start(plan))),
             replay: None,
             snapshot_seq_nr: None,
+            deleted_to: None,
             ended: false,
             _permit: None,
             idle: None,
@@ -218,6 +222,7 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         snapshot,
         fencing_token,
         highest_seq_nr: replay.highest_seq_nr,
+        deleted_to: replay.deleted_to,
         events: replay.events,
         permit,
     })
@@ -264,6 +269,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
         recovery.start = None;
         recovery._permit = found.permit;
         act.persistence_mut().set_fencing_token(found.fencing_token);
+        recovery.deleted_to = found.deleted_to;
         let mut last = 0;
         if let Some(snapshot) = found.snapshot {
             last = snapshot.metadata.seq_nr;
@@ -292,6 +298,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
     if recovery.ended {
         return Poll::Ready(complete(recovery, act, highest));
     }
+    let covered = (recovery.snapshot_seq_nr, recovery.deleted_to);
     let started = Instant::now();
     let mut applied = 0;
     loop {
@@ -317,7 +324,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
             }
             Poll::Ready(Some(Ok(repr))) => {
                 if recovery.replayed == 0 {
-                    check_follows_snapshot(recovery.snapshot_seq_nr, repr.seq_nr, act)?;
+                    check_not_deleted(covered, repr.seq_nr - 1, act)?;
                 }
                 let event = catch_user(|| act.deserialize_event(&repr))
                     .map_err(|reason| panicked(act, "deserialize_event", reason))?
@@ -359,18 +366,14 @@ fn complete<A: PersistentActor>(
     highest: u64,
 ) -> Result<Recovered, RecoveryError> {
     let applied_up_to = act.last_seq_nr();
-    let expected_to = highest.min(recovery.bounds.to_seq_nr);
-    if let Some(snapshot_seq_nr) = recovery.snapshot_seq_nr {
-        // Events after the snapshot are stored, yet none was replayed: they were deleted.
-        if recovery.replayed == 0 && recovery.bounds.max_events > 0 && snapshot_seq_nr < expected_to
-        {
-            return Err(RecoveryError::MissingEvents {
-                persistence_id: act.persistence_id().to_owned(),
-                snapshot_seq_nr: Some(snapshot_seq_nr),
-                from: snapshot_seq_nr + 1,
-                to: expected_to,
-            });
-        }
+    // Events after a loaded snapshot were stored, yet none was replayed. (Without a snapshot,
+    // nothing left is a full cleanup: recovery starts empty and continues the sequence.)
+    if recovery.snapshot_seq_nr.is_some()
+        && recovery.replayed == 0
+        && recovery.bounds.max_events > 0
+    {
+        let covered = (recovery.snapshot_seq_nr, recovery.deleted_to);
+        check_not_deleted(covered, highest.min(recovery.bounds.to_seq_nr), act)?;
     }
     let last = highest.max(applied_up_to);
     let bounded = applied_up_to < highest
@@ -387,26 +390,28 @@ fn complete<A: PersistentActor>(
     })
 }
 
-/// The first replayed event must directly follow the loaded snapshot (or be the first event):
-/// anything else means the events in between were deleted and nothing covers them.
-///
-/// Without a snapshot and without any event left, recovery starts empty and continues the
-/// sequence (a full cleanup, as Akka's): nothing is replayed, so nothing is checked.
-fn check_follows_snapshot<A: PersistentActor>(
-    snapshot_seq_nr: Option<u64>,
-    first_seq_nr: u64,
+/// The events from the loaded snapshot (or the start) up to `before` were not replayed: fails
+/// recovery when the journal deleted some of them, since no snapshot covers them then. Sequence
+/// numbers never stored (a write the journal rejected) are no hole. A store that does not say
+/// how far it deleted ([`JournalStore::read_deleted_to`](crate::store::JournalStore::read_deleted_to)
+/// is `None`) cannot be checked.
+fn check_not_deleted<A: PersistentActor>(
+    (snapshot_seq_nr, deleted_to): (Option<u64>, Option<u64>),
+    before: u64,
     act: &A,
 ) -> Result<(), RecoveryError> {
-    let expected = snapshot_seq_nr.unwrap_or(0) + 1;
-    if first_seq_nr <= expected {
-        return Ok(());
+    let after = snapshot_seq_nr.unwrap_or(0);
+    match deleted_to {
+        Some(deleted_to) if before > after && deleted_to > after => {
+            Err(RecoveryError::MissingEvents {
+                persistence_id: act.persistence_id().to_owned(),
+                snapshot_seq_nr,
+                from: after + 1,
+                to: deleted_to.min(before),
+            })
+        }
+        _ => Ok(()),
     }
-    Err(RecoveryError::MissingEvents {
-        persistence_id: act.persistence_id().to_owned(),
-        snapshot_seq_nr,
-        from: expected,
-        to: first_seq_nr - 1,
-    })
 }
 
 fn panicked<A: PersistentActor>(act: &A, hook: &'static str, reason: String) -> RecoveryError {

@@ -287,15 +287,6 @@ impl<A: EventSourced> PersistenceState<A> {
         self.assigned_seq_nr = seq_nr;
     }
 
-    /// Gives back the sequence numbers of an atomic write the journal rejected (nothing was
-    /// stored) when no later write took numbers after it, so a rejection leaves no gap in the
-    /// sequence (a gap right after a snapshot would read as deleted events in recovery).
-    pub(crate) fn release_rejected_seq_nrs(&mut self, lowest: u64, highest: u64) {
-        if lowest > 0 && self.assigned_seq_nr == highest {
-            self.assigned_seq_nr = lowest - 1;
-        }
-    }
-
     pub(crate) fn confirm_seq_nr(&mut self, seq_nr: u64) {
         self.last_seq_nr = self.last_seq_nr.max(seq_nr);
     }
@@ -340,13 +331,9 @@ impl<A: EventSourced> PersistenceState<A> {
             return (PendingWrite::Rejected(rejection), 0);
         }
         let first = self.assigned_seq_nr + 1;
-        let highest = self.assigned_seq_nr + serialized.len() as u64;
-        let write = self.build_write(first, serialized, tags);
-        // A write rejected before it is sent takes no sequence numbers: no gap.
-        if matches!(write, PendingWrite::Ready(_)) {
-            self.assigned_seq_nr = highest;
-        }
-        (write, highest)
+        self.assigned_seq_nr += serialized.len() as u64;
+        let highest = self.assigned_seq_nr;
+        (self.build_write(first, serialized, tags), highest)
     }
 
     fn build_write(

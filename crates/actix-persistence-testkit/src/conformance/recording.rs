@@ -82,4 +82,8 @@ impl JournalStore for RecordingStore {
     ) -> Result<actix_persistence_core::Ownership, JournalError> {
         self.inner.take_ownership(pid).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }
