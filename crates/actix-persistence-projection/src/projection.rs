@@ -318,6 +318,28 @@ async fn wait_or_stop(
     }
 }
 
+/// Envelopes handled between two publications of the progress, at most.
+const PUBLISH_AFTER: u64 = 256;
+/// Longest delay of a publication of the progress.
+const PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Progress of a run not yet published.
+struct Unpublished<O> {
+    handled: u64,
+    skipped: u64,
+    offset: Option<(O, i64)>,
+}
+
+impl<O> Default for Unpublished<O> {
+    fn default() -> Self {
+        Unpublished {
+            handled: 0,
+            skipped: 0,
+            offset: None,
+        }
+    }
+}
+
 /// How one run ended without failing.
 enum RunEnd {
     Stopped,
@@ -360,6 +382,7 @@ enum Event<E> {
     Envelope(Option<Result<E, crate::error::BoxError>>),
     GroupDue,
     SaveDue,
+    PublishDue,
 }
 
 /// The state of one run, from reading the stored offset to its end.
@@ -376,6 +399,10 @@ struct Run<'p, E: Envelope> {
     handled_offset: Option<E::Offset>,
     unsaved: usize,
     save_due: Option<Instant>,
+    /// Progress not yet published to the handle: published every `PUBLISH_AFTER` envelopes or
+    /// 1 ms after the first, so watchers are not woken once per envelope.
+    unpublished: Unpublished<E::Offset>,
+    publish_due: Option<Instant>,
     /// Units waiting for their turn (a persistence id in flight, or no free slot).
     waiting: VecDeque<Unit<E>>,
     busy: HashSet<String>,
@@ -404,6 +431,8 @@ impl<'p, E: Envelope> Run<'p, E> {
             handled_offset: None,
             unsaved: 0,
             save_due: None,
+            unpublished: Unpublished::default(),
+            publish_due: None,
             waiting: VecDeque::new(),
             busy: HashSet::new(),
             in_flight: FuturesUnordered::new(),
@@ -438,6 +467,15 @@ impl<'p, E: Envelope> Run<'p, E> {
 
     async fn execute(
         mut self,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Result<RunEnd, ProjectionError> {
+        let end = self.run_loop(commands).await;
+        self.publish();
+        end
+    }
+
+    async fn run_loop(
+        &mut self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Result<RunEnd, ProjectionError> {
         let projection = self.projection;
@@ -483,6 +521,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 && self.window.len() < self.window_limit();
             let group_due = self.group_due;
             let save_due = self.save_due;
+            let publish_due = self.publish_due;
             let event = tokio::select! {
                 biased;
                 command = commands.recv() => Event::Command(command),
@@ -491,6 +530,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 }
                 _ = sleep_until(group_due), if group_due.is_some() => Event::GroupDue,
                 _ = sleep_until(save_due), if save_due.is_some() => Event::SaveDue,
+                _ = sleep_until(publish_due), if publish_due.is_some() => Event::PublishDue,
                 next = stream.next(), if can_pull => Event::Envelope(next),
             };
             match event {
@@ -498,6 +538,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 Event::Finished(outcome) => self.finished(outcome).await?,
                 Event::GroupDue => self.close_group(),
                 Event::SaveDue => self.save_handled().await?,
+                Event::PublishDue => self.publish(),
                 Event::Envelope(Some(Ok(envelope))) => self.accept(envelope),
                 Event::Envelope(Some(Err(source))) => {
                     self.save_handled_after_failure().await;
@@ -517,6 +558,7 @@ impl<'p, E: Envelope> Run<'p, E> {
     async fn command(&mut self, command: Option<Command>) -> Result<(), ProjectionError> {
         match command {
             Some(Command::Pause) => {
+                self.publish();
                 self.paused = true;
                 self.progress
                     .send_modify(|p| p.state = ProjectionState::Paused);
@@ -697,13 +739,16 @@ impl<'p, E: Envelope> Run<'p, E> {
         if offset_saved {
             self.saved_through = self.saved_through.max(outcome.idxs.last().copied());
         }
-        self.progress.send_modify(|p| {
-            p.handled += count;
-            if skipped {
-                p.skipped += count;
-            }
-        });
+        self.unpublished.handled += count;
+        if skipped {
+            self.unpublished.skipped += count;
+        }
         self.advance();
+        if self.unpublished.handled >= PUBLISH_AFTER {
+            self.publish();
+        } else if self.publish_due.is_none() {
+            self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
+        }
         if !self.offset_in_transaction() {
             if self.unsaved >= self.projection.save_offset.after_envelopes {
                 self.save_handled().await?;
@@ -727,11 +772,32 @@ impl<'p, E: Envelope> Run<'p, E> {
         }
         if let Some(slot) = last {
             self.handled_offset = Some(slot.offset.clone());
-            self.progress.send_modify(|p| {
-                p.offset = Some(slot.offset);
-                p.last_handled_timestamp_ms = Some(slot.timestamp_ms);
-            });
+            self.unpublished.offset = Some((slot.offset, slot.timestamp_ms));
+            if self.publish_due.is_none() {
+                self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
+            }
         }
+    }
+
+    /// Hands the progress made since the last publication to the handle's watchers.
+    fn publish(&mut self) {
+        self.publish_due = None;
+        let Unpublished {
+            handled,
+            skipped,
+            offset,
+        } = std::mem::take(&mut self.unpublished);
+        if handled == 0 && offset.is_none() {
+            return;
+        }
+        self.progress.send_modify(|p| {
+            p.handled += handled;
+            p.skipped += skipped;
+            if let Some((offset, timestamp_ms)) = offset {
+                p.offset = Some(offset);
+                p.last_handled_timestamp_ms = Some(timestamp_ms);
+            }
+        });
     }
 
     /// Saves the handled prefix's offset unless a transaction already saved it.

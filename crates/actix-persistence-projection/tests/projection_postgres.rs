@@ -63,6 +63,30 @@ impl Db {
         self.journal.pool()
     }
 
+    /// After `abort` (a crash inside this process): waits until no transaction of the aborted
+    /// projection is still open or committing, as after a real crash once the server has
+    /// closed the dead process's connections (see docs/projections.md, "Restarts").
+    async fn settle(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND pid <> pg_backend_pid() AND xact_start IS NOT NULL",
+            )
+            .fetch_one(self.pool())
+            .await
+            .unwrap();
+            if open == 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{open} transactions stay open"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
     async fn read_model(&self) -> (i64, i64, i64) {
         let row = sqlx::query(
@@ -207,6 +231,7 @@ async fn exactly_once_read_model_and_offset_agree_after_a_crash() {
         .await
         .expect("some handled");
     handle.abort().await;
+    db.settle().await;
 
     let state = Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
         .start()
@@ -258,6 +283,7 @@ async fn grouped_exactly_once_commits_each_group_with_its_offset() {
         .await
         .expect("two groups");
     handle.abort().await;
+    db.settle().await;
     Projection::grouped_exactly_once(
         id(),
         db.source(false),
@@ -289,6 +315,7 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
         .await
         .expect("some handled");
     handle.abort().await;
+    db.settle().await;
     assert_eq!(db.store().read_offset(&id()).await.unwrap(), None);
 
     Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
