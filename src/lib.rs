@@ -61,6 +61,8 @@
 //! - `actix-persistence-sql`: the SQLite (feature `sqlite`) and PostgreSQL (feature
 //!   `postgres`) journals and snapshot stores, both on by default;
 //! - `actix-persistence-derive`: `#[derive(PersistentActor)]`;
+//! - `actix-persistence-projection`: projections ([`projection`]): a query applied to a read
+//!   model or another service, with a stored offset, exactly-once or at-least-once;
 //! - `actix-persistence-testkit`: a controlled store for deterministic tests.
 #![warn(missing_docs)]
 
@@ -96,6 +98,8 @@ pub use actix_persistence_core::{
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
 pub use actix_persistence_derive::PersistentActor;
 
+#[doc(inline)]
+pub use actix_persistence_projection as projection;
 #[doc(inline)]
 pub use actix_persistence_sql::WriteStats;
 #[doc(inline)]

@@ -8,10 +8,11 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
 use actix_persistence_core::query::{
-    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
-    StoredEvent,
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventKey,
+    EventsRequest, StoredEvent,
 };
 use actix_persistence_core::{
     AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
@@ -404,7 +405,15 @@ pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) writer: &'a Pool<D::Db>,
     /// How many events a replay reads per query.
     pub(crate) page_size: u32,
+    /// `Some` (PostgreSQL): query pages in timestamp windows, starting from this width
+    /// (microseconds) and keeping the last width that filled a page (see
+    /// [`read_events`](Self::read_events)). `None` (SQLite): one query per page.
+    pub(crate) query_window: Option<&'a AtomicI64>,
 }
+
+/// The narrowest and widest timestamp window of one query page, microseconds.
+const MIN_QUERY_WINDOW: i64 = 1_000;
+const MAX_QUERY_WINDOW: i64 = 3_600_000_000;
 
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
@@ -437,6 +446,7 @@ where
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> (String,): FromRow<'r, <D::Db as Database>::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> Option<i64>: Decode<'r, D::Db>,
 {
     /// The events of `pid` from `from` to `to`, at most `max`, page by page (`page_size` per
@@ -589,6 +599,66 @@ where
 
     /// One page of a query by offset (see `QueryStore::read_events`).
     pub(crate) async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let Some(hint) = self.query_window else {
+            return self.read_events_once(request).await;
+        };
+        // Each query is bounded to a window of timestamps: a planner without statistics (a
+        // table filled a moment ago) would otherwise scan and sort every later event for one
+        // page. A window that does not fill the page is followed by a wider one starting at
+        // the next stored timestamp; half the width that filled a page is kept for the next.
+        let mut window = hint
+            .load(AtomicOrdering::Relaxed)
+            .clamp(MIN_QUERY_WINDOW, MAX_QUERY_WINDOW);
+        let mut after = request.after.clone();
+        let mut page: Vec<StoredEvent> = Vec::new();
+        let limit = request.limit as usize;
+        loop {
+            let upper = after
+                .timestamp
+                .saturating_add(window)
+                .min(request.before_timestamp);
+            let rows = self
+                .read_events_once(EventsRequest {
+                    after: &after,
+                    before_timestamp: upper,
+                    limit: u32::try_from(limit - page.len()).unwrap_or(u32::MAX),
+                    ..request.clone()
+                })
+                .await?;
+            page.extend(rows);
+            if page.len() >= limit {
+                // Filled within this window: a narrower one would do next time.
+                hint.store((window / 2).max(MIN_QUERY_WINDOW), AtomicOrdering::Relaxed);
+                return Ok(page);
+            }
+            if upper >= request.before_timestamp {
+                return Ok(page);
+            }
+            // Go on from the next stored timestamp (an index lookup that skips empty spans at
+            // once), in a wider window.
+            let next: Option<i64> = sqlx::query_scalar::<D::Db, Option<i64>>(
+                "SELECT min(db_timestamp) FROM journal \
+                 WHERE db_timestamp >= $1 AND db_timestamp < $2",
+            )
+            .bind(upper)
+            .bind(request.before_timestamp)
+            .fetch_one(self.readers)
+            .await
+            .map_err(|e| JournalError::storage("query", e))?;
+            let Some(next) = next else {
+                return Ok(page);
+            };
+            after = EventKey::start_of(next);
+            window = window.saturating_mul(2).min(MAX_QUERY_WINDOW);
+            hint.store(window, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// One query of [`read_events`](Self::read_events).
+    async fn read_events_once(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {

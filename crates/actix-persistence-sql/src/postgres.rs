@@ -2,6 +2,8 @@
 
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence_core::query::{
@@ -21,9 +23,8 @@ use sqlx::{Connection, Executor, Postgres, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row,
-    rejection, token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend,
-    TAKE_OWNERSHIP,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
+    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -174,6 +175,18 @@ async fn open_pools(options: &PostgresJournalOptions) -> Result<(PgPool, PgPool)
 /// Opens the pool and brings the schema (journal and snapshots) up to date.
 pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     let pool = connect_pool(options).await?;
+    migrate_postgres(&pool).await?;
+    Ok(pool)
+}
+
+/// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`PostgresJournal::connect`] runs it; other users of the same database (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
     // Without the advisory lock, processes starting together may apply the same migration at
     // once: the losers fail when the winner commits. Each such failure means another process
     // made progress (it created the migrations table or applied a migration), so a bounded
@@ -181,8 +194,8 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
     let attempts = MIGRATOR.iter().count() + 2;
     let mut attempt = 1;
     loop {
-        match MIGRATOR.run(&pool).await {
-            Ok(()) => break,
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
             Err(error) if attempt < attempts => {
                 tracing::debug!(%error, attempt, "journal migration failed; running it again");
                 attempt += 1;
@@ -190,7 +203,6 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
             Err(source) => return Err(SqlStoreError::Migrate { source }),
         }
     }
-    Ok(pool)
 }
 
 /// Opens a pool of `options.max_connections` connections, each with the statement timeout.
@@ -322,6 +334,8 @@ pub struct PostgresJournal {
     replay_batch_size: u32,
     /// Wakes the live queries of this process after each commit.
     notifier: WriteNotifier,
+    /// The timestamp window of query pages that last filled a page, microseconds.
+    query_window: Arc<AtomicI64>,
 }
 
 impl PostgresJournal {
@@ -361,6 +375,7 @@ impl PostgresJournal {
             pool,
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),
+            query_window: Arc::new(AtomicI64::new(1_000_000)),
         };
         journal
             .tables()
@@ -378,6 +393,12 @@ impl PostgresJournal {
     pub async fn close(&self) {
         self.pool.close().await;
         self.readers.close().await;
+    }
+
+    /// The journal's writer pool, for other stores in the same database (a projection's
+    /// offset store and read model).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 
     /// Connections checked out of the reader and the writer pools right now.
@@ -406,6 +427,7 @@ impl PostgresJournal {
             readers: &self.readers,
             writer: &self.pool,
             page_size: self.replay_batch_size,
+            query_window: Some(&self.query_window),
         }
     }
 }

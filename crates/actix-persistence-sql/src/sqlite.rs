@@ -23,9 +23,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row,
-    rejection, token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend,
-    TAKE_OWNERSHIP,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
+    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -200,10 +199,7 @@ impl SqlitePools {
             )
             .await
             .map_err(connect_error)?;
-        MIGRATOR
-            .run(&writer)
-            .await
-            .map_err(|source| SqlStoreError::Migrate { source })?;
+        migrate_sqlite(&writer).await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .connect_with(base)
@@ -216,6 +212,20 @@ impl SqlitePools {
         self.writer.close().await;
         self.readers.close().await;
     }
+}
+
+/// Brings the schema of the SQLite database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`SqliteJournal::connect`] runs it; other users of the same database file (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
+    MIGRATOR
+        .run(pool)
+        .await
+        .map_err(|source| SqlStoreError::Migrate { source })
 }
 
 impl SqliteJournal {
@@ -304,6 +314,13 @@ impl SqliteJournal {
         self.writer.stats()
     }
 
+    /// The pool of the journal's one writer connection, for other writers in the same database
+    /// (a projection's offset store and read model): their transactions then take turns with
+    /// the journal's on that connection instead of waiting for SQLite's file lock.
+    pub fn writer_pool(&self) -> &SqlitePool {
+        &self.pools.writer
+    }
+
     /// Connections checked out of the reader pool and of the writer connection right now.
     pub fn connections_in_use(&self) -> ConnectionsInUse {
         ConnectionsInUse {
@@ -324,6 +341,7 @@ impl SqliteJournal {
             readers: &self.pools.readers,
             writer: &self.pools.writer,
             page_size: self.replay_batch_size,
+            query_window: None,
         }
     }
 }
