@@ -896,7 +896,6 @@ impl JournalStore for PostgresJournal {
     }
 }
 
-
 /// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
 /// sequence number) order through the index `journal_by_timestamp`; see
 /// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
