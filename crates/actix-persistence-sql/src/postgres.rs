@@ -931,66 +931,6 @@ impl QueryStore for PostgresJournal {
     }
 }
 
-/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
-/// sequence number) order through the index `journal_by_timestamp`; see
-/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
-#[async_trait]
-impl QueryStore for PostgresJournal {
-    async fn current_timestamp(&self) -> Result<i64, JournalError> {
-        self.tables().current_timestamp().await
-    }
-
-    async fn read_events(
-        &self,
-        request: EventsRequest<'_>,
-    ) -> Result<Vec<StoredEvent>, JournalError> {
-        self.tables().read_events(request).await
-    }
-
-    async fn read_persistence_ids(
-        &self,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<String>, JournalError> {
-        self.tables().read_persistence_ids(after, limit).await
-    }
-
-    /// Commits of this journal (and its clones) in this process wake live queries at once.
-    fn write_notifications(&self) -> Option<WriteNotifications> {
-        Some(self.notifier.subscribe())
-    }
-}
-
-/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
-/// sequence number) order through the index `journal_by_timestamp`; see
-/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
-#[async_trait]
-impl QueryStore for PostgresJournal {
-    async fn current_timestamp(&self) -> Result<i64, JournalError> {
-        self.tables().current_timestamp().await
-    }
-
-    async fn read_events(
-        &self,
-        request: EventsRequest<'_>,
-    ) -> Result<Vec<StoredEvent>, JournalError> {
-        self.tables().read_events(request).await
-    }
-
-    async fn read_persistence_ids(
-        &self,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<String>, JournalError> {
-        self.tables().read_persistence_ids(after, limit).await
-    }
-
-    /// Commits of this journal (and its clones) in this process wake live queries at once.
-    fn write_notifications(&self) -> Option<WriteNotifications> {
-        Some(self.notifier.subscribe())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
