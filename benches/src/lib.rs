@@ -20,5 +20,6 @@ pub mod postgres;
 pub mod proxy;
 pub mod report;
 pub mod runner;
+pub mod sqlite_floor;
 pub mod stores;
 pub mod sys;

@@ -257,6 +257,14 @@ struct GroupCommitArgs {
     /// Skip SQLite.
     #[arg(long)]
     no_sqlite: bool,
+    /// Runs of each SQLite configuration (group commit, per write, the raw floors, one
+    /// actor's sequential persists), interleaved [default: 1].
+    #[arg(long, default_value_t = 1)]
+    sqlite_runs: u32,
+    /// Sequential persists of one actor on SQLite, and transactions of the raw 1-row floor
+    /// [default: 2000; quick: 300].
+    #[arg(long)]
+    sequential_events: Option<u64>,
     /// Skip PostgreSQL and pgbench.
     #[arg(long)]
     no_postgres: bool,
@@ -417,9 +425,13 @@ fn main() {
                     vec![1, 10]
                 }),
                 sqlite: !args.no_sqlite,
+                sqlite_runs: args.sqlite_runs.max(1),
+                sequential_events: args
+                    .sequential_events
+                    .unwrap_or(if quick { 300 } else { 2000 }),
             };
             progress.println(format!("group-commit: {options:?}"));
-            let rows = group_commit::run(&options, &progress);
+            let rows = report::with_medians(group_commit::run(&options, &progress));
             println!("{}", report::throughput_table(&rows));
             rows
         }
