@@ -113,6 +113,10 @@ struct ClosedLoopArgs {
     /// Seed of the pathological delays.
     #[arg(long, default_value_t = 2048)]
     seed: u64,
+    /// Arbiters (threads) the healthy store's actors run on, each driving its share; above 1
+    /// the journal actor and its resequencers run on an arbiter of their own.
+    #[arg(long, default_value_t = 1)]
+    arbiters: usize,
 }
 
 #[derive(Debug, Args)]
@@ -334,6 +338,7 @@ fn main() {
                 pathological: args.store != ClosedStore::Healthy,
                 parallel: !args.sequential,
                 seed: args.seed,
+                arbiters: args.arbiters.max(1),
             };
             progress.println(format!("closed-loop: {options:?}"));
             let rows = report::with_medians(closed_loop::run(&options, &progress));

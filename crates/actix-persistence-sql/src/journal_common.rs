@@ -47,6 +47,10 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     const SEQ_NR_COLUMN: &'static str;
     /// The database's name in messages.
     const NAME: &'static str;
+    /// Whether a batch of one atomic write also goes through [`insert_batch`](Self::insert_batch)
+    /// first (SQLite: its `insert_atomic_write` is the slow path, which looks for taken
+    /// sequence numbers before inserting).
+    const BATCHES_SINGLE_WRITES: bool = false;
 
     /// Checks what the database cannot store of a well-shaped atomic write whose highest
     /// sequence number (`highest_seq_nr`) fits, and converts it.
@@ -206,7 +210,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Err(e) => return fail_all(writes, &storage(e)),
         };
         // Fast path: the whole batch in one statement. Rare conflicts fall back to savepoints.
-        if writes.len() > 1 {
+        if writes.len() > 1 || D::BATCHES_SINGLE_WRITES {
             match D::insert_batch(&mut tx, writes).await {
                 None => {}
                 Some(Ok(true)) => {

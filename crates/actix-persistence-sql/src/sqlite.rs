@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
+    WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -177,9 +178,12 @@ impl SqlitePools {
         // The one writer lives as long as the pool: it also keeps a `sqlite::memory:` database
         // alive. Switching to WAL is persistent, so only the writer needs to ask for it, and it
         // connects first.
+        // No ping before each acquire (sqlx's default): a local file needs no liveness check,
+        // and the ping costs a round trip to the connection's worker thread per write.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)
             .connect_with(
@@ -195,6 +199,7 @@ impl SqlitePools {
             .map_err(|source| SqlStoreError::Migrate { source })?;
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
+            .test_before_acquire(false)
             .connect_with(base)
             .await
             .map_err(connect_error)?;
@@ -321,6 +326,7 @@ impl Dialect for SqliteDialect {
     type Write = PreparedWrite;
 
     const HIGHEST_SEQ_NR: &'static str = "the highest SQLite can store";
+    const BATCHES_SINGLE_WRITES: bool = true;
     const SEQ_NR_COLUMN: &'static str = "SQLite";
     const NAME: &'static str = "SQLite";
 
@@ -358,6 +364,13 @@ impl Dialect for SqliteDialect {
         insert_atomic_write(conn, write)
     }
 
+    fn insert_batch<'c>(
+        conn: &'c mut SqliteConnection,
+        writes: &'c [PreparedWrite],
+    ) -> impl Future<Output = Option<Result<bool, JournalError>>> + Send + 'c {
+        futures::FutureExt::map(insert_batch(conn, writes), Some)
+    }
+
     fn serializer_id_to_sql(id: u32) -> i64 {
         i64::from(id)
     }
@@ -376,57 +389,212 @@ impl Dialect for SqliteDialect {
     }
 }
 
-/// [`Dialect::insert_atomic_write`] for SQLite: one statement per event, then one raising the
-/// highest sequence number. An event whose sequence number is taken is skipped (`DO NOTHING`)
-/// and reported as [`JournalError::ConcurrentWrite`].
+/// Events per multi-row `INSERT`: 8 parameters each, well within SQLite's 32,766 bind
+/// parameters per statement. A batch with more events takes several statements.
+const ROWS_PER_STATEMENT: usize = 1000;
+
+/// Persistence ids per multi-row upsert of `journal_highest` (2 parameters each).
+const IDS_PER_STATEMENT: usize = 4000;
+
+/// The statement inserting `rows` events (8 anonymous `?` parameters per event, in column
+/// order), events whose sequence number is taken skipped (`DO NOTHING`), which the caller sees
+/// in the number of rows it inserted.
+///
+/// Anonymous parameters, not numbered ones (`?NNN`): sqlx looks up each parameter's name
+/// while binding, which SQLite answers by a linear scan of the statement's named parameters,
+/// so numbered parameters make binding a batch quadratic (half of the CPU of a 512-event batch
+/// went there).
+fn insert_events_statement(rows: usize) -> String {
+    const ROW: &str = "(?,?,?,?,?,?,?,?)";
+    let mut sql = String::with_capacity(160 + rows * (ROW.len() + 1));
+    sql.push_str(
+        "INSERT INTO journal \
+             (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+              payload, tags) \
+         VALUES ",
+    );
+    for row in 0..rows {
+        if row > 0 {
+            sql.push(',');
+        }
+        sql.push_str(ROW);
+    }
+    sql.push_str(" ON CONFLICT (persistence_id, seq_nr) DO NOTHING");
+    sql
+}
+
+/// The statement raising the highest sequence number of `ids` persistence ids (2 anonymous
+/// parameters each: id, then sequence number), never lowering it.
+fn raise_highest_statement(ids: usize) -> String {
+    let mut sql = String::with_capacity(200 + ids * 6);
+    sql.push_str("INSERT INTO journal_highest (persistence_id, highest_seq_nr) VALUES ");
+    for id in 0..ids {
+        if id > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?,?)");
+    }
+    sql.push_str(
+        " ON CONFLICT (persistence_id) \
+         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr)",
+    );
+    sql
+}
+
+/// A multi-row statement of `rows` rows: the full-size one is prepared once per connection and
+/// kept in sqlx's statement cache; the smaller ones of varying size are prepared for the one
+/// execution, so they never push the journal's other statements out of that cache.
+fn is_cached(rows: usize, full: usize) -> bool {
+    rows == full || rows == 1
+}
+
+/// Inserts `events` (each with its tags as JSON) in as few statements as SQLite's parameter
+/// limit allows; returns how many rows were inserted (fewer than `events` when a sequence
+/// number was taken).
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    events: &[(&PersistentRepr, &str)],
+) -> Result<u64, sqlx::Error> {
+    let mut inserted = 0;
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        let sql = insert_events_statement(chunk.len());
+        let mut query =
+            sqlx::query(&sql).persistent(is_cached(chunk.len(), ROWS_PER_STATEMENT));
+        for (event, tags) in chunk {
+            query = bind_event(query, event, tags);
+        }
+        inserted += query.execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(inserted)
+}
+
+/// Raises the highest sequence number of each persistence id in `highest` (id, highest
+/// sequence number of the batch; ids may repeat) in as few statements as the parameter limit
+/// allows.
+async fn raise_highest(
+    conn: &mut SqliteConnection,
+    highest: &[(&str, i64)],
+) -> Result<(), sqlx::Error> {
+    for chunk in highest.chunks(IDS_PER_STATEMENT) {
+        let sql = raise_highest_statement(chunk.len());
+        let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), IDS_PER_STATEMENT));
+        for (persistence_id, seq_nr) in chunk {
+            query = query.bind(*persistence_id).bind(*seq_nr);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// The events of `writes` with their tags, in order.
+fn events_of(writes: &[PreparedWrite]) -> Vec<(&PersistentRepr, &str)> {
+    let count = writes.iter().map(|w| w.write.events.len()).sum();
+    let mut events = Vec::with_capacity(count);
+    for write in writes {
+        events.extend(write.write.events.iter().zip(write.tags.iter().map(String::as_str)));
+    }
+    events
+}
+
+/// [`Dialect::insert_atomic_write`] for SQLite, the slow path after a batch met a taken
+/// sequence number: looks for a sequence number of the write that is already stored (then
+/// fails it with [`JournalError::ConcurrentWrite`] naming the lowest one, inserting nothing),
+/// else inserts its events in one multi-row statement and raises the highest sequence number.
+/// The writer connection holds SQLite's write lock for the whole transaction, so nothing can
+/// be stored between the look and the insert.
 async fn insert_atomic_write(
     conn: &mut SqliteConnection,
     write: &PreparedWrite,
 ) -> Result<(), JournalError> {
+    let storage = |e| JournalError::storage("write", e);
     let persistence_id = write.write.persistence_id();
-    for (event, tags) in write.write.events.iter().zip(&write.tags) {
-        let inserted = sqlx::query(
-            "INSERT INTO journal \
-                 (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                  manifest, payload, tags) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
-             ON CONFLICT (persistence_id, seq_nr) DO NOTHING",
-        )
-        .bind(persistence_id)
-        // Consecutive and at most `highest_seq_nr`, which fits.
-        .bind(clamp_seq_nr(event.seq_nr))
-        .bind(&event.writer_uuid)
-        .bind(event.timestamp)
-        .bind(SqliteDialect::serializer_id_to_sql(event.serializer_id))
-        .bind(&event.manifest)
-        .bind(&event.payload)
-        .bind(tags)
-        .execute(&mut *conn)
-        .await;
-        let concurrent_write = || JournalError::ConcurrentWrite {
-            persistence_id: persistence_id.to_owned(),
-            seq_nr: event.seq_nr,
-        };
-        match inserted {
-            Ok(done) if done.rows_affected() == 0 => return Err(concurrent_write()),
-            Ok(_) => {}
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(concurrent_write())
-            }
-            Err(e) => return Err(JournalError::storage("write", e)),
-        }
-    }
-    sqlx::query(
-        "INSERT INTO journal_highest (persistence_id, highest_seq_nr) VALUES (?1, ?2) \
-         ON CONFLICT (persistence_id) \
-         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr)",
+    let taken: Option<i64> = sqlx::query_scalar(
+        "SELECT min(seq_nr) FROM journal \
+         WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3",
     )
     .bind(persistence_id)
+    .bind(clamp_seq_nr(write.write.lowest_seq_nr()))
     .bind(write.highest_seq_nr)
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await
-    .map_err(|e| JournalError::storage("write", e))?;
-    Ok(())
+    .map_err(storage)?;
+    if let Some(taken) = taken {
+        return Err(JournalError::ConcurrentWrite {
+            persistence_id: persistence_id.to_owned(),
+            seq_nr: u64::try_from(taken).unwrap_or(0),
+        });
+    }
+    let events = events_of(std::slice::from_ref(write));
+    let inserted = insert_events(conn, &events).await.map_err(storage)?;
+    if inserted < events.len() as u64 {
+        // Cannot happen under the write lock; never report success for a partial write.
+        return Err(JournalError::ConcurrentWrite {
+            persistence_id: persistence_id.to_owned(),
+            seq_nr: write.write.lowest_seq_nr(),
+        });
+    }
+    raise_highest(conn, &[(persistence_id, write.highest_seq_nr)])
+        .await
+        .map_err(storage)
+}
+
+/// [`Dialect::insert_batch`] for SQLite: every event of the batch in one multi-row `INSERT`
+/// and the highest sequence number of every persistence id in one multi-row upsert, both sent
+/// as one query (one hand-off to the connection's worker thread) when the batch has at most
+/// [`ROWS_PER_STATEMENT`] events, else in chunks. `Ok(false)` when some event's sequence
+/// number was taken: the caller rolls back and takes the slow path, a savepoint per atomic
+/// write.
+async fn insert_batch(
+    conn: &mut SqliteConnection,
+    writes: &[PreparedWrite],
+) -> Result<bool, JournalError> {
+    let storage = |e| JournalError::storage("write", e);
+    let events = events_of(writes);
+    let highest: Vec<(&str, i64)> = writes
+        .iter()
+        .map(|w| (w.write.persistence_id(), w.highest_seq_nr))
+        .collect();
+    if events.len() > ROWS_PER_STATEMENT {
+        let inserted = insert_events(conn, &events).await.map_err(storage)?;
+        if inserted < events.len() as u64 {
+            return Ok(false);
+        }
+        raise_highest(conn, &highest).await.map_err(storage)?;
+        return Ok(true);
+    }
+    let sql = format!(
+        "{};{}",
+        insert_events_statement(events.len()),
+        raise_highest_statement(highest.len())
+    );
+    // The lone write of a lone event (one actor persisting one event at a time) is cached.
+    let mut query = sqlx::query(&sql).persistent(events.len() == 1);
+    for (event, tags) in &events {
+        query = bind_event(query, event, tags);
+    }
+    for (persistence_id, seq_nr) in &highest {
+        query = query.bind(*persistence_id).bind(*seq_nr);
+    }
+    // One change per inserted event and one per upserted id (an upsert that updates counts
+    // too): fewer means an event was skipped as taken.
+    let changes = query.execute(&mut *conn).await.map_err(storage)?.rows_affected();
+    Ok(changes == (events.len() + highest.len()) as u64)
+}
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// Binds the 8 columns of one event, in the order of [`insert_events_statement`].
+fn bind_event<'q>(query: SqliteQuery<'q>, event: &'q PersistentRepr, tags: &'q str) -> SqliteQuery<'q> {
+    query
+        .bind(event.persistence_id.as_str())
+        // Checked to fit when the write was prepared.
+        .bind(clamp_seq_nr(event.seq_nr))
+        .bind(event.writer_uuid.as_str())
+        .bind(event.timestamp)
+        .bind(SqliteDialect::serializer_id_to_sql(event.serializer_id))
+        .bind(event.manifest.as_str())
+        .bind(event.payload.as_slice())
+        .bind(tags)
 }
 
 #[async_trait]
