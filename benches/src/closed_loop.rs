@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Addr};
+use actix::Addr;
 use actix_persistence_core::journal::JournalActor;
 use actix_persistence_core::{InMemoryJournal, JournalStore};
 use indicatif::ProgressBar;
@@ -101,9 +101,7 @@ pub async fn run_on_arbiters(
 ) -> ClosedLoopOutcome {
     let journal_arbiter = actix::Arbiter::new();
     let config = crate::runner::journal_config(groups, call_timeout);
-    let journal = JournalActor::start_in_arbiter(&journal_arbiter.handle(), move |_| {
-        JournalActor::new(store, config)
-    });
+    let journal = JournalActor::start_on(&journal_arbiter.handle(), store, config);
     let arbiters: Vec<actix::Arbiter> = (0..arbiters.max(1)).map(|_| actix::Arbiter::new()).collect();
     let share = actors.div_ceil(arbiters.len());
     let mut ready = Vec::new();

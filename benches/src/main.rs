@@ -21,6 +21,11 @@ use actix_persistence_bench::runner::{block_on_system, Progress};
 use actix_persistence_bench::{chart, sys};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// With the `mimalloc` feature the harness allocates through mimalloc (see `Cargo.toml`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "persistence-bench",

@@ -43,13 +43,24 @@ impl InMemoryJournal {
     fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
         write.check_shape()?;
         let mut journal = self.lock();
-        let events = journal
+        // Look up before inserting: the id is copied only on its first write.
+        if let Some(events) = journal.get_mut(write.persistence_id()) {
+            return events.store(write);
+        }
+        journal
             .entry(write.persistence_id().to_owned())
-            .or_default();
+            .or_default()
+            .store(write)
+    }
+}
+
+impl Events {
+    /// Stores the events of `write` unless one of its sequence numbers is taken.
+    fn store(&mut self, write: AtomicWrite) -> AtomicWriteResult {
         if let Some(taken) = write
             .events
             .iter()
-            .find(|e| events.stored.contains_key(&e.seq_nr))
+            .find(|e| self.stored.contains_key(&e.seq_nr))
         {
             return Err(JournalError::ConcurrentWrite {
                 persistence_id: taken.persistence_id.clone(),
@@ -57,9 +68,9 @@ impl InMemoryJournal {
             }
             .into());
         }
-        events.highest = events.highest.max(write.highest_seq_nr());
+        self.highest = self.highest.max(write.highest_seq_nr());
         for event in write.events {
-            events.stored.insert(event.seq_nr, event);
+            self.stored.insert(event.seq_nr, event);
         }
         Ok(())
     }

@@ -380,6 +380,10 @@ impl Dialect for SqliteDialect {
     }
 
     fn tags_from_sql(tags: String) -> Result<Vec<String>, String> {
+        // Most events have no tags: no JSON parse for those.
+        if tags == "[]" {
+            return Ok(Vec::new());
+        }
         serde_json::from_str(&tags)
             .map_err(|e| format!("tags are not a JSON array of strings: {e}"))
     }

@@ -271,9 +271,18 @@ pub trait PersistentActor: EventSourced {
         let (write, highest_seq_nr) = if events.is_empty() {
             (PendingWrite::None, 0)
         } else {
-            let serialized = events.iter().map(|e| serialize_caught(self, e)).collect();
-            let tags = events.iter().map(|e| self.tags(e)).collect();
-            self.persistence_mut().prepare_write(serialized, tags)
+            match self.persistence_mut().assign_seq_nrs(events.len()) {
+                Err(rejection) => (PendingWrite::Rejected(rejection), 0),
+                Ok(first) => {
+                    let serialized = events
+                        .iter()
+                        .map(|e| (serialize_caught(self, e), self.tags(e)));
+                    let write = self
+                        .persistence()
+                        .build_write(first, events.len(), serialized);
+                    (write, first + events.len() as u64 - 1)
+                }
+            }
         };
         let (tx, reply) = PersistReply::channel();
         let then: Continuation<Self> = Box::new(move |act, outcome, ctx| {

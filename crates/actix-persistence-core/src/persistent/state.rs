@@ -232,38 +232,34 @@ impl<A: EventSourced> PersistenceState<A> {
         !self.batch.is_empty() || !self.in_flight.is_empty()
     }
 
-    /// Assigns sequence numbers to serialized events and builds their atomic write; the first
-    /// serialization error rejects the whole atomic write.
-    pub(crate) fn prepare_write(
-        &mut self,
-        serialized: Vec<Result<SerializedEvent, SerializationError>>,
-        tags: Vec<Vec<String>>,
-    ) -> (PendingWrite, u64) {
+    /// Assigns the next `count` sequence numbers and returns the first, or rejects the write
+    /// when recovery has not completed (sequence numbers are not known yet).
+    pub(crate) fn assign_seq_nrs(&mut self, count: usize) -> Result<u64, WriteRejection> {
         if !self.recovered {
-            let rejection = WriteRejection {
+            return Err(WriteRejection {
                 persistence_id: self.persistence_id.clone(),
                 seq_nr: 0,
                 reason: "persist before recovery completed: sequence numbers are not known yet \
                          (persist from a command handler or on_recovery_completed)"
                     .to_owned(),
-            };
-            return (PendingWrite::Rejected(rejection), 0);
+            });
         }
         let first = self.assigned_seq_nr + 1;
-        self.assigned_seq_nr += serialized.len() as u64;
-        let highest = self.assigned_seq_nr;
-        (self.build_write(first, serialized, tags), highest)
+        self.assigned_seq_nr += count as u64;
+        Ok(first)
     }
 
-    fn build_write(
+    /// Builds the atomic write of serialized events (each with its tags) numbered from
+    /// `first`; the first serialization error rejects the whole atomic write.
+    pub(crate) fn build_write(
         &self,
         first: u64,
-        serialized: Vec<Result<SerializedEvent, SerializationError>>,
-        tags: Vec<Vec<String>>,
+        count: usize,
+        serialized: impl Iterator<Item = (Result<SerializedEvent, SerializationError>, Vec<String>)>,
     ) -> PendingWrite {
         let timestamp = now_millis();
-        let mut reprs = Vec::with_capacity(serialized.len());
-        for ((seq_nr, event), tags) in (first..).zip(serialized).zip(tags) {
+        let mut reprs = Vec::with_capacity(count);
+        for (seq_nr, (event, tags)) in (first..).zip(serialized) {
             match event {
                 Ok(event) => reprs.push(PersistentRepr {
                     persistence_id: self.persistence_id.clone(),
