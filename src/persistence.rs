@@ -5,6 +5,7 @@ use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader, Snapshot
 use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
 use actix_persistence_core::persistent::RecoveryPermits;
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
+use actix_persistence_core::query::{QueryError, QuerySettings, QueryStore, ReadJournal};
 use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
 use actix_persistence_sql::SqlStoreError;
@@ -51,6 +52,7 @@ pub struct Persistence {
     journal: Addr<JournalActor>,
     snapshots: Arc<dyn SnapshotStore>,
     permits: RecoveryPermits,
+    query: Option<ReadJournal>,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -89,11 +91,10 @@ impl Persistence {
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start_with(settings: Settings) -> Result<Self, StartError> {
         let stores = open_stores(&settings).await?;
-        Ok(Self::start_with_stores(
-            settings,
-            stores.journal,
-            stores.snapshots,
-        ))
+        Ok(
+            Self::start_with_stores(settings, stores.journal, stores.snapshots)
+                .with_query_store(stores.query),
+        )
     }
 
     /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
@@ -119,7 +120,28 @@ impl Persistence {
             journal,
             snapshots,
             permits,
+            query: None,
         }
+    }
+
+    /// Answers [`query`](Self::query) from `store` (usually the journal store given to
+    /// [`start_with_stores`](Self::start_with_stores)), with the `[query]` settings.
+    pub fn with_query_store(mut self, store: Arc<dyn QueryStore>) -> Self {
+        let settings = query_settings(&self.settings);
+        self.query = Some(ReadJournal::from_arc(store, settings));
+        self
+    }
+
+    /// The persistence queries over the journal (events by persistence id, by slices, by tag;
+    /// persistence ids), configured by the `[query]` settings (as Akka's
+    /// `PersistenceQuery(system).readJournalFor`).
+    ///
+    /// # Errors
+    /// [`QueryError::Unsupported`] when the journal store was given with
+    /// [`start_with_stores`](Self::start_with_stores) and no query store was added with
+    /// [`with_query_store`](Self::with_query_store). The built-in stores always answer.
+    pub fn query(&self) -> Result<ReadJournal, QueryError> {
+        self.query.clone().ok_or(QueryError::Unsupported)
     }
 
     /// The validated settings in force.
@@ -183,33 +205,40 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
             let store = SqliteJournal::connect(&sqlite_options(settings))
                 .await
                 .map_err(store_error("sqlite"))?;
-            Ok(Stores::new(store.clone(), store.snapshot_store()))
+            let snapshots = store.snapshot_store();
+            Ok(Stores::new(store, snapshots))
         }
         #[cfg(feature = "postgres")]
         (JournalPlugin::Postgres, SnapshotStorePlugin::Postgres) => {
             let store = PostgresJournal::connect(&postgres_options(settings))
                 .await
                 .map_err(store_error("postgres"))?;
-            Ok(Stores::new(store.clone(), store.snapshot_store()))
+            let snapshots = store.snapshot_store();
+            Ok(Stores::new(store, snapshots))
         }
-        _ => Ok(Stores {
-            journal: open_journal(settings).await?,
-            snapshots: open_snapshot_store(settings).await?,
-        }),
+        _ => {
+            let (journal, query) = open_journal(settings).await?;
+            Ok(Stores {
+                journal,
+                query,
+                snapshots: open_snapshot_store(settings).await?,
+            })
+        }
     }
 }
 
-async fn open_journal(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
+/// The journal store `settings` choose, also as the store its queries read.
+async fn open_journal(settings: &Settings) -> Result<JournalAndQuery, StartError> {
     match settings.journal.plugin {
-        JournalPlugin::InMemory => Ok(Arc::new(InMemoryJournal::new())),
+        JournalPlugin::InMemory => Ok(shared(InMemoryJournal::new())),
         #[cfg(feature = "sqlite")]
-        JournalPlugin::Sqlite => Ok(Arc::new(
+        JournalPlugin::Sqlite => Ok(shared(
             SqliteJournal::connect(&sqlite_options(settings))
                 .await
                 .map_err(store_error("sqlite"))?,
         )),
         #[cfg(feature = "postgres")]
-        JournalPlugin::Postgres => Ok(Arc::new(
+        JournalPlugin::Postgres => Ok(shared(
             PostgresJournal::connect(&postgres_options(settings))
                 .await
                 .map_err(store_error("postgres"))?,
@@ -220,6 +249,13 @@ async fn open_journal(settings: &Settings) -> Result<Arc<dyn JournalStore>, Star
             feature: plugin_name(&other),
         }),
     }
+}
+
+type JournalAndQuery = (Arc<dyn JournalStore>, Arc<dyn QueryStore>);
+
+fn shared<S: QueryStore>(store: S) -> JournalAndQuery {
+    let store = Arc::new(store);
+    (store.clone(), store)
 }
 
 async fn open_snapshot_store(settings: &Settings) -> Result<Arc<dyn SnapshotStore>, StartError> {
@@ -247,19 +283,32 @@ async fn open_snapshot_store(settings: &Settings) -> Result<Arc<dyn SnapshotStor
 
 struct Stores {
     journal: Arc<dyn JournalStore>,
+    query: Arc<dyn QueryStore>,
     snapshots: Arc<dyn SnapshotStore>,
 }
 
 impl Stores {
-    fn new(journal: impl JournalStore, snapshots: impl SnapshotStore) -> Self {
+    fn new(journal: impl QueryStore, snapshots: impl SnapshotStore) -> Self {
+        let (journal, query) = shared(journal);
         Stores {
-            journal: Arc::new(journal),
+            journal,
+            query,
             snapshots: Arc::new(snapshots),
         }
     }
 
     fn in_memory() -> Self {
         Self::new(InMemoryJournal::new(), InMemorySnapshotStore::new())
+    }
+}
+
+/// The `[query]` settings as the queries take them.
+fn query_settings(settings: &Settings) -> QuerySettings {
+    let query = &settings.query;
+    QuerySettings {
+        refresh_interval: query.refresh_interval,
+        late_commit_window: query.late_commit_window,
+        page_size: query.page_size.get(),
     }
 }
 

@@ -102,7 +102,9 @@ pub async fn run_on_arbiters(
     let journal_arbiter = actix::Arbiter::new();
     let config = crate::runner::journal_config(groups, call_timeout);
     let journal = JournalActor::start_on(&journal_arbiter.handle(), store, config);
-    let arbiters: Vec<actix::Arbiter> = (0..arbiters.max(1)).map(|_| actix::Arbiter::new()).collect();
+    let arbiters: Vec<actix::Arbiter> = (0..arbiters.max(1))
+        .map(|_| actix::Arbiter::new())
+        .collect();
     let share = actors.div_ceil(arbiters.len());
     let mut ready = Vec::new();
     let mut go = Vec::new();
@@ -137,7 +139,9 @@ pub async fn run_on_arbiters(
     }
     let (mut ok, mut failed) = (0, 0);
     for done in done {
-        let (o, f) = done.await.expect("an actor arbiter finished its closed loop");
+        let (o, f) = done
+            .await
+            .expect("an actor arbiter finished its closed loop");
         ok += o;
         failed += f;
     }

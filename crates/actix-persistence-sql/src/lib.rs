@@ -86,8 +86,9 @@ pub mod test_util;
 
 pub use error::SqlStoreError;
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
+pub use journal_common::ConnectionsInUse;
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresJournal, PostgresJournalOptions};
+pub use postgres::{connection_budgets, PostgresJournal, PostgresJournalOptions};
 #[cfg(feature = "postgres")]
 pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]

@@ -4,6 +4,10 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use actix_persistence_core::query::{
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventsRequest, QueryStore,
+    StoredEvent, WriteNotifications, WriteNotifier,
+};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
     WriteRejection,
@@ -19,8 +23,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
+    Dialect, JournalTables, SqlBackend,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -149,6 +153,8 @@ pub struct SqliteJournal {
     pools: SqlitePools,
     writer: Writer<SqlBackend<SqliteDialect>>,
     replay_batch_size: u32,
+    /// Wakes the live queries of this process after each commit.
+    notifier: WriteNotifier,
 }
 
 /// The pools of one SQLite database: one writer connection, several readers.
@@ -237,7 +243,7 @@ impl SqliteJournal {
     pub async fn connect(options: &SqliteJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pools = SqlitePools::open(options).await?;
-        Ok(SqliteJournal {
+        let journal = SqliteJournal {
             // SQLite has one writer connection: one transaction at a time.
             writer: Writer::start(
                 SqlBackend::new(pools.writer.clone()),
@@ -246,7 +252,16 @@ impl SqliteJournal {
             ),
             pools,
             replay_batch_size: options.replay_batch_size,
-        })
+            notifier: WriteNotifier::new(),
+        };
+        journal
+            .tables()
+            .fill_missing_slices()
+            .await
+            .map_err(|e| SqlStoreError::Upgrade {
+                source: Box::new(e),
+            })?;
+        Ok(journal)
     }
 
     /// Closes both pools, waiting for the connections in use to be returned. Every clone of
@@ -287,6 +302,14 @@ impl SqliteJournal {
     /// ```
     pub fn stats(&self) -> WriteStats {
         self.writer.stats()
+    }
+
+    /// Connections checked out of the reader pool and of the writer connection right now.
+    pub fn connections_in_use(&self) -> ConnectionsInUse {
+        ConnectionsInUse {
+            reads: in_use(&self.pools.readers),
+            writes: in_use(&self.pools.writer),
+        }
     }
 
     /// A snapshot store in the same database, sharing this journal's pools (snapshots are
@@ -391,17 +414,25 @@ impl Dialect for SqliteDialect {
     fn stores_text(_text: &str) -> bool {
         true
     }
+
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("EXISTS (SELECT 1 FROM json_each({table}.tags) AS t WHERE t.value = ${n})")
+    }
+
+    /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).
+    const CURRENT_TIMESTAMP: &'static str =
+        "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";
 }
 
-/// Events per multi-row `INSERT`: 8 parameters each, well within SQLite's 32,766 bind
+/// Events per multi-row `INSERT`: 11 parameters each, well within SQLite's 32,766 bind
 /// parameters per statement. A batch with more events takes several statements.
 const ROWS_PER_STATEMENT: usize = 1000;
 
 /// Persistence ids per multi-row upsert of `journal_highest` (2 parameters each).
 const IDS_PER_STATEMENT: usize = 4000;
 
-/// The statement inserting `rows` events (8 anonymous `?` parameters per event, in column
-/// order), events whose sequence number is taken skipped (`DO NOTHING`), which the caller sees
+/// The statement inserting `rows` events (11 anonymous `?` parameters per event, in column
+/// order, see [`bind_event`]), events whose sequence number is taken skipped (`DO NOTHING`), which the caller sees
 /// in the number of rows it inserted.
 ///
 /// Anonymous parameters, not numbered ones (`?NNN`): sqlx looks up each parameter's name
@@ -409,12 +440,14 @@ const IDS_PER_STATEMENT: usize = 4000;
 /// so numbered parameters make binding a batch quadratic (half of the CPU of a 512-event batch
 /// went there).
 fn insert_events_statement(rows: usize) -> String {
-    const ROW: &str = "(?,?,?,?,?,?,?,?)";
-    let mut sql = String::with_capacity(160 + rows * (ROW.len() + 1));
+    // `db_timestamp`: the wall clock, never below the highest stored (see migration 0003).
+    const ROW: &str =
+        "(?,?,?,?,?,?,?,?,max(?,COALESCE((SELECT max(db_timestamp) FROM journal),0)),?,?)";
+    let mut sql = String::with_capacity(200 + rows * (ROW.len() + 1));
     sql.push_str(
         "INSERT INTO journal \
              (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-              payload, tags) \
+              payload, tags, db_timestamp, slice, entity_type) \
          VALUES ",
     );
     for row in 0..rows {
@@ -462,10 +495,10 @@ async fn insert_events(
     let mut inserted = 0;
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         let sql = insert_events_statement(chunk.len());
-        let mut query =
-            sqlx::query(&sql).persistent(is_cached(chunk.len(), ROWS_PER_STATEMENT));
+        let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), ROWS_PER_STATEMENT));
+        let now_micros = wall_clock_micros();
         for (event, tags) in chunk {
-            query = bind_event(query, event, tags);
+            query = bind_event(query, event, tags, now_micros);
         }
         inserted += query.execute(&mut *conn).await?.rows_affected();
     }
@@ -495,7 +528,13 @@ fn events_of(writes: &[PreparedWrite]) -> Vec<(&PersistentRepr, &str)> {
     let count = writes.iter().map(|w| w.write.events.len()).sum();
     let mut events = Vec::with_capacity(count);
     for write in writes {
-        events.extend(write.write.events.iter().zip(write.tags.iter().map(String::as_str)));
+        events.extend(
+            write
+                .write
+                .events
+                .iter()
+                .zip(write.tags.iter().map(String::as_str)),
+        );
     }
     events
 }
@@ -573,22 +612,35 @@ async fn insert_batch(
     );
     // The lone write of a lone event (one actor persisting one event at a time) is cached.
     let mut query = sqlx::query(&sql).persistent(events.len() == 1);
+    let now_micros = wall_clock_micros();
     for (event, tags) in &events {
-        query = bind_event(query, event, tags);
+        query = bind_event(query, event, tags, now_micros);
     }
     for (persistence_id, seq_nr) in &highest {
         query = query.bind(*persistence_id).bind(*seq_nr);
     }
     // One change per inserted event and one per upserted id (an upsert that updates counts
     // too): fewer means an event was skipped as taken.
-    let changes = query.execute(&mut *conn).await.map_err(storage)?.rows_affected();
+    let changes = query
+        .execute(&mut *conn)
+        .await
+        .map_err(storage)?
+        .rows_affected();
     Ok(changes == (events.len() + highest.len()) as u64)
 }
 
 type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
 
-/// Binds the 8 columns of one event, in the order of [`insert_events_statement`].
-fn bind_event<'q>(query: SqliteQuery<'q>, event: &'q PersistentRepr, tags: &'q str) -> SqliteQuery<'q> {
+/// Binds the 11 parameters of one event, in the order of [`insert_events_statement`]: its 8
+/// columns, then the wall clock in microseconds (`now_micros`, the floor of its
+/// `db_timestamp`), its slice and its entity type.
+fn bind_event<'q>(
+    query: SqliteQuery<'q>,
+    event: &'q PersistentRepr,
+    tags: &'q str,
+    now_micros: i64,
+) -> SqliteQuery<'q> {
+    let persistence_id = event.persistence_id.as_str();
     query
         .bind(event.persistence_id.as_str())
         // Checked to fit when the write was prepared.
@@ -599,6 +651,9 @@ fn bind_event<'q>(query: SqliteQuery<'q>, event: &'q PersistentRepr, tags: &'q s
         .bind(event.manifest.as_str())
         .bind(event.payload.as_slice())
         .bind(tags)
+        .bind(now_micros)
+        .bind(i64::from(slice_for_persistence_id(persistence_id)))
+        .bind(entity_type_of(persistence_id))
 }
 
 #[async_trait]
@@ -626,7 +681,11 @@ impl JournalStore for SqliteJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.writer.write(writes).await)
+        let results = self.writer.write(writes).await;
+        if results.iter().any(Result::is_ok) {
+            self.notifier.notify();
+        }
+        Ok(results)
     }
 
     /// Streams the events page by page ([`SqliteJournalOptions::replay_batch_size`] per query,
@@ -646,5 +705,35 @@ impl JournalStore for SqliteJournal {
     /// the writer connection; the highest sequence number is kept.
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.tables().delete_to(pid, to).await
+    }
+}
+
+/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
+/// sequence number) order through the index `journal_by_timestamp`; see
+/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
+#[async_trait]
+impl QueryStore for SqliteJournal {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.tables().current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.tables().read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.tables().read_persistence_ids(after, limit).await
+    }
+
+    /// Commits of this journal (and its clones) in this process wake live queries at once.
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        Some(self.notifier.subscribe())
     }
 }
