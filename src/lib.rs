@@ -61,6 +61,8 @@
 //! - `actix-persistence-sql`: the SQLite (feature `sqlite`) and PostgreSQL (feature
 //!   `postgres`) journals and snapshot stores, both on by default;
 //! - `actix-persistence-derive`: `#[derive(PersistentActor)]`;
+//! - `actix-persistence-projection`: projections ([`projection`]): a query applied to a read
+//!   model or another service, with a stored offset, exactly-once or at-least-once;
 //! - `actix-persistence-testkit`: a controlled store for deterministic tests.
 #![warn(missing_docs)]
 
@@ -88,13 +90,16 @@ pub use actix_persistence_core::query::{
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, serialization, snapshot, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
-    InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection, MAX_SEQ_NR,
+    journal, limits, serialization, snapshot, store, AtomicWrite, AtomicWriteError, FencingToken,
+    InMemoryJournal, InvalidPersistenceId, JournalError, JournalStore, Ownership, PersistentRepr,
+    WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
 pub use actix_persistence_derive::PersistentActor;
 
+#[doc(inline)]
+pub use actix_persistence_projection as projection;
 #[doc(inline)]
 pub use actix_persistence_sql::WriteStats;
 #[doc(inline)]

@@ -9,8 +9,8 @@ use actix_persistence_core::query::{
     StoredEvent, WriteNotifications, WriteNotifier,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
-    WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, Ownership, PersistentRepr,
+    ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -23,8 +23,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
-    Dialect, JournalTables, SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
+    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -137,8 +137,11 @@ impl Default for SqliteJournalOptions {
 /// - **Order**: the atomic writes of one call are stored in the order given, calls in the order
 ///   they were made, and the results come back in call order, one per atomic write.
 /// - **No overwrite**: a sequence number that is stored for the persistence id makes its atomic
-///   write fail with [`JournalError::ConcurrentWrite`]; the stored event is kept. (As in the
-///   in-memory journal, a sequence number whose event was deleted can be written again.)
+///   write fail with [`JournalError::ConcurrentWrite`]; the stored event is kept.
+/// - **Single writer (fencing)**: [`take_ownership`](JournalStore::take_ownership) raises the
+///   id's owner epoch; a write with an older fencing token fails with [`JournalError::Fenced`]
+///   and stores nothing. The check and the write hold SQLite's write lock together, across
+///   processes sharing the file.
 /// - **Highest sequence number**: kept per persistence id in its own table, updated in the
 ///   write's transaction, never lowered, not even by deletes.
 /// - **Persistence ids** are byte-exact: SQLite's default `BINARY` collation compares them byte
@@ -199,10 +202,7 @@ impl SqlitePools {
             )
             .await
             .map_err(connect_error)?;
-        MIGRATOR
-            .run(&writer)
-            .await
-            .map_err(|source| SqlStoreError::Migrate { source })?;
+        migrate_sqlite(&writer).await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .test_before_acquire(false)
@@ -216,6 +216,20 @@ impl SqlitePools {
         self.writer.close().await;
         self.readers.close().await;
     }
+}
+
+/// Brings the schema of the SQLite database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`SqliteJournal::connect`] runs it; other users of the same database file (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
+    MIGRATOR
+        .run(pool)
+        .await
+        .map_err(|source| SqlStoreError::Migrate { source })
 }
 
 impl SqliteJournal {
@@ -304,6 +318,13 @@ impl SqliteJournal {
         self.writer.stats()
     }
 
+    /// The pool of the journal's one writer connection, for other writers in the same database
+    /// (a projection's offset store and read model): their transactions then take turns with
+    /// the journal's on that connection instead of waiting for SQLite's file lock.
+    pub fn writer_pool(&self) -> &SqlitePool {
+        &self.pools.writer
+    }
+
     /// Connections checked out of the reader pool and of the writer connection right now.
     pub fn connections_in_use(&self) -> ConnectionsInUse {
         ConnectionsInUse {
@@ -324,6 +345,7 @@ impl SqliteJournal {
             readers: &self.pools.readers,
             writer: &self.pools.writer,
             page_size: self.replay_batch_size,
+            query_window: None,
         }
     }
 }
@@ -394,6 +416,13 @@ impl Dialect for SqliteDialect {
         futures::FutureExt::map(insert_batch(conn, writes), Some)
     }
 
+    fn take_ownership<'c>(
+        conn: &'c mut SqliteConnection,
+        persistence_id: &'c str,
+    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c {
+        take_ownership(conn, persistence_id)
+    }
+
     fn serializer_id_to_sql(id: u32) -> i64 {
         i64::from(id)
     }
@@ -428,7 +457,7 @@ impl Dialect for SqliteDialect {
 /// parameters per statement. A batch with more events takes several statements.
 const ROWS_PER_STATEMENT: usize = 1000;
 
-/// Persistence ids per multi-row upsert of `journal_highest` (2 parameters each).
+/// Persistence ids per multi-row upsert of `journal_highest` (3 parameters each).
 const IDS_PER_STATEMENT: usize = 4000;
 
 /// The statement inserting `rows` events (11 anonymous `?` parameters per event, in column
@@ -460,20 +489,25 @@ fn insert_events_statement(rows: usize) -> String {
     sql
 }
 
-/// The statement raising the highest sequence number of `ids` persistence ids (2 anonymous
-/// parameters each: id, then sequence number), never lowering it.
+/// The statement raising the highest sequence number of `ids` persistence ids (3 anonymous
+/// parameters each: id, sequence number, then the write's fencing token), never lowering it,
+/// and only where the id's owner epoch is not above the token (issue 10's fencing check, under
+/// the same row lock as the raise): a fenced id's row is left alone and counts no change.
 fn raise_highest_statement(ids: usize) -> String {
-    let mut sql = String::with_capacity(200 + ids * 6);
-    sql.push_str("INSERT INTO journal_highest (persistence_id, highest_seq_nr) VALUES ");
+    let mut sql = String::with_capacity(250 + ids * 8);
+    sql.push_str(
+        "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES ",
+    );
     for id in 0..ids {
         if id > 0 {
             sql.push(',');
         }
-        sql.push_str("(?,?)");
+        sql.push_str("(?,?,?)");
     }
     sql.push_str(
         " ON CONFLICT (persistence_id) \
-         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr)",
+         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
+         WHERE owner_epoch <= excluded.owner_epoch",
     );
     sql
 }
@@ -506,21 +540,37 @@ async fn insert_events(
 }
 
 /// Raises the highest sequence number of each persistence id in `highest` (id, highest
-/// sequence number of the batch; ids may repeat) in as few statements as the parameter limit
-/// allows.
+/// sequence number of the write, its fencing token; ids may repeat) in as few statements as
+/// the parameter limit allows; returns how many rows were raised (fewer than `highest` when a
+/// write was fenced).
 async fn raise_highest(
     conn: &mut SqliteConnection,
-    highest: &[(&str, i64)],
-) -> Result<(), sqlx::Error> {
+    highest: &[(&str, i64, i64)],
+) -> Result<u64, sqlx::Error> {
+    let mut raised = 0;
     for chunk in highest.chunks(IDS_PER_STATEMENT) {
         let sql = raise_highest_statement(chunk.len());
         let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), IDS_PER_STATEMENT));
-        for (persistence_id, seq_nr) in chunk {
-            query = query.bind(*persistence_id).bind(*seq_nr);
+        for (persistence_id, seq_nr, token) in chunk {
+            query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
         }
-        query.execute(&mut *conn).await?;
+        raised += query.execute(&mut *conn).await?.rows_affected();
     }
-    Ok(())
+    Ok(raised)
+}
+
+/// The `journal_highest` rows of `writes`: id, highest sequence number, fencing token.
+fn highest_of(writes: &[PreparedWrite]) -> Vec<(&str, i64, i64)> {
+    writes
+        .iter()
+        .map(|w| {
+            (
+                w.write.persistence_id(),
+                w.highest_seq_nr,
+                token_to_sql(w.write.fencing_token),
+            )
+        })
+        .collect()
 }
 
 /// The events of `writes` with their tags, in order.
@@ -539,18 +589,52 @@ fn events_of(writes: &[PreparedWrite]) -> Vec<(&PersistentRepr, &str)> {
     events
 }
 
+async fn take_ownership(
+    conn: &mut SqliteConnection,
+    persistence_id: &str,
+) -> Result<Ownership, JournalError> {
+    let row: (i64, i64) = sqlx::query_as(TAKE_OWNERSHIP)
+        .bind(persistence_id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| JournalError::storage("take ownership", e))?;
+    ownership_from_row(persistence_id, row)
+}
+
 /// [`Dialect::insert_atomic_write`] for SQLite, the slow path after a batch met a taken
-/// sequence number: looks for a sequence number of the write that is already stored (then
-/// fails it with [`JournalError::ConcurrentWrite`] naming the lowest one, inserting nothing),
-/// else inserts its events in one multi-row statement and raises the highest sequence number.
-/// The writer connection holds SQLite's write lock for the whole transaction, so nothing can
-/// be stored between the look and the insert.
+/// sequence number or a fenced write: first the fencing check, raising the highest sequence
+/// number only if the id's owner epoch is not above the write's token (no row back:
+/// [`JournalError::Fenced`]); then a look for a sequence number of the write that is already
+/// stored (then [`JournalError::ConcurrentWrite`] naming the lowest one; the caller rolls back,
+/// which undoes the raise), else its events in one multi-row statement. The writer connection
+/// holds SQLite's write lock for the whole transaction, so nothing can be stored between the
+/// look and the insert.
 async fn insert_atomic_write(
     conn: &mut SqliteConnection,
     write: &PreparedWrite,
 ) -> Result<(), JournalError> {
     let storage = |e| JournalError::storage("write", e);
     let persistence_id = write.write.persistence_id();
+    let owned = sqlx::query(
+        "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+         VALUES (?1, ?2, ?3) \
+         ON CONFLICT (persistence_id) \
+         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
+         WHERE owner_epoch <= excluded.owner_epoch \
+         RETURNING 1",
+    )
+    .bind(persistence_id)
+    .bind(write.highest_seq_nr)
+    .bind(token_to_sql(write.write.fencing_token))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(storage)?;
+    if owned.is_none() {
+        return Err(JournalError::Fenced {
+            persistence_id: persistence_id.to_owned(),
+            fencing_token: write.write.fencing_token.get(),
+        });
+    }
     let taken: Option<i64> = sqlx::query_scalar(
         "SELECT min(seq_nr) FROM journal \
          WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3",
@@ -576,34 +660,30 @@ async fn insert_atomic_write(
             seq_nr: write.write.lowest_seq_nr(),
         });
     }
-    raise_highest(conn, &[(persistence_id, write.highest_seq_nr)])
-        .await
-        .map_err(storage)
+    Ok(())
 }
 
 /// [`Dialect::insert_batch`] for SQLite: every event of the batch in one multi-row `INSERT`
 /// and the highest sequence number of every persistence id in one multi-row upsert, both sent
 /// as one query (one hand-off to the connection's worker thread) when the batch has at most
 /// [`ROWS_PER_STATEMENT`] events, else in chunks. `Ok(false)` when some event's sequence
-/// number was taken: the caller rolls back and takes the slow path, a savepoint per atomic
-/// write.
+/// number was taken or some write was fenced (its id's owner epoch is above its token, so
+/// its row was not raised): the caller rolls back and takes the slow path, a savepoint per
+/// atomic write, where the fenced or conflicting write fails alone.
 async fn insert_batch(
     conn: &mut SqliteConnection,
     writes: &[PreparedWrite],
 ) -> Result<bool, JournalError> {
     let storage = |e| JournalError::storage("write", e);
     let events = events_of(writes);
-    let highest: Vec<(&str, i64)> = writes
-        .iter()
-        .map(|w| (w.write.persistence_id(), w.highest_seq_nr))
-        .collect();
+    let highest = highest_of(writes);
     if events.len() > ROWS_PER_STATEMENT {
         let inserted = insert_events(conn, &events).await.map_err(storage)?;
         if inserted < events.len() as u64 {
             return Ok(false);
         }
-        raise_highest(conn, &highest).await.map_err(storage)?;
-        return Ok(true);
+        let raised = raise_highest(conn, &highest).await.map_err(storage)?;
+        return Ok(raised == highest.len() as u64);
     }
     let sql = format!(
         "{};{}",
@@ -616,11 +696,12 @@ async fn insert_batch(
     for (event, tags) in &events {
         query = bind_event(query, event, tags, now_micros);
     }
-    for (persistence_id, seq_nr) in &highest {
-        query = query.bind(*persistence_id).bind(*seq_nr);
+    for (persistence_id, seq_nr, token) in &highest {
+        query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
     }
     // One change per inserted event and one per upserted id (an upsert that updates counts
-    // too): fewer means an event was skipped as taken.
+    // too): fewer means an event was skipped as taken or an id's row was not raised because
+    // the write was fenced.
     let changes = query
         .execute(&mut *conn)
         .await
@@ -705,6 +786,18 @@ impl JournalStore for SqliteJournal {
     /// the writer connection; the highest sequence number is kept.
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.tables().delete_to(pid, to).await
+    }
+
+    /// Raises the id's owner epoch in `journal_highest` and reads its highest sequence number
+    /// in one statement, in a transaction on the writer connection shared with the writes and
+    /// ownership takes queued with it (group commit; the writes first). Durable when it returns.
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        self.writer.take_ownership(pid).await
+    }
+
+    /// Reads how far the events were deleted from `journal_highest` (0 when never).
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.tables().read_deleted_to(pid).await.map(Some)
     }
 }
 

@@ -333,9 +333,8 @@ pub trait PersistentActor: EventSourced {
                         .persistence()
                         .build_write(first, events.len(), serialized);
                     let highest = first + events.len() as u64 - 1;
-                    if matches!(write, PendingWrite::Ready(_)) {
-                        self.persistence_mut().take_seq_nrs(highest);
-                    }
+                    // A rejected write keeps its sequence numbers too (main's rule, J21).
+                    self.persistence_mut().take_seq_nrs(highest);
                     (write, highest)
                 }
             }

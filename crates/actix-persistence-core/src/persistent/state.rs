@@ -18,7 +18,7 @@ use crate::error::{
 use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
-use crate::store::{AtomicWrite, PersistentRepr};
+use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
 
 /// A continuation: runs once with the stored events, or with why they were not stored.
 ///
@@ -67,6 +67,8 @@ pub struct PersistenceState<A: EventSourced> {
     journal: Addr<JournalActor>,
     incarnation: Incarnation,
     writer_uuid: String,
+    /// The token recovery got when it took ownership of the id; every write carries it.
+    fencing_token: FencingToken,
     /// Highest sequence number recovered or stored and applied.
     last_seq_nr: u64,
     /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
@@ -104,6 +106,10 @@ pub enum StopReason {
     /// Recovery failed (`on_recovery_failure` ran), also when user code panicked during
     /// recovery ([`RecoveryError::Panicked`](super::RecoveryError::Panicked)).
     RecoveryFailure,
+    /// A write was fenced ([`crate::JournalError::Fenced`]): a newer incarnation of the
+    /// persistence id owns it, here or in another process. A [`super::BackoffSupervisor`]
+    /// does not restart it (a restart would take the id back from its new owner).
+    Fenced,
     /// User code the library ran after recovery panicked: [`EventSourced::apply`] of a stored
     /// event, a `persist`/`persist_all`/`defer` continuation, or a hook. The state may be
     /// half-updated, so the actor stopped; `reason` is the panic message.
@@ -138,6 +144,7 @@ impl<A: EventSourced> PersistenceState<A> {
             journal,
             incarnation: Incarnation::next(),
             writer_uuid: uuid::Uuid::new_v4().to_string(),
+            fencing_token: FencingToken::UNOWNED,
             last_seq_nr: 0,
             assigned_seq_nr: 0,
             recovered: false,
@@ -211,6 +218,16 @@ impl<A: EventSourced> PersistenceState<A> {
         &self.writer_uuid
     }
 
+    /// The fencing token this incarnation writes with: the owner epoch its recovery got when
+    /// it took ownership of the persistence id ([`FencingToken::UNOWNED`] before recovery).
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    pub(crate) fn set_fencing_token(&mut self, token: FencingToken) {
+        self.fencing_token = token;
+    }
+
     /// The journal this actor writes to.
     pub fn journal(&self) -> &Addr<JournalActor> {
         &self.journal
@@ -270,15 +287,6 @@ impl<A: EventSourced> PersistenceState<A> {
         self.assigned_seq_nr = seq_nr;
     }
 
-    /// Gives back the sequence numbers of an atomic write the journal rejected (nothing was
-    /// stored) when no later write took numbers after it, so a rejection leaves no gap in the
-    /// sequence (a gap right after a snapshot would read as deleted events in recovery).
-    pub(crate) fn release_rejected_seq_nrs(&mut self, lowest: u64, highest: u64) {
-        if lowest > 0 && self.assigned_seq_nr == highest {
-            self.assigned_seq_nr = lowest - 1;
-        }
-    }
-
     pub(crate) fn confirm_seq_nr(&mut self, seq_nr: u64) {
         self.last_seq_nr = self.last_seq_nr.max(seq_nr);
     }
@@ -306,7 +314,9 @@ impl<A: EventSourced> PersistenceState<A> {
 
     /// The first sequence number of the next write, or its rejection when recovery has not
     /// completed (sequence numbers are not known yet). Nothing is taken yet: see
-    /// [`take_seq_nrs`](Self::take_seq_nrs).
+    /// [`take_seq_nrs`](Self::take_seq_nrs); the write is built by
+    /// [`build_write`](Self::build_write), where the first serialization error, or a field over
+    /// the [limits](crate::limits), rejects the whole atomic write before it is sent.
     pub(crate) fn next_seq_nr(&self) -> Result<u64, WriteRejection> {
         if !self.recovered {
             return Err(WriteRejection {
@@ -320,8 +330,9 @@ impl<A: EventSourced> PersistenceState<A> {
         Ok(self.assigned_seq_nr + 1)
     }
 
-    /// Takes the sequence numbers up to `highest` for a write that is sent. A write rejected
-    /// before it is sent takes none: no gap.
+    /// Takes the sequence numbers up to `highest` for a write, sent or rejected before it is
+    /// sent: a rejected write keeps its sequence numbers (its gap is told from deleted events
+    /// by the journal's deleted-to mark in recovery).
     pub(crate) fn take_seq_nrs(&mut self, highest: u64) {
         self.assigned_seq_nr = highest;
     }
@@ -357,7 +368,10 @@ impl<A: EventSourced> PersistenceState<A> {
                 }
             }
         }
-        match AtomicWrite::new(reprs) {
+        let write = AtomicWrite::new(reprs)
+            .map(|write| write.with_fencing_token(self.fencing_token))
+            .and_then(|write| write.check().map(|()| write));
+        match write {
             Ok(write) => PendingWrite::Ready(write),
             Err(rejection) => PendingWrite::Rejected(rejection),
         }
