@@ -329,12 +329,13 @@ pub trait PersistentActor: EventSourced {
                     let serialized = events
                         .iter()
                         .map(|e| (serialize_caught(self, e), self.tags(e)));
-                    let write = self
-                        .persistence()
-                        .build_write(first, events.len(), serialized);
+                    let (write, takes_seq_nrs) =
+                        self.persistence()
+                            .build_write(first, events.len(), serialized);
                     let highest = first + events.len() as u64 - 1;
-                    // A rejected write keeps its sequence numbers too (main's rule, J21).
-                    self.persistence_mut().take_seq_nrs(highest);
+                    if takes_seq_nrs {
+                        self.persistence_mut().take_seq_nrs(highest);
+                    }
                     (write, highest)
                 }
             }

@@ -330,21 +330,25 @@ impl<A: EventSourced> PersistenceState<A> {
         Ok(self.assigned_seq_nr + 1)
     }
 
-    /// Takes the sequence numbers up to `highest` for a write, sent or rejected before it is
-    /// sent: a rejected write keeps its sequence numbers (its gap is told from deleted events
-    /// by the journal's deleted-to mark in recovery).
+    /// Takes the sequence numbers up to `highest` for a write that is sent, or rejected before
+    /// it is sent for an unserializable event. A write over the [limits](crate::limits) takes
+    /// none: the next write gets them again.
     pub(crate) fn take_seq_nrs(&mut self, highest: u64) {
         self.assigned_seq_nr = highest;
     }
 
     /// Builds the atomic write of serialized events (each with its tags) numbered from
-    /// `first`; the first serialization error rejects the whole atomic write.
+    /// `first`; the first serialization error, or a field over the [limits](crate::limits),
+    /// rejects the whole atomic write. Also says whether the write takes its sequence numbers
+    /// (see [`take_seq_nrs`](Self::take_seq_nrs)): a write that is sent does, and so does one
+    /// with an unserializable event (its sequence numbers stay a gap that recovery tells from
+    /// deleted events); one over the limits does not (the next write gets them again).
     pub(crate) fn build_write(
         &self,
         first: u64,
         count: usize,
         serialized: impl Iterator<Item = (Result<SerializedEvent, SerializationError>, Vec<String>)>,
-    ) -> PendingWrite {
+    ) -> (PendingWrite, bool) {
         let timestamp = now_millis();
         let mut reprs = Vec::with_capacity(count);
         for (seq_nr, (event, tags)) in (first..).zip(serialized) {
@@ -360,11 +364,12 @@ impl<A: EventSourced> PersistenceState<A> {
                     tags,
                 }),
                 Err(e) => {
-                    return PendingWrite::Rejected(WriteRejection {
+                    let rejection = WriteRejection {
                         persistence_id: self.persistence_id.clone(),
                         seq_nr,
                         reason: e.to_string(),
-                    })
+                    };
+                    return (PendingWrite::Rejected(rejection), true);
                 }
             }
         }
@@ -372,8 +377,8 @@ impl<A: EventSourced> PersistenceState<A> {
             .map(|write| write.with_fencing_token(self.fencing_token))
             .and_then(|write| write.check().map(|()| write));
         match write {
-            Ok(write) => PendingWrite::Ready(write),
-            Err(rejection) => PendingWrite::Rejected(rejection),
+            Ok(write) => (PendingWrite::Ready(write), true),
+            Err(rejection) => (PendingWrite::Rejected(rejection), false),
         }
     }
 }
