@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
+use actix_persistence_core::journal::JournalActor;
 use actix_persistence_core::{InMemoryJournal, JournalStore};
 use indicatif::ProgressBar;
+use tokio::sync::oneshot;
 
 use crate::actor::{wait_ready, BenchActor, Persist};
 use crate::report::Row;
@@ -85,6 +87,78 @@ pub async fn run_on_store(
     drive(&addrs, events, progress).await
 }
 
+/// The closed loop with the actors spread over `arbiters` Actix arbiters (threads), each
+/// driving its own share of the actors, and the journal actor with its resequencers on an
+/// arbiter of its own: how an Actix app with one arbiter per core uses one shared journal.
+/// CPU is the whole process's.
+pub async fn run_on_arbiters(
+    store: Arc<dyn JournalStore>,
+    groups: usize,
+    actors: usize,
+    events: u64,
+    arbiters: usize,
+    call_timeout: Duration,
+) -> ClosedLoopOutcome {
+    let journal_arbiter = actix::Arbiter::new();
+    let config = crate::runner::journal_config(groups, call_timeout);
+    let journal = JournalActor::start_on(&journal_arbiter.handle(), store, config);
+    let arbiters: Vec<actix::Arbiter> = (0..arbiters.max(1))
+        .map(|_| actix::Arbiter::new())
+        .collect();
+    let share = actors.div_ceil(arbiters.len());
+    let mut ready = Vec::new();
+    let mut go = Vec::new();
+    let mut done = Vec::new();
+    for (index, arbiter) in arbiters.iter().enumerate() {
+        let (ready_tx, ready_rx) = oneshot::channel::<()>();
+        let (go_tx, go_rx) = oneshot::channel::<()>();
+        let (done_tx, done_rx) = oneshot::channel::<(u64, u64)>();
+        let journal = journal.clone();
+        let count = share.min(actors.saturating_sub(index * share));
+        arbiter.spawn(async move {
+            let addrs = BenchActor::start_many(&journal, &format!("closed-{index}"), count);
+            wait_ready(&addrs).await.expect("benchmark actors recover");
+            let _ = ready_tx.send(());
+            if go_rx.await.is_err() {
+                return;
+            }
+            let outcome = drive(&addrs, events, None).await;
+            let _ = done_tx.send((outcome.events, outcome.failed));
+        });
+        ready.push(ready_rx);
+        go.push(go_tx);
+        done.push(done_rx);
+    }
+    for ready in ready {
+        ready.await.expect("an actor arbiter started its actors");
+    }
+    let cpu_start = sys::process_cpu();
+    let start = Instant::now();
+    for go in go {
+        let _ = go.send(());
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for done in done {
+        let (o, f) = done
+            .await
+            .expect("an actor arbiter finished its closed loop");
+        ok += o;
+        failed += f;
+    }
+    let elapsed = start.elapsed();
+    let cpu = sys::process_cpu().saturating_sub(cpu_start);
+    for arbiter in arbiters.into_iter().chain([journal_arbiter]) {
+        arbiter.stop();
+        let _ = arbiter.join();
+    }
+    ClosedLoopOutcome {
+        events: ok,
+        failed,
+        elapsed,
+        cpu,
+    }
+}
+
 /// Options of the `closed-loop` scenario.
 #[derive(Debug, Clone)]
 pub struct ClosedLoopOptions {
@@ -108,6 +182,9 @@ pub struct ClosedLoopOptions {
     pub parallel: bool,
     /// Seed of the pathological delays.
     pub seed: u64,
+    /// Arbiters the healthy store's actors run on; above 1 the journal actor gets an arbiter
+    /// of its own too (see [`run_on_arbiters`]). 1: everything on one thread.
+    pub arbiters: usize,
 }
 
 /// Runs the `closed-loop` scenario and returns its rows.
@@ -121,20 +198,19 @@ pub fn run(options: &ClosedLoopOptions, progress: &Progress) -> Vec<Row> {
         );
         for run in 1..=options.runs {
             for &groups in &options.groups {
-                let (actors, events) = (options.actors, options.events);
+                let (actors, events, arbiters) = (options.actors, options.events, options.arbiters);
                 let outcome = block_on_system(async move {
-                    run_on_store(
-                        Arc::new(InMemoryJournal::new()),
-                        groups,
-                        actors,
-                        events,
-                        Duration::from_secs(10),
-                        None,
-                    )
-                    .await
+                    let store = Arc::new(InMemoryJournal::new());
+                    let timeout = Duration::from_secs(10);
+                    if arbiters > 1 {
+                        run_on_arbiters(store, groups, actors, events, arbiters, timeout).await
+                    } else {
+                        run_on_store(store, groups, actors, events, timeout, None).await
+                    }
                 });
                 let mut row = Row::new("closed-loop", "in-memory", groups, run);
                 fill(&mut row, actors, &outcome);
+                row.detail("arbiters", arbiters);
                 bar.inc(1);
                 rows.push(row);
             }

@@ -5,18 +5,21 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use actix::Actor;
 use actix_persistence_core::JournalStore;
 use actix_persistence_sql::{
     PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
 };
 
+use crate::actor::{wait_ready, BenchActor, Persist};
 use crate::closed_loop::{run_on_store, ClosedLoopOutcome};
 use crate::pg::PgServer;
 use crate::postgres::CommitMode;
-use crate::report::Row;
-use crate::runner::{block_on_system, Progress};
+use crate::report::{Latencies, Row};
+use crate::runner::{block_on_system, start_journal, Progress};
+use crate::{sqlite_floor, sys};
 
 /// Options of the `group-commit` scenario.
 #[derive(Debug, Clone)]
@@ -37,6 +40,11 @@ pub struct GroupCommitOptions {
     pub pgbench_clients: Vec<u32>,
     /// Run SQLite too.
     pub sqlite: bool,
+    /// Runs of each SQLite configuration (the median is reported when above 1).
+    pub sqlite_runs: u32,
+    /// Sequential persists of the one-actor SQLite rows (and transactions of the raw 1-row
+    /// floor).
+    pub sequential_events: u64,
 }
 
 /// Runs the scenario and returns its rows.
@@ -108,44 +116,20 @@ pub fn run(options: &GroupCommitOptions, progress: &Progress) -> Vec<Row> {
         }
     }
     if options.sqlite {
-        for mode in modes {
-            let bar = progress.bar(
-                &mode.store_label("sqlite"),
-                options.actors as u64 * options.sqlite_events,
-            );
-            let (actors, events, groups) = (options.actors, options.sqlite_events, options.groups);
-            let task_bar = bar.clone();
-            let row = block_on_system(async move {
-                let dir = tempfile::tempdir().expect("a temporary directory");
-                let url = format!("sqlite:{}", dir.path().join("journal.db").display());
-                let journal_options = SqliteJournalOptions {
-                    max_batch_size: mode.max_batch_size(),
-                    ..SqliteJournalOptions::new(url)
-                };
-                let journal = SqliteJournal::connect(&journal_options)
-                    .await
-                    .expect("the SQLite journal opens");
-                let store: Arc<dyn JournalStore> = Arc::new(journal.clone());
-                let outcome = run_on_store(
-                    store,
-                    groups,
-                    actors,
-                    events,
-                    Duration::from_secs(30),
-                    Some(&task_bar),
-                )
-                .await;
-                let stats = journal.stats();
-                journal.close().await;
-                let mut row = row_of(&mode.store_label("sqlite"), groups, actors, &outcome);
-                row.detail("transactions", stats.transactions);
-                row.detail("largest_batch", stats.largest_batch);
-                row.detail("max_batch_size", journal_options.max_batch_size);
-                row
-            });
-            bar.finish();
+        for run in 1..=options.sqlite_runs {
+            for mode in modes {
+                let row = sqlite_closed_loop(options, mode, run, progress);
+                progress.println(line(&row));
+                rows.push(row);
+            }
+            let total = options.actors as u64 * options.sqlite_events;
+            let row = sqlite_floor("sqlite-raw-100-rows", total, 100, run);
             progress.println(line(&row));
             rows.push(row);
+            for row in sqlite_sequential(options.sequential_events, run) {
+                progress.println(line(&row));
+                rows.push(row);
+            }
         }
     }
     rows
@@ -153,6 +137,7 @@ pub fn run(options: &GroupCommitOptions, progress: &Progress) -> Vec<Row> {
 
 fn row_of(store: &str, groups: usize, actors: usize, outcome: &ClosedLoopOutcome) -> Row {
     let mut row = Row::new("group-commit", store, groups, 1);
+    row.detail("load_avg_1m", sys::load_average().unwrap_or(f64::NAN));
     row.actors = actors as u64;
     row.events = outcome.events;
     row.elapsed_s = outcome.elapsed.as_secs_f64();
@@ -162,10 +147,151 @@ fn row_of(store: &str, groups: usize, actors: usize, outcome: &ClosedLoopOutcome
     row
 }
 
+/// The closed loop on a fresh SQLite journal in `mode`.
+fn sqlite_closed_loop(
+    options: &GroupCommitOptions,
+    mode: CommitMode,
+    run: u32,
+    progress: &Progress,
+) -> Row {
+    let bar = progress.bar(
+        &mode.store_label("sqlite"),
+        options.actors as u64 * options.sqlite_events,
+    );
+    let (actors, events, groups) = (options.actors, options.sqlite_events, options.groups);
+    let task_bar = bar.clone();
+    let row = block_on_system(async move {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+        let journal_options = SqliteJournalOptions {
+            max_batch_size: mode.max_batch_size(),
+            ..SqliteJournalOptions::new(url)
+        };
+        let journal = SqliteJournal::connect(&journal_options)
+            .await
+            .expect("the SQLite journal opens");
+        let store: Arc<dyn JournalStore> = Arc::new(journal.clone());
+        let process_cpu = sys::process_cpu();
+        let outcome = run_on_store(
+            store,
+            groups,
+            actors,
+            events,
+            Duration::from_secs(30),
+            Some(&task_bar),
+        )
+        .await;
+        let process_cpu = sys::process_cpu().saturating_sub(process_cpu);
+        let stats = journal.stats();
+        journal.close().await;
+        let mut row = row_of(&mode.store_label("sqlite"), groups, actors, &outcome);
+        row.run = run;
+        row.detail("transactions", stats.transactions);
+        row.detail("largest_batch", stats.largest_batch);
+        row.detail("max_batch_size", journal_options.max_batch_size);
+        row.detail("process_cpu_s", process_cpu.as_secs_f64());
+        row
+    });
+    bar.finish();
+    row
+}
+
+/// The raw sqlx floor: `rows` rows, `per_tx` per transaction (see [`sqlite_floor`]).
+///
+/// [`sqlite_floor`]: crate::sqlite_floor
+fn sqlite_floor(label: &str, rows: u64, per_tx: u64, run: u32) -> Row {
+    let outcome = block_on_system(async move {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        sqlite_floor::insert_rows(dir.path(), rows, per_tx)
+            .await
+            .expect("the raw SQLite floor runs")
+    });
+    let mut row = Row::new("group-commit", label, 0, run);
+    row.actors = 1;
+    row.events = outcome.rows;
+    row.elapsed_s = outcome.elapsed.as_secs_f64();
+    row.throughput_per_s = outcome.rows as f64 / row.elapsed_s;
+    row.persist = outcome.transactions.summary();
+    row.ask = row.persist;
+    row.detail("rows_per_transaction", per_tx);
+    row.detail("load_avg_1m", sys::load_average().unwrap_or(f64::NAN));
+    row
+}
+
+/// One persistent actor on a fresh SQLite journal (default options: group commit), `events`
+/// sequential persists (ask, await, ask again), side by side with the raw floor's one-row
+/// transactions on another file of the same directory: blocks of 50 of each, alternating, so
+/// that both see the same disk and the same load. Rows `sqlite-sequential` (ask latency) and
+/// `sqlite-raw-1-row` (transaction latency).
+fn sqlite_sequential(events: u64, run: u32) -> [Row; 2] {
+    const BLOCK: u64 = 50;
+    let (persists, floor_tx, elapsed) = block_on_system(async move {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+        let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+            .await
+            .expect("the SQLite journal opens");
+        let mut floor = sqlite_floor::Floor::open(dir.path())
+            .await
+            .expect("the raw SQLite floor opens");
+        let journal_actor = start_journal(Arc::new(journal.clone()), 1, Duration::from_secs(30));
+        let actor = BenchActor::new(journal_actor, "sequential".to_owned()).start();
+        wait_ready(std::slice::from_ref(&actor))
+            .await
+            .expect("the benchmark actor recovers");
+        let (mut persists, mut floor_tx) = (Latencies::new(), Latencies::new());
+        let mut elapsed = [Duration::ZERO; 2];
+        let mut done = 0;
+        while done < events {
+            let block = BLOCK.min(events - done);
+            let start = Instant::now();
+            for _ in 0..block {
+                let asked = Instant::now();
+                actor
+                    .send(Persist)
+                    .await
+                    .expect("the actor answers")
+                    .expect("the persist succeeds");
+                persists.record(asked.elapsed());
+            }
+            elapsed[0] += start.elapsed();
+            let start = Instant::now();
+            for _ in 0..block {
+                floor_tx.record(floor.transaction(1).await.expect("a floor transaction"));
+            }
+            elapsed[1] += start.elapsed();
+            done += block;
+        }
+        journal.close().await;
+        let _ = floor.close().await;
+        (persists, floor_tx, elapsed)
+    });
+    let row = |store: &str, latencies: Latencies, elapsed: Duration| {
+        let mut row = Row::new("group-commit", store, 1, run);
+        row.actors = 1;
+        row.events = latencies.len();
+        row.elapsed_s = elapsed.as_secs_f64();
+        row.throughput_per_s = row.events as f64 / row.elapsed_s;
+        row.ask = latencies.summary();
+        row.persist = row.ask;
+        row.detail("load_avg_1m", sys::load_average().unwrap_or(f64::NAN));
+        row.detail("interleaved_blocks_of", BLOCK);
+        row
+    };
+    [
+        row("sqlite-sequential", persists, elapsed[0]),
+        row("sqlite-raw-1-row", floor_tx, elapsed[1]),
+    ]
+}
+
 fn line(row: &Row) -> String {
+    let latency = row
+        .ask
+        .map(|s| format!(", p50 {:.3} ms, p99 {:.3} ms", s.p50_ms, s.p99_ms))
+        .unwrap_or_default();
     format!(
-        "group-commit {} (R={}, {} actors): {} events in {:.2} s = {:.0} events/s",
-        row.store, row.groups, row.actors, row.events, row.elapsed_s, row.throughput_per_s
+        "group-commit {} (R={}, {} actors, run {}): {} events in {:.2} s = {:.0} events/s{latency}",
+        row.store, row.groups, row.actors, row.run, row.events, row.elapsed_s, row.throughput_per_s
     )
 }
 

@@ -24,5 +24,6 @@ pub mod projection_chart;
 pub mod proxy;
 pub mod report;
 pub mod runner;
+pub mod sqlite_floor;
 pub mod stores;
 pub mod sys;

@@ -23,6 +23,11 @@ use actix_persistence_bench::runner::{block_on_system, Progress};
 use actix_persistence_bench::{chart, sys};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// With the `mimalloc` feature the harness allocates through mimalloc (see `Cargo.toml`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "persistence-bench",
@@ -154,6 +159,10 @@ struct ClosedLoopArgs {
     /// Seed of the pathological delays.
     #[arg(long, default_value_t = 2048)]
     seed: u64,
+    /// Arbiters (threads) the healthy store's actors run on, each driving its share; above 1
+    /// the journal actor and its resequencers run on an arbiter of their own.
+    #[arg(long, default_value_t = 1)]
+    arbiters: usize,
 }
 
 #[derive(Debug, Args)]
@@ -298,6 +307,14 @@ struct GroupCommitArgs {
     /// Skip SQLite.
     #[arg(long)]
     no_sqlite: bool,
+    /// Runs of each SQLite configuration (group commit, per write, the raw floors, one
+    /// actor's sequential persists), interleaved [default: 1].
+    #[arg(long, default_value_t = 1)]
+    sqlite_runs: u32,
+    /// Sequential persists of one actor on SQLite, and transactions of the raw 1-row floor
+    /// [default: 2000; quick: 300].
+    #[arg(long)]
+    sequential_events: Option<u64>,
     /// Skip PostgreSQL and pgbench.
     #[arg(long)]
     no_postgres: bool,
@@ -372,6 +389,7 @@ fn main() {
                 pathological: args.store != ClosedStore::Healthy,
                 parallel: !args.sequential,
                 seed: args.seed,
+                arbiters: args.arbiters.max(1),
             };
             progress.println(format!("closed-loop: {options:?}"));
             let rows = report::with_medians(closed_loop::run(&options, &progress));
@@ -492,9 +510,13 @@ fn main() {
                     vec![1, 10]
                 }),
                 sqlite: !args.no_sqlite,
+                sqlite_runs: args.sqlite_runs.max(1),
+                sequential_events: args
+                    .sequential_events
+                    .unwrap_or(if quick { 300 } else { 2000 }),
             };
             progress.println(format!("group-commit: {options:?}"));
-            let rows = group_commit::run(&options, &progress);
+            let rows = report::with_medians(group_commit::run(&options, &progress));
             println!("{}", report::throughput_table(&rows));
             rows
         }

@@ -69,14 +69,17 @@ pub fn start_journal(
     groups: usize,
     call_timeout: Duration,
 ) -> Addr<JournalActor> {
-    JournalActor::start_with(
-        store,
-        JournalConfig {
-            write_reply_ordering_groups: NonZeroUsize::new(groups).unwrap_or(NonZeroUsize::MIN),
-            call_timeout,
-            ..JournalConfig::default()
-        },
-    )
+    JournalActor::start_with(store, journal_config(groups, call_timeout))
+}
+
+/// The journal settings of the benchmarks: `groups` write-reply-ordering groups (at least 1)
+/// and a call timeout of `call_timeout`.
+pub fn journal_config(groups: usize, call_timeout: Duration) -> JournalConfig {
+    JournalConfig {
+        write_reply_ordering_groups: NonZeroUsize::new(groups).unwrap_or(NonZeroUsize::MIN),
+        call_timeout,
+        ..JournalConfig::default()
+    }
 }
 
 /// Progress bars of one scenario (drawn on stderr; hidden when it is not a terminal).

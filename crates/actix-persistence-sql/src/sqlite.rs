@@ -9,8 +9,8 @@ use actix_persistence_core::query::{
     StoredEvent, WriteNotifications, WriteNotifier,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, Ownership, ReplayStream,
-    WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, Ownership, PersistentRepr,
+    ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -187,9 +187,12 @@ impl SqlitePools {
         // The one writer lives as long as the pool: it also keeps a `sqlite::memory:` database
         // alive. Switching to WAL is persistent, so only the writer needs to ask for it, and it
         // connects first.
+        // No ping before each acquire (sqlx's default): a local file needs no liveness check,
+        // and the ping costs a round trip to the connection's worker thread per write.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)
             .connect_with(
@@ -202,6 +205,7 @@ impl SqlitePools {
         migrate_sqlite(&writer).await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
+            .test_before_acquire(false)
             .connect_with(base)
             .await
             .map_err(connect_error)?;
@@ -367,6 +371,7 @@ impl Dialect for SqliteDialect {
     type Write = PreparedWrite;
 
     const HIGHEST_SEQ_NR: &'static str = "the highest SQLite can store";
+    const BATCHES_SINGLE_WRITES: bool = true;
     const SEQ_NR_COLUMN: &'static str = "SQLite";
     const NAME: &'static str = "SQLite";
 
@@ -404,6 +409,13 @@ impl Dialect for SqliteDialect {
         insert_atomic_write(conn, write)
     }
 
+    fn insert_batch<'c>(
+        conn: &'c mut SqliteConnection,
+        writes: &'c [PreparedWrite],
+    ) -> impl Future<Output = Option<Result<bool, JournalError>>> + Send + 'c {
+        futures::FutureExt::map(insert_batch(conn, writes), Some)
+    }
+
     fn take_ownership<'c>(
         conn: &'c mut SqliteConnection,
         persistence_id: &'c str,
@@ -420,6 +432,10 @@ impl Dialect for SqliteDialect {
     }
 
     fn tags_from_sql(tags: String) -> Result<Vec<String>, String> {
+        // Most events have no tags: no JSON parse for those.
+        if tags == "[]" {
+            return Ok(Vec::new());
+        }
         serde_json::from_str(&tags)
             .map_err(|e| format!("tags are not a JSON array of strings: {e}"))
     }
@@ -437,6 +453,142 @@ impl Dialect for SqliteDialect {
         "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";
 }
 
+/// Events per multi-row `INSERT`: 11 parameters each, well within SQLite's 32,766 bind
+/// parameters per statement. A batch with more events takes several statements.
+const ROWS_PER_STATEMENT: usize = 1000;
+
+/// Persistence ids per multi-row upsert of `journal_highest` (3 parameters each).
+const IDS_PER_STATEMENT: usize = 4000;
+
+/// The statement inserting `rows` events (11 anonymous `?` parameters per event, in column
+/// order, see [`bind_event`]), events whose sequence number is taken skipped (`DO NOTHING`), which the caller sees
+/// in the number of rows it inserted.
+///
+/// Anonymous parameters, not numbered ones (`?NNN`): sqlx looks up each parameter's name
+/// while binding, which SQLite answers by a linear scan of the statement's named parameters,
+/// so numbered parameters make binding a batch quadratic (half of the CPU of a 512-event batch
+/// went there).
+fn insert_events_statement(rows: usize) -> String {
+    // `db_timestamp`: the wall clock, never below the highest stored (see migration 0003).
+    const ROW: &str =
+        "(?,?,?,?,?,?,?,?,max(?,COALESCE((SELECT max(db_timestamp) FROM journal),0)),?,?)";
+    let mut sql = String::with_capacity(200 + rows * (ROW.len() + 1));
+    sql.push_str(
+        "INSERT INTO journal \
+             (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+              payload, tags, db_timestamp, slice, entity_type) \
+         VALUES ",
+    );
+    for row in 0..rows {
+        if row > 0 {
+            sql.push(',');
+        }
+        sql.push_str(ROW);
+    }
+    sql.push_str(" ON CONFLICT (persistence_id, seq_nr) DO NOTHING");
+    sql
+}
+
+/// The statement raising the highest sequence number of `ids` persistence ids (3 anonymous
+/// parameters each: id, sequence number, then the write's fencing token), never lowering it,
+/// and only where the id's owner epoch is not above the token (issue 10's fencing check, under
+/// the same row lock as the raise): a fenced id's row is left alone and counts no change.
+fn raise_highest_statement(ids: usize) -> String {
+    let mut sql = String::with_capacity(250 + ids * 8);
+    sql.push_str(
+        "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES ",
+    );
+    for id in 0..ids {
+        if id > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?,?,?)");
+    }
+    sql.push_str(
+        " ON CONFLICT (persistence_id) \
+         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
+         WHERE owner_epoch <= excluded.owner_epoch",
+    );
+    sql
+}
+
+/// A multi-row statement of `rows` rows: the full-size one is prepared once per connection and
+/// kept in sqlx's statement cache; the smaller ones of varying size are prepared for the one
+/// execution, so they never push the journal's other statements out of that cache.
+fn is_cached(rows: usize, full: usize) -> bool {
+    rows == full || rows == 1
+}
+
+/// Inserts `events` (each with its tags as JSON) in as few statements as SQLite's parameter
+/// limit allows; returns how many rows were inserted (fewer than `events` when a sequence
+/// number was taken).
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    events: &[(&PersistentRepr, &str)],
+) -> Result<u64, sqlx::Error> {
+    let mut inserted = 0;
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        let sql = insert_events_statement(chunk.len());
+        let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), ROWS_PER_STATEMENT));
+        let now_micros = wall_clock_micros();
+        for (event, tags) in chunk {
+            query = bind_event(query, event, tags, now_micros);
+        }
+        inserted += query.execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(inserted)
+}
+
+/// Raises the highest sequence number of each persistence id in `highest` (id, highest
+/// sequence number of the write, its fencing token; ids may repeat) in as few statements as
+/// the parameter limit allows; returns how many rows were raised (fewer than `highest` when a
+/// write was fenced).
+async fn raise_highest(
+    conn: &mut SqliteConnection,
+    highest: &[(&str, i64, i64)],
+) -> Result<u64, sqlx::Error> {
+    let mut raised = 0;
+    for chunk in highest.chunks(IDS_PER_STATEMENT) {
+        let sql = raise_highest_statement(chunk.len());
+        let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), IDS_PER_STATEMENT));
+        for (persistence_id, seq_nr, token) in chunk {
+            query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
+        }
+        raised += query.execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(raised)
+}
+
+/// The `journal_highest` rows of `writes`: id, highest sequence number, fencing token.
+fn highest_of(writes: &[PreparedWrite]) -> Vec<(&str, i64, i64)> {
+    writes
+        .iter()
+        .map(|w| {
+            (
+                w.write.persistence_id(),
+                w.highest_seq_nr,
+                token_to_sql(w.write.fencing_token),
+            )
+        })
+        .collect()
+}
+
+/// The events of `writes` with their tags, in order.
+fn events_of(writes: &[PreparedWrite]) -> Vec<(&PersistentRepr, &str)> {
+    let count = writes.iter().map(|w| w.write.events.len()).sum();
+    let mut events = Vec::with_capacity(count);
+    for write in writes {
+        events.extend(
+            write
+                .write
+                .events
+                .iter()
+                .zip(write.tags.iter().map(String::as_str)),
+        );
+    }
+    events
+}
+
 async fn take_ownership(
     conn: &mut SqliteConnection,
     persistence_id: &str,
@@ -449,15 +601,19 @@ async fn take_ownership(
     ownership_from_row(persistence_id, row)
 }
 
-/// [`Dialect::insert_atomic_write`] for SQLite: first the fencing check, raising the highest
-/// sequence number only if the id's owner epoch is not above the write's token (no row back:
-/// [`JournalError::Fenced`]); then one statement per event. An event whose sequence number is
-/// taken is skipped (`DO NOTHING`) and reported as [`JournalError::ConcurrentWrite`]; the
-/// caller rolls back, which undoes the raise.
+/// [`Dialect::insert_atomic_write`] for SQLite, the slow path after a batch met a taken
+/// sequence number or a fenced write: first the fencing check, raising the highest sequence
+/// number only if the id's owner epoch is not above the write's token (no row back:
+/// [`JournalError::Fenced`]); then a look for a sequence number of the write that is already
+/// stored (then [`JournalError::ConcurrentWrite`] naming the lowest one; the caller rolls back,
+/// which undoes the raise), else its events in one multi-row statement. The writer connection
+/// holds SQLite's write lock for the whole transaction, so nothing can be stored between the
+/// look and the insert.
 async fn insert_atomic_write(
     conn: &mut SqliteConnection,
     write: &PreparedWrite,
 ) -> Result<(), JournalError> {
+    let storage = |e| JournalError::storage("write", e);
     let persistence_id = write.write.persistence_id();
     let owned = sqlx::query(
         "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
@@ -472,50 +628,113 @@ async fn insert_atomic_write(
     .bind(token_to_sql(write.write.fencing_token))
     .fetch_optional(&mut *conn)
     .await
-    .map_err(|e| JournalError::storage("write", e))?;
+    .map_err(storage)?;
     if owned.is_none() {
         return Err(JournalError::Fenced {
             persistence_id: persistence_id.to_owned(),
             fencing_token: write.write.fencing_token.get(),
         });
     }
-    for (event, tags) in write.write.events.iter().zip(&write.tags) {
-        let inserted = sqlx::query(
-            "INSERT INTO journal \
-                 (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                  manifest, payload, tags, db_timestamp, slice, entity_type) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
-                     max(?9, COALESCE((SELECT max(db_timestamp) FROM journal), 0)), ?10, ?11) \
-             ON CONFLICT (persistence_id, seq_nr) DO NOTHING",
-        )
-        .bind(persistence_id)
-        // Consecutive and at most `highest_seq_nr`, which fits.
-        .bind(clamp_seq_nr(event.seq_nr))
-        .bind(&event.writer_uuid)
-        .bind(event.timestamp)
-        .bind(SqliteDialect::serializer_id_to_sql(event.serializer_id))
-        .bind(&event.manifest)
-        .bind(&event.payload)
-        .bind(tags)
-        .bind(wall_clock_micros())
-        .bind(i64::from(slice_for_persistence_id(persistence_id)))
-        .bind(entity_type_of(persistence_id))
-        .execute(&mut *conn)
-        .await;
-        let concurrent_write = || JournalError::ConcurrentWrite {
+    let taken: Option<i64> = sqlx::query_scalar(
+        "SELECT min(seq_nr) FROM journal \
+         WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3",
+    )
+    .bind(persistence_id)
+    .bind(clamp_seq_nr(write.write.lowest_seq_nr()))
+    .bind(write.highest_seq_nr)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(storage)?;
+    if let Some(taken) = taken {
+        return Err(JournalError::ConcurrentWrite {
             persistence_id: persistence_id.to_owned(),
-            seq_nr: event.seq_nr,
-        };
-        match inserted {
-            Ok(done) if done.rows_affected() == 0 => return Err(concurrent_write()),
-            Ok(_) => {}
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(concurrent_write())
-            }
-            Err(e) => return Err(JournalError::storage("write", e)),
-        }
+            seq_nr: u64::try_from(taken).unwrap_or(0),
+        });
+    }
+    let events = events_of(std::slice::from_ref(write));
+    let inserted = insert_events(conn, &events).await.map_err(storage)?;
+    if inserted < events.len() as u64 {
+        // Cannot happen under the write lock; never report success for a partial write.
+        return Err(JournalError::ConcurrentWrite {
+            persistence_id: persistence_id.to_owned(),
+            seq_nr: write.write.lowest_seq_nr(),
+        });
     }
     Ok(())
+}
+
+/// [`Dialect::insert_batch`] for SQLite: every event of the batch in one multi-row `INSERT`
+/// and the highest sequence number of every persistence id in one multi-row upsert, both sent
+/// as one query (one hand-off to the connection's worker thread) when the batch has at most
+/// [`ROWS_PER_STATEMENT`] events, else in chunks. `Ok(false)` when some event's sequence
+/// number was taken or some write was fenced (its id's owner epoch is above its token, so
+/// its row was not raised): the caller rolls back and takes the slow path, a savepoint per
+/// atomic write, where the fenced or conflicting write fails alone.
+async fn insert_batch(
+    conn: &mut SqliteConnection,
+    writes: &[PreparedWrite],
+) -> Result<bool, JournalError> {
+    let storage = |e| JournalError::storage("write", e);
+    let events = events_of(writes);
+    let highest = highest_of(writes);
+    if events.len() > ROWS_PER_STATEMENT {
+        let inserted = insert_events(conn, &events).await.map_err(storage)?;
+        if inserted < events.len() as u64 {
+            return Ok(false);
+        }
+        let raised = raise_highest(conn, &highest).await.map_err(storage)?;
+        return Ok(raised == highest.len() as u64);
+    }
+    let sql = format!(
+        "{};{}",
+        insert_events_statement(events.len()),
+        raise_highest_statement(highest.len())
+    );
+    // The lone write of a lone event (one actor persisting one event at a time) is cached.
+    let mut query = sqlx::query(&sql).persistent(events.len() == 1);
+    let now_micros = wall_clock_micros();
+    for (event, tags) in &events {
+        query = bind_event(query, event, tags, now_micros);
+    }
+    for (persistence_id, seq_nr, token) in &highest {
+        query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
+    }
+    // One change per inserted event and one per upserted id (an upsert that updates counts
+    // too): fewer means an event was skipped as taken or an id's row was not raised because
+    // the write was fenced.
+    let changes = query
+        .execute(&mut *conn)
+        .await
+        .map_err(storage)?
+        .rows_affected();
+    Ok(changes == (events.len() + highest.len()) as u64)
+}
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// Binds the 11 parameters of one event, in the order of [`insert_events_statement`]: its 8
+/// columns, then the wall clock in microseconds (`now_micros`, the floor of its
+/// `db_timestamp`), its slice and its entity type.
+fn bind_event<'q>(
+    query: SqliteQuery<'q>,
+    event: &'q PersistentRepr,
+    tags: &'q str,
+    now_micros: i64,
+) -> SqliteQuery<'q> {
+    let persistence_id = event.persistence_id.as_str();
+    query
+        .bind(event.persistence_id.as_str())
+        // Checked to fit when the write was prepared.
+        .bind(clamp_seq_nr(event.seq_nr))
+        .bind(event.writer_uuid.as_str())
+        .bind(event.timestamp)
+        .bind(SqliteDialect::serializer_id_to_sql(event.serializer_id))
+        .bind(event.manifest.as_str())
+        .bind(event.payload.as_slice())
+        .bind(tags)
+        .bind(now_micros)
+        .bind(i64::from(slice_for_persistence_id(persistence_id)))
+        .bind(entity_type_of(persistence_id))
 }
 
 #[async_trait]

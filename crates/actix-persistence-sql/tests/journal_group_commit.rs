@@ -52,6 +52,7 @@ backend_tests! {
     two_hundred_concurrent_calls_on_worker_threads_use_far_fewer_transactions,
     calls_queued_while_a_transaction_is_in_flight_share_the_next_one,
     conflict_in_a_batch_fails_only_that_write_and_the_others_commit,
+    writes_of_one_id_in_one_batch_commit_together_and_raise_its_highest_once,
     failed_commit_fails_every_write_of_the_batch_and_stores_none,
     failed_commit_of_a_lone_write_fails_it,
     success_is_sent_only_after_the_commit,
@@ -159,6 +160,35 @@ async fn conflict_in_a_batch_fails_only_that_write_and_the_others_commit<B: Test
         vec![first]
     );
     assert_eq!(journal.read_highest_sequence_nr("p-1", 0).await.unwrap(), 2);
+}
+
+async fn writes_of_one_id_in_one_batch_commit_together_and_raise_its_highest_once<
+    B: TestBackend,
+>(
+    db: B,
+) {
+    let journal = db.journal().await;
+    // One call with three atomic writes of "same" and one of "other": one batch, in which the
+    // highest sequence number of "same" is raised by three rows of one statement.
+    let results = journal
+        .write_messages(vec![
+            atomic("same", 1..=2),
+            atomic("same", 3..=3),
+            atomic("other", 1..=1),
+            atomic("same", 4..=6),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 4);
+    assert_all_ok(&results);
+    let stats = B::stats(&journal);
+    assert_eq!(stats.transactions, 1, "one transaction for the whole call");
+    assert_eq!(stats.atomic_writes, 4);
+    assert_eq!(
+        recover(&journal, "same", 1, MAX, MAX).await,
+        ((1..=6).collect(), 6)
+    );
+    assert_eq!(recover(&journal, "other", 1, MAX, MAX).await, (vec![1], 1));
 }
 
 async fn failed_commit_fails_every_write_of_the_batch_and_stores_none<B: TestBackend>(db: B) {

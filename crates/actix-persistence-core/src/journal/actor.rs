@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use super::{
     write_reply_ordering_group, DeleteMessagesTo, ReadHighestSequenceNr, Replay, ReplayMessages,
-    Resequence, Resequencer, TakeOwnership, WriteMessages, WriteMessagesReply,
+    ReplyOrder, Resequence, Resequencer, TakeOwnership, WriteMessages, WriteMessagesReply,
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, Ownership};
@@ -50,7 +50,22 @@ pub struct JournalActor {
 
 struct Group {
     resequencer: Addr<Resequencer>,
+    order: ReplyOrder,
     next_seq: u64,
+}
+
+impl Group {
+    /// Hands reply `seq` on: straight to its actor when it is next in the group's order and
+    /// nothing waits in the resequencer, else to the resequencer (one actor hop less for the
+    /// common in-order reply; the order is the same either way).
+    fn reply(order: &ReplyOrder, resequencer: &Addr<Resequencer>, msg: Resequence) {
+        if order.may_deliver_now(msg.seq) {
+            order.deliver_now(msg);
+        } else {
+            order.queue();
+            resequencer.do_send(msg);
+        }
+    }
 }
 
 impl JournalActor {
@@ -69,6 +84,39 @@ impl JournalActor {
         Self::new(store, config).start()
     }
 
+    /// Starts a journal actor over `store` on `arbiter`, with its resequencers beside it:
+    /// for apps whose persistent actors run on several arbiters (one per core, as actix-web's
+    /// workers), which then all share this journal. Replies of one write-reply-ordering group
+    /// keep their order whatever arbiter their actors run on: it is decided on the journal's
+    /// arbiter.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// use actix::Arbiter;
+    /// use actix_persistence_core::journal::{JournalActor, JournalConfig};
+    /// use actix_persistence_core::InMemoryJournal;
+    ///
+    /// # actix::System::new().block_on(async {
+    /// let journal_arbiter = Arbiter::new();
+    /// let journal = JournalActor::start_on(
+    ///     &journal_arbiter.handle(),
+    ///     Arc::new(InMemoryJournal::new()),
+    ///     JournalConfig::default(),
+    /// );
+    /// // Start persistent actors on other arbiters with `journal.clone()`.
+    /// # drop(journal);
+    /// # journal_arbiter.stop();
+    /// # });
+    /// ```
+    pub fn start_on(
+        arbiter: &actix::ArbiterHandle,
+        store: Arc<dyn JournalStore>,
+        config: JournalConfig,
+    ) -> Addr<Self> {
+        Self::start_in_arbiter(arbiter, move |_| Self::new(store, config))
+    }
+
     fn call_timeout(&self) -> Duration {
         self.config.call_timeout
     }
@@ -80,9 +128,13 @@ impl Actor for JournalActor {
     fn started(&mut self, _: &mut Context<Self>) {
         let count = self.config.write_reply_ordering_groups.get();
         self.groups = (0..count)
-            .map(|_| Group {
-                resequencer: Resequencer::new().start(),
-                next_seq: 0,
+            .map(|_| {
+                let order = ReplyOrder::default();
+                Group {
+                    resequencer: Resequencer::with_order(order.clone()).start(),
+                    order,
+                    next_seq: 0,
+                }
             })
             .collect();
         tracing::debug!(write_reply_ordering_groups = count, "journal started");
@@ -98,34 +150,58 @@ impl Handler<WriteMessages> for JournalActor {
         let group = &mut self.groups[group_index];
         let seq = group.next_seq;
         group.next_seq += 1;
-        let resequencer = group.resequencer.clone();
-        let store = Arc::clone(&self.store);
-        let breaker = Arc::clone(&self.breaker);
-        let timeout = self.call_timeout();
-        let span = tracing::debug_span!(
-            "journal_write",
-            group = group_index,
-            writes = msg.writes.len(),
-            persistence_id = msg.writes.first().map(|w| w.persistence_id()).unwrap_or(""),
-            from_seq_nr = msg.writes.first().map(|w| w.lowest_seq_nr()).unwrap_or(0),
-            to_seq_nr = msg.writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
-        );
+        // Spans cost a few hundred instructions per write even when nothing listens: only
+        // when DEBUG is on.
+        let span = tracing::level_enabled!(tracing::Level::DEBUG).then(|| {
+            tracing::debug_span!(
+                "journal_write",
+                group = group_index,
+                writes = msg.writes.len(),
+                persistence_id = msg.writes.first().map(|w| w.persistence_id()).unwrap_or(""),
+                from_seq_nr = msg.writes.first().map(|w| w.lowest_seq_nr()).unwrap_or(0),
+                to_seq_nr = msg.writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
+            )
+        });
         let reply_to = msg.reply_to;
-        let mut write = Box::pin(
-            async move {
-                let reply = write_batch(&*store, &breaker, msg.writes, timeout).await;
-                resequencer.do_send(Resequence {
+        let mut write = Box::pin(write_batch(
+            Arc::clone(&self.store),
+            Arc::clone(&self.breaker),
+            msg.writes,
+            self.call_timeout(),
+        ));
+        // A store that answers at once (in memory, or a failed precondition) needs no task of
+        // its own; any other write runs concurrently on the arbiter.
+        let first_poll = match &span {
+            Some(span) => span.in_scope(|| (&mut write).now_or_never()),
+            None => (&mut write).now_or_never(),
+        };
+        let group = &self.groups[group_index];
+        match first_poll {
+            Some(reply) => Group::reply(
+                &group.order,
+                &group.resequencer,
+                Resequence {
                     seq,
                     reply,
                     reply_to,
-                });
+                },
+            ),
+            None => {
+                let (order, resequencer) = (group.order.clone(), group.resequencer.clone());
+                let write = async move {
+                    let reply = write.await;
+                    let msg = Resequence {
+                        seq,
+                        reply,
+                        reply_to,
+                    };
+                    Group::reply(&order, &resequencer, msg);
+                };
+                match span {
+                    Some(span) => actix::spawn(write.instrument(span)),
+                    None => actix::spawn(write),
+                };
             }
-            .instrument(span),
-        );
-        // A store that answers at once (in memory, or a failed precondition) needs no task of
-        // its own; any other write runs concurrently on the arbiter.
-        if (&mut write).now_or_never().is_none() {
-            actix::spawn(write);
         }
     }
 }
@@ -134,8 +210,8 @@ impl Handler<WriteMessages> for JournalActor {
 /// the [limits](crate::limits) (or of a broken shape) are rejected here, before the store sees
 /// them, so every store gives them the same answer and they never reach the breaker.
 async fn write_batch(
-    store: &dyn JournalStore,
-    breaker: &CircuitBreaker,
+    store: Arc<dyn JournalStore>,
+    breaker: Arc<CircuitBreaker>,
     writes: Vec<AtomicWrite>,
     timeout: Duration,
 ) -> WriteMessagesReply {
@@ -147,7 +223,7 @@ async fn write_batch(
         Ok(generation) => generation,
         Err(open) => return WriteMessagesReply::Failed(open),
     };
-    let reply = call_store(store, accepted, timeout).await;
+    let reply = call_store(&*store, accepted, timeout).await;
     breaker.record(generation, store_was_healthy(&reply));
     merge_rejections(checked, reply)
 }
@@ -216,23 +292,30 @@ async fn call_store(
     timeout: Duration,
 ) -> WriteMessagesReply {
     let expected = writes.len();
-    let call = AssertUnwindSafe(store.write_messages(writes)).catch_unwind();
-    match tokio::time::timeout(timeout, call).await {
-        Err(_) => WriteMessagesReply::Failed(JournalError::Timeout {
-            operation: "write",
-            timeout,
-        }),
-        Ok(Err(_panic)) => {
-            WriteMessagesReply::Failed(JournalError::storage("write", StorePanicked))
-        }
-        Ok(Ok(Err(cause))) => WriteMessagesReply::Failed(cause),
-        Ok(Ok(Ok(results))) if results.len() != expected => {
+    let mut call = AssertUnwindSafe(store.write_messages(writes)).catch_unwind();
+    // A store that answers on the first poll needs no timer.
+    let outcome = match (&mut call).now_or_never() {
+        Some(outcome) => outcome,
+        None => match tokio::time::timeout(timeout, call).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                return WriteMessagesReply::Failed(JournalError::Timeout {
+                    operation: "write",
+                    timeout,
+                })
+            }
+        },
+    };
+    match outcome {
+        Err(_panic) => WriteMessagesReply::Failed(JournalError::storage("write", StorePanicked)),
+        Ok(Err(cause)) => WriteMessagesReply::Failed(cause),
+        Ok(Ok(results)) if results.len() != expected => {
             WriteMessagesReply::Failed(JournalError::ResultCountMismatch {
                 expected,
                 actual: results.len(),
             })
         }
-        Ok(Ok(Ok(results))) => WriteMessagesReply::Completed(results),
+        Ok(Ok(results)) => WriteMessagesReply::Completed(results),
     }
 }
 

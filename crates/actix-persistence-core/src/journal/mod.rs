@@ -21,5 +21,6 @@ pub use protocol::{
     DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages, TakeOwnership,
     WriteMessages, WriteMessagesReply,
 };
+pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;

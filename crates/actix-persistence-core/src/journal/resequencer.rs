@@ -1,4 +1,6 @@
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use actix::{Actor, Context, Handler, Message};
 use tokio::sync::oneshot;
@@ -7,9 +9,12 @@ use super::WriteMessagesReply;
 
 /// Releases the write replies of one write-reply-ordering group in the order the journal
 /// received the writes. Owns the replies that arrived early; talks only to the waiting actors.
+///
+/// The journal actor hands a reply straight to its actor, without this hop, when the reply is
+/// next in its group's order and none is queued here ([`ReplyOrder`]): the order is the same.
 #[derive(Debug, Default)]
 pub struct Resequencer {
-    next: u64,
+    order: ReplyOrder,
     early: BTreeMap<u64, Resequence>,
 }
 
@@ -17,6 +22,48 @@ impl Resequencer {
     /// A resequencer expecting write number 0 first.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A resequencer whose order the journal actor shares, to deliver in-order replies itself.
+    pub(crate) fn with_order(order: ReplyOrder) -> Self {
+        Resequencer {
+            order,
+            early: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where one group's reply order stands, shared by the journal actor and the group's
+/// resequencer (both live on the journal's arbiter): the number of the next reply to deliver,
+/// and how many replies were sent to the resequencer and are not delivered yet.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ReplyOrder {
+    next: Rc<Cell<u64>>,
+    queued: Rc<Cell<u64>>,
+}
+
+impl ReplyOrder {
+    /// Whether reply `seq` may go to its actor right away: every earlier reply of the group is
+    /// delivered and none waits in the resequencer (which then has nothing to release after
+    /// it either).
+    pub(crate) fn may_deliver_now(&self, seq: u64) -> bool {
+        self.next.get() == seq && self.queued.get() == 0
+    }
+
+    /// Delivers reply `seq`, which [`may_deliver_now`](Self::may_deliver_now) allowed.
+    pub(crate) fn deliver_now(&self, msg: Resequence) {
+        deliver(msg);
+        self.next.set(self.next.get() + 1);
+    }
+
+    /// Counts a reply sent to the resequencer.
+    pub(crate) fn queue(&self) {
+        self.queued.set(self.queued.get() + 1);
+    }
+
+    fn delivered_by_resequencer(&self) {
+        self.next.set(self.next.get() + 1);
+        self.queued.set(self.queued.get().saturating_sub(1));
     }
 }
 
@@ -43,15 +90,15 @@ impl Handler<Resequence> for Resequencer {
     type Result = ();
 
     fn handle(&mut self, msg: Resequence, _: &mut Context<Self>) {
-        if msg.seq != self.next {
+        if msg.seq != self.order.next.get() {
             self.early.insert(msg.seq, msg);
             return;
         }
         deliver(msg);
-        self.next += 1;
-        while let Some(ready) = self.early.remove(&self.next) {
+        self.order.delivered_by_resequencer();
+        while let Some(ready) = self.early.remove(&self.order.next.get()) {
             deliver(ready);
-            self.next += 1;
+            self.order.delivered_by_resequencer();
         }
     }
 }

@@ -323,9 +323,22 @@ pub trait PersistentActor: EventSourced {
         let (write, highest_seq_nr) = if events.is_empty() {
             (PendingWrite::None, 0)
         } else {
-            let serialized = events.iter().map(|e| serialize_caught(self, e)).collect();
-            let tags = events.iter().map(|e| self.tags(e)).collect();
-            self.persistence_mut().prepare_write(serialized, tags)
+            match self.persistence().next_seq_nr() {
+                Err(rejection) => (PendingWrite::Rejected(rejection), 0),
+                Ok(first) => {
+                    let serialized = events
+                        .iter()
+                        .map(|e| (serialize_caught(self, e), self.tags(e)));
+                    let (write, takes_seq_nrs) =
+                        self.persistence()
+                            .build_write(first, events.len(), serialized);
+                    let highest = first + events.len() as u64 - 1;
+                    if takes_seq_nrs {
+                        self.persistence_mut().take_seq_nrs(highest);
+                    }
+                    (write, highest)
+                }
+            }
         };
         let (tx, reply) = PersistReply::channel();
         let then: Continuation<Self> = Box::new(move |actor, outcome| match (actor, outcome) {

@@ -61,7 +61,8 @@ pub type PersistResult<R> = Result<R, PersistError>;
 enum Slot<R> {
     Empty,
     Done(PersistResult<R>),
-    Forward(Box<dyn FnOnce(PersistResult<R>)>),
+    /// The Actix sender of the message whose handler returned the reply.
+    Forward(OneshotSender<PersistResult<R>>),
     Awaited(Waker),
     Taken,
 }
@@ -93,7 +94,10 @@ impl<R> Drop for ReplySender<R> {
 fn fill<R>(slot: &SharedSlot<R>, outcome: PersistResult<R>) {
     let previous = std::mem::replace(&mut *slot.borrow_mut(), Slot::Taken);
     match previous {
-        Slot::Forward(forward) => forward(outcome),
+        Slot::Forward(sender) => {
+            // The asker may be gone; nobody waits for the outcome then.
+            let _ = sender.send(outcome);
+        }
         Slot::Awaited(waker) => {
             *slot.borrow_mut() = Slot::Done(outcome);
             waker.wake();
@@ -259,9 +263,7 @@ where
             }
             _ => {
                 // The continuation answers the sender directly when it runs.
-                *slot = Slot::Forward(Box::new(move |outcome| {
-                    let _ = tx.send(outcome);
-                }));
+                *slot = Slot::Forward(tx);
             }
         }
     }

@@ -312,39 +312,46 @@ impl<A: EventSourced> PersistenceState<A> {
         !self.batch.is_empty() || !self.in_flight.is_empty()
     }
 
-    /// Assigns sequence numbers to serialized events and builds their atomic write; the first
-    /// serialization error, or a field over the [limits](crate::limits), rejects the whole
-    /// atomic write before it is sent.
-    pub(crate) fn prepare_write(
-        &mut self,
-        serialized: Vec<Result<SerializedEvent, SerializationError>>,
-        tags: Vec<Vec<String>>,
-    ) -> (PendingWrite, u64) {
+    /// The first sequence number of the next write, or its rejection when recovery has not
+    /// completed (sequence numbers are not known yet). Nothing is taken yet: see
+    /// [`take_seq_nrs`](Self::take_seq_nrs); the write is built by
+    /// [`build_write`](Self::build_write), where the first serialization error, or a field over
+    /// the [limits](crate::limits), rejects the whole atomic write before it is sent.
+    pub(crate) fn next_seq_nr(&self) -> Result<u64, WriteRejection> {
         if !self.recovered {
-            let rejection = WriteRejection {
+            return Err(WriteRejection {
                 persistence_id: self.persistence_id.clone(),
                 seq_nr: 0,
                 reason: "persist before recovery completed: sequence numbers are not known yet \
                          (persist from a command handler or on_recovery_completed)"
                     .to_owned(),
-            };
-            return (PendingWrite::Rejected(rejection), 0);
+            });
         }
-        let first = self.assigned_seq_nr + 1;
-        self.assigned_seq_nr += serialized.len() as u64;
-        let highest = self.assigned_seq_nr;
-        (self.build_write(first, serialized, tags), highest)
+        Ok(self.assigned_seq_nr + 1)
     }
 
-    fn build_write(
+    /// Takes the sequence numbers up to `highest` for a write that is sent, or rejected before
+    /// it is sent for an unserializable event. A write over the [limits](crate::limits) takes
+    /// none: the next write gets them again.
+    pub(crate) fn take_seq_nrs(&mut self, highest: u64) {
+        self.assigned_seq_nr = highest;
+    }
+
+    /// Builds the atomic write of serialized events (each with its tags) numbered from
+    /// `first`; the first serialization error, or a field over the [limits](crate::limits),
+    /// rejects the whole atomic write. Also says whether the write takes its sequence numbers
+    /// (see [`take_seq_nrs`](Self::take_seq_nrs)): a write that is sent does, and so does one
+    /// with an unserializable event (its sequence numbers stay a gap that recovery tells from
+    /// deleted events); one over the limits does not (the next write gets them again).
+    pub(crate) fn build_write(
         &self,
         first: u64,
-        serialized: Vec<Result<SerializedEvent, SerializationError>>,
-        tags: Vec<Vec<String>>,
-    ) -> PendingWrite {
+        count: usize,
+        serialized: impl Iterator<Item = (Result<SerializedEvent, SerializationError>, Vec<String>)>,
+    ) -> (PendingWrite, bool) {
         let timestamp = now_millis();
-        let mut reprs = Vec::with_capacity(serialized.len());
-        for ((seq_nr, event), tags) in (first..).zip(serialized).zip(tags) {
+        let mut reprs = Vec::with_capacity(count);
+        for (seq_nr, (event, tags)) in (first..).zip(serialized) {
             match event {
                 Ok(event) => reprs.push(PersistentRepr {
                     persistence_id: self.persistence_id.clone(),
@@ -357,11 +364,12 @@ impl<A: EventSourced> PersistenceState<A> {
                     tags,
                 }),
                 Err(e) => {
-                    return PendingWrite::Rejected(WriteRejection {
+                    let rejection = WriteRejection {
                         persistence_id: self.persistence_id.clone(),
                         seq_nr,
                         reason: e.to_string(),
-                    })
+                    };
+                    return (PendingWrite::Rejected(rejection), true);
                 }
             }
         }
@@ -369,8 +377,8 @@ impl<A: EventSourced> PersistenceState<A> {
             .map(|write| write.with_fencing_token(self.fencing_token))
             .and_then(|write| write.check().map(|()| write));
         match write {
-            Ok(write) => PendingWrite::Ready(write),
-            Err(rejection) => PendingWrite::Rejected(rejection),
+            Ok(write) => (PendingWrite::Ready(write), true),
+            Err(rejection) => (PendingWrite::Rejected(rejection), false),
         }
     }
 }
