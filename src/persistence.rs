@@ -30,6 +30,14 @@ pub enum StartError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// `Persistence` was started outside a running Actix system (under `#[tokio::main]`, say):
+    /// its journal is an actor and needs one.
+    #[error(
+        "actix-persistence must be started inside a running Actix system: use #[actix::main] \
+         (or actix_persistence::main, or actix::System::new().block_on(..)) instead of \
+         #[tokio::main]"
+    )]
+    NoActixSystem,
     /// `journal.plugin` names a store this build was compiled without.
     #[error("journal.plugin = {plugin:?} is not available: enable the crate feature {feature:?}")]
     PluginNotCompiled {
@@ -68,7 +76,8 @@ impl Persistence {
     ///
     /// # Errors
     /// [`StartError::Config`] naming every bad setting, its value and where it came from;
-    /// [`StartError::Store`] when the store cannot be opened.
+    /// [`StartError::NoActixSystem`] outside a running Actix system (`#[tokio::main]` instead
+    /// of `#[actix::main]`); [`StartError::Store`] when the store cannot be opened.
     pub async fn start() -> Result<Self, StartError> {
         Self::start_from(Settings::loader()).await
     }
@@ -86,8 +95,12 @@ impl Persistence {
     /// [`Settings::loader`]).
     ///
     /// # Errors
+    /// [`StartError::NoActixSystem`] outside a running Actix system (nothing is opened then);
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start_with(settings: Settings) -> Result<Self, StartError> {
+        if actix::System::try_current().is_none() {
+            return Err(StartError::NoActixSystem);
+        }
         let stores = open_stores(&settings).await?;
         Ok(Self::start_with_stores(
             settings,
@@ -98,6 +111,10 @@ impl Persistence {
 
     /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
     /// testkit's controlled store). The plugin settings are ignored; the others apply.
+    ///
+    /// # Panics
+    /// Outside a running Actix system (Actix panics when the journal actor starts); the
+    /// `start*` functions that return a `Result` report [`StartError::NoActixSystem`] instead.
     pub fn start_with_stores(
         settings: Settings,
         store: Arc<dyn JournalStore>,
