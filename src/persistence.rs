@@ -307,5 +307,6 @@ fn postgres_options(settings: &Settings) -> PostgresJournalOptions {
         statement_timeout: postgres.statement_timeout,
         max_batch_size: settings.journal.max_batch_size.get(),
         replay_batch_size: replay_batch_size(settings),
+        schema: postgres.schema.clone(),
     }
 }

@@ -151,6 +151,10 @@ pub(crate) const KEYS: &[Key] = &[
         kind: Kind::Duration,
     },
     Key {
+        path: "journal.postgres.schema",
+        kind: Kind::String,
+    },
+    Key {
         path: "snapshot-store.plugin",
         kind: Kind::SnapshotPlugin,
     },

@@ -250,6 +250,10 @@ pub struct PostgresSettings {
     /// `journal.postgres.statement-timeout`: the server cancels a statement running longer,
     /// > 0. Default: 10 s. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__STATEMENT_TIMEOUT`.
     pub statement_timeout: Duration,
+    /// `journal.postgres.schema`: the PostgreSQL schema of the tables, created when missing and
+    /// set as every connection's `search_path`; empty for the connection's default. Default:
+    /// empty. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__SCHEMA`.
+    pub schema: String,
 }
 
 impl fmt::Debug for PostgresSettings {
@@ -259,6 +263,7 @@ impl fmt::Debug for PostgresSettings {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("schema", &self.schema)
             .finish()
     }
 }

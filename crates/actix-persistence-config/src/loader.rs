@@ -732,6 +732,9 @@ impl Merged {
         let postgres_max_connections = self.count_u32("journal.postgres.max-connections", problems);
         let acquire_timeout = self.duration("journal.postgres.acquire-timeout", problems);
         let statement_timeout = self.duration("journal.postgres.statement-timeout", problems);
+        let schema = self
+            .text("journal.postgres.schema", problems)
+            .map(|(schema, _)| schema);
         problems.extend(snapshot_problems);
         let snapshot_call_timeout = self.duration("snapshot-store.call-timeout", problems);
 
@@ -781,6 +784,7 @@ impl Merged {
                     max_connections: postgres_max_connections?,
                     acquire_timeout: acquire_timeout?,
                     statement_timeout: statement_timeout?,
+                    schema: schema?,
                 },
             },
             snapshot_store: SnapshotStoreSettings {

@@ -24,7 +24,8 @@ use crate::journal_common::{
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
-/// The schema migrations under `migrations/sqlite/`, embedded at compile time.
+/// The schema migrations under `migrations/sqlite/`, embedded at compile time, run by
+/// [`crate::migrate`] with bookkeeping of their own.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Default of [`SqliteJournalOptions::url`].
@@ -165,10 +166,7 @@ impl SqlitePools {
             options.max_connections,
             "the reader pool needs at least one connection",
         )?;
-        let connect_error = |source| SqlStoreError::Connect {
-            url: options.url.clone(),
-            source,
-        };
+        let connect_error = |source| SqlStoreError::connect(options.url.clone(), source);
         let base = SqliteConnectOptions::from_str(&options.url)
             .map_err(connect_error)?
             .busy_timeout(options.busy_timeout)
@@ -189,8 +187,7 @@ impl SqlitePools {
             )
             .await
             .map_err(connect_error)?;
-        MIGRATOR
-            .run(&writer)
+        crate::migrate::sqlite::run(&writer, &MIGRATOR)
             .await
             .map_err(|source| SqlStoreError::Migrate { source })?;
         let readers = SqlitePoolOptions::new()
