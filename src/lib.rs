@@ -75,13 +75,14 @@ pub use actix_persistence_config::{ConfigError, Settings};
 
 #[doc(inline)]
 pub use actix_persistence_core::persistent::{
-    start_recovery, Backoff, BackoffSupervisor, DeleteError, EventSourced, PersistError,
-    PersistReply, PersistResult, PersistenceState, PersistentActor, Recovery, RecoveryError,
-    RecoveryPermits, SnapshotPolicy, StopReason,
+    start_recovery, ActorFailure, ActorReplyFuture, Backoff, BackoffSupervisor, CommandError,
+    DeleteError, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
+    PersistentActor, PersistentAddr, Recovery, RecoveryError, RecoveryPermits, ReplyFuture,
+    SnapshotPolicy, StopReason, MAX_BUFFERED_COMMANDS,
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, serialization, snapshot, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
+    journal, persistent, serialization, snapshot, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
     InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and

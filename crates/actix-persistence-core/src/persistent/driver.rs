@@ -9,6 +9,7 @@ use actix::{ActorContext, ActorFuture, AsyncContext, Context};
 use tokio::sync::oneshot;
 use tracing::Span;
 
+use super::addr::ActorFailure;
 use super::recovery::{poll_recovery, Recovered, Recovering};
 use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor};
@@ -124,6 +125,8 @@ fn run<A: PersistentActor>(
                         act.on_recovery_completed(last_seq_nr, ctx);
                     }
                     Poll::Ready(Err(cause)) => {
+                        act.persistence()
+                            .record_failure(ActorFailure::Recovery(cause.clone()));
                         act.on_recovery_failure(&cause, ctx);
                         act.persistence_mut().driver_running = false;
                         act.persistence_mut().stop_reason = StopReason::RecoveryFailure;
@@ -277,6 +280,8 @@ fn deliver<A: PersistentActor>(
                 then(act, Err(PersistError::Rejected(rejection)), ctx);
             }
             Err(AtomicWriteError::Failed(cause)) => {
+                act.persistence()
+                    .record_failure(ActorFailure::Persist(cause.clone()));
                 act.on_persist_failure(&cause, ctx);
                 then(act, Err(PersistError::Failed(cause)), ctx);
                 stop_after_failure(act, ctx, StopReason::PersistFailure);

@@ -43,6 +43,7 @@
 //! after the recovery timeout without progress (default 30 s), and waits for one of the
 //! shared [`RecoveryPermits`] first when configured.
 
+mod addr;
 mod driver;
 mod recovery;
 mod reply;
@@ -54,6 +55,7 @@ use actix::{Actor, Context};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub use addr::{ActorFailure, CommandError, PersistentAddr};
 pub use recovery::{Recovery, RecoveryPermits};
 pub use reply::{ActorReplyFuture, PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use snapshots::SnapshotPolicy;
@@ -231,6 +233,14 @@ pub trait PersistentActor: EventSourced {
         self.persistence().persistence_id()
     }
 
+    /// Starts the actor (it recovers first) and returns a [`PersistentAddr`]: an address
+    /// whose senders learn why the actor is gone ([`CommandError::ActorStopped`] carrying
+    /// the [`RecoveryError`] or the failed write's [`JournalError`]) instead of Actix's bare
+    /// "mailbox closed".
+    fn start_persistent(self) -> PersistentAddr<Self> {
+        PersistentAddr::start(self)
+    }
+
     /// The highest sequence number recovered or assigned so far.
     fn last_seq_nr(&self) -> u64 {
         self.persistence().last_seq_nr()
@@ -239,7 +249,7 @@ pub trait PersistentActor: EventSourced {
     /// Persists `event` as one atomic write; once it is stored, applies it and runs `then`.
     ///
     /// The returned [`PersistReply`] yields `then`'s value, or why it did not run.
-    /// See the [module docs](self) for ordering and failure handling.
+    /// See the [module docs](crate::persistent) for ordering and failure handling.
     fn persist<R, F>(
         &mut self,
         ctx: &mut Context<Self>,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix::{Addr, Context};
 use tokio::sync::oneshot;
 
+use super::addr::{ActorFailure, FailureCell};
 use super::driver::DriverState;
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
@@ -81,6 +82,8 @@ pub struct PersistenceState<A: EventSourced> {
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
     stop_watch: Option<oneshot::Sender<StopReason>>,
+    /// Why the actor stopped on a failure, for its [`super::PersistentAddr`]s.
+    pub(crate) failure: FailureCell,
 }
 
 /// Why a persistent actor stopped, as a supervisor sees it.
@@ -134,6 +137,7 @@ impl<A: EventSourced> PersistenceState<A> {
             driver: DriverState::Idle,
             stop_reason: StopReason::Normal,
             stop_watch: None,
+            failure: FailureCell::default(),
         })
     }
 
@@ -200,6 +204,11 @@ impl<A: EventSourced> PersistenceState<A> {
     /// any). Events still being written are not counted.
     pub fn last_seq_nr(&self) -> u64 {
         self.last_seq_nr
+    }
+
+    /// Records why the actor stops, for its [`super::PersistentAddr`]s (the first cause wins).
+    pub(crate) fn record_failure(&self, failure: ActorFailure) {
+        let _ = self.failure.set(failure);
     }
 
     pub(crate) fn set_recovered_seq_nr(&mut self, seq_nr: u64) {
