@@ -1,9 +1,11 @@
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use actix::Addr;
+use actix::{Actor, Addr};
 use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader, SnapshotStorePlugin};
 use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
-use actix_persistence_core::persistent::RecoveryPermits;
+use actix_persistence_core::persistent::{InFlight, RecoveryPermits};
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
 use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
@@ -59,6 +61,20 @@ pub struct Persistence {
     journal: Addr<JournalActor>,
     snapshots: Arc<dyn SnapshotStore>,
     permits: RecoveryPermits,
+    in_flight: InFlight,
+    /// Close the pools of the stores this `Persistence` opened (none for stores of the caller).
+    closers: Arc<[Closer]>,
+}
+
+/// Closes one store's connection pool.
+type Closer = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
+fn closer<S: Clone + Send + Sync + 'static, F>(store: &S, close: fn(S) -> F) -> Closer
+where
+    F: Future<Output = ()> + 'static,
+{
+    let store = store.clone();
+    Box::new(move || Box::pin(close(store.clone())))
 }
 
 impl std::fmt::Debug for Persistence {
@@ -102,11 +118,44 @@ impl Persistence {
             return Err(StartError::NoActixSystem);
         }
         let stores = open_stores(&settings).await?;
-        Ok(Self::start_with_stores(
-            settings,
-            stores.journal,
-            stores.snapshots,
-        ))
+        let mut persistence = Self::start_with_stores(settings, stores.journal, stores.snapshots);
+        persistence.closers = stores.closers.into();
+        Ok(persistence)
+    }
+
+    /// Shuts down gracefully: waits for every write, snapshot save and delete under way (also
+    /// those started in the background by a snapshot policy), then closes the connection
+    /// pools of the stores it opened. Call it after the last command was answered, before the
+    /// process exits: a process that exits right after its last reply otherwise loses the
+    /// snapshot saves and deletes still running, and a SQLite database is left with its
+    /// `-wal` and `-shm` files.
+    ///
+    /// Waiting is bounded: every store call ends within its call timeout
+    /// (`journal.circuit-breaker.call-timeout`, `snapshot-store.call-timeout`). Persistent
+    /// actors may still run afterwards, but every write or read of theirs then fails. Stores
+    /// given to [`start_with_stores`](Self::start_with_stores) are waited for, not closed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn example() -> Result<(), actix_persistence::StartError> {
+    /// let persistence = actix_persistence::Persistence::start().await?;
+    /// // ... run the persistent actors ...
+    /// persistence.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.in_flight.idle().await;
+        for close in self.closers.iter() {
+            close().await;
+        }
+        tracing::debug!("actix-persistence shut down");
+    }
+
+    /// Writes, snapshot saves and deletes under way now (what [`shutdown`](Self::shutdown)
+    /// waits for).
+    pub fn work_in_flight(&self) -> usize {
+        self.in_flight.count()
     }
 
     /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
@@ -129,13 +178,18 @@ impl Persistence {
                 reset_timeout: breaker.reset_timeout,
             },
         };
-        let journal = JournalActor::start_with(store, config);
+        let in_flight = InFlight::new();
+        let journal = JournalActor::new(store, config)
+            .with_in_flight(in_flight.clone())
+            .start();
         let permits = RecoveryPermits::new(settings.journal.max_concurrent_recoveries.get());
         Persistence {
             settings: Arc::new(settings),
             journal,
             snapshots,
             permits,
+            in_flight,
+            closers: Arc::new([]),
         }
     }
 
@@ -172,7 +226,8 @@ impl Persistence {
                 self.settings.snapshot_store.call_timeout,
             )
             .with_recovery_permits(self.permits.clone())
-            .with_recovery_timeout(self.settings.journal.recovery_timeout);
+            .with_recovery_timeout(self.settings.journal.recovery_timeout)
+            .with_in_flight(self.in_flight.clone());
         Ok(state)
     }
 }
@@ -200,37 +255,56 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
             let store = SqliteJournal::connect(&sqlite_options(settings))
                 .await
                 .map_err(store_error("sqlite"))?;
-            Ok(Stores::new(store.clone(), store.snapshot_store()))
+            let close = closer(&store, |s: SqliteJournal| async move { s.close().await });
+            Ok(Stores::new(store.clone(), store.snapshot_store()).closing(close))
         }
         #[cfg(feature = "postgres")]
         (JournalPlugin::Postgres, SnapshotStorePlugin::Postgres) => {
             let store = PostgresJournal::connect(&postgres_options(settings))
                 .await
                 .map_err(store_error("postgres"))?;
-            Ok(Stores::new(store.clone(), store.snapshot_store()))
+            let close = closer(&store, |s: PostgresJournal| async move { s.close().await });
+            Ok(Stores::new(store.clone(), store.snapshot_store()).closing(close))
         }
-        _ => Ok(Stores {
-            journal: open_journal(settings).await?,
-            snapshots: open_snapshot_store(settings).await?,
-        }),
+        _ => {
+            let mut closers = Vec::new();
+            let journal = open_journal(settings, &mut closers).await?;
+            let snapshots = open_snapshot_store(settings, &mut closers).await?;
+            Ok(Stores {
+                journal,
+                snapshots,
+                closers,
+            })
+        }
     }
 }
 
-async fn open_journal(settings: &Settings) -> Result<Arc<dyn JournalStore>, StartError> {
+async fn open_journal(
+    settings: &Settings,
+    closers: &mut Vec<Closer>,
+) -> Result<Arc<dyn JournalStore>, StartError> {
     match settings.journal.plugin {
         JournalPlugin::InMemory => Ok(Arc::new(InMemoryJournal::new())),
         #[cfg(feature = "sqlite")]
-        JournalPlugin::Sqlite => Ok(Arc::new(
-            SqliteJournal::connect(&sqlite_options(settings))
+        JournalPlugin::Sqlite => {
+            let store = SqliteJournal::connect(&sqlite_options(settings))
                 .await
-                .map_err(store_error("sqlite"))?,
-        )),
+                .map_err(store_error("sqlite"))?;
+            closers.push(closer(&store, |s: SqliteJournal| async move {
+                s.close().await
+            }));
+            Ok(Arc::new(store))
+        }
         #[cfg(feature = "postgres")]
-        JournalPlugin::Postgres => Ok(Arc::new(
-            PostgresJournal::connect(&postgres_options(settings))
+        JournalPlugin::Postgres => {
+            let store = PostgresJournal::connect(&postgres_options(settings))
                 .await
-                .map_err(store_error("postgres"))?,
-        )),
+                .map_err(store_error("postgres"))?;
+            closers.push(closer(&store, |s: PostgresJournal| async move {
+                s.close().await
+            }));
+            Ok(Arc::new(store))
+        }
         #[allow(unreachable_patterns)]
         other => Err(StartError::PluginNotCompiled {
             plugin: plugin_name(&other),
@@ -239,21 +313,32 @@ async fn open_journal(settings: &Settings) -> Result<Arc<dyn JournalStore>, Star
     }
 }
 
-async fn open_snapshot_store(settings: &Settings) -> Result<Arc<dyn SnapshotStore>, StartError> {
+async fn open_snapshot_store(
+    settings: &Settings,
+    closers: &mut Vec<Closer>,
+) -> Result<Arc<dyn SnapshotStore>, StartError> {
     match settings.snapshot_store.plugin {
         SnapshotStorePlugin::InMemory => Ok(Arc::new(InMemorySnapshotStore::new())),
         #[cfg(feature = "sqlite")]
-        SnapshotStorePlugin::Sqlite => Ok(Arc::new(
-            SqliteSnapshotStore::connect(&sqlite_options(settings))
+        SnapshotStorePlugin::Sqlite => {
+            let store = SqliteSnapshotStore::connect(&sqlite_options(settings))
                 .await
-                .map_err(store_error("sqlite"))?,
-        )),
+                .map_err(store_error("sqlite"))?;
+            closers.push(closer(&store, |s: SqliteSnapshotStore| async move {
+                s.close().await
+            }));
+            Ok(Arc::new(store))
+        }
         #[cfg(feature = "postgres")]
-        SnapshotStorePlugin::Postgres => Ok(Arc::new(
-            PostgresSnapshotStore::connect(&postgres_options(settings))
+        SnapshotStorePlugin::Postgres => {
+            let store = PostgresSnapshotStore::connect(&postgres_options(settings))
                 .await
-                .map_err(store_error("postgres"))?,
-        )),
+                .map_err(store_error("postgres"))?;
+            closers.push(closer(&store, |s: PostgresSnapshotStore| async move {
+                s.close().await
+            }));
+            Ok(Arc::new(store))
+        }
         #[allow(unreachable_patterns)]
         other => Err(StartError::PluginNotCompiled {
             plugin: other.as_str(),
@@ -265,6 +350,7 @@ async fn open_snapshot_store(settings: &Settings) -> Result<Arc<dyn SnapshotStor
 struct Stores {
     journal: Arc<dyn JournalStore>,
     snapshots: Arc<dyn SnapshotStore>,
+    closers: Vec<Closer>,
 }
 
 impl Stores {
@@ -272,7 +358,13 @@ impl Stores {
         Stores {
             journal: Arc::new(journal),
             snapshots: Arc::new(snapshots),
+            closers: Vec::new(),
         }
+    }
+
+    fn closing(mut self, close: Closer) -> Self {
+        self.closers.push(close);
+        self
     }
 
     fn in_memory() -> Self {

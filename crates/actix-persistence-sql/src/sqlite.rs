@@ -199,8 +199,17 @@ impl SqlitePools {
     }
 
     pub(crate) async fn close(&self) {
-        self.writer.close().await;
+        // The writer last, after it moved every page of the WAL into the database file and
+        // removed the `-wal` and `-shm` files (WAL mode is turned on again at the next open).
+        // Best effort: with another process still using the file, the WAL stays, as it must.
         self.readers.close().await;
+        if let Err(error) = sqlx::raw_sql("PRAGMA journal_mode = DELETE")
+            .execute(&self.writer)
+            .await
+        {
+            tracing::debug!(%error, "SQLite journal: WAL not removed on close");
+        }
+        self.writer.close().await;
     }
 }
 

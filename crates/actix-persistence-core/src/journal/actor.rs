@@ -13,6 +13,7 @@ use super::{
     Resequence, Resequencer, WriteMessages, WriteMessagesReply,
 };
 use crate::error::{AtomicWriteError, JournalError};
+use crate::persistent::{InFlight, InFlightGuard};
 use crate::store::{AtomicWrite, JournalStore};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
@@ -46,6 +47,7 @@ pub struct JournalActor {
     config: JournalConfig,
     breaker: Arc<CircuitBreaker>,
     groups: Vec<Group>,
+    in_flight: Option<InFlight>,
 }
 
 struct Group {
@@ -61,7 +63,19 @@ impl JournalActor {
             breaker: Arc::new(CircuitBreaker::new(config.circuit_breaker)),
             config,
             groups: Vec::new(),
+            in_flight: None,
         }
+    }
+
+    /// Counts the store writes and deletes under way in `in_flight`, so a graceful shutdown
+    /// can wait for them before closing the store.
+    pub fn with_in_flight(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = Some(in_flight);
+        self
+    }
+
+    fn enter_work(&self) -> Option<InFlightGuard> {
+        self.in_flight.as_ref().map(InFlight::enter)
     }
 
     /// Starts a journal actor over `store` on the current arbiter.
@@ -111,6 +125,7 @@ impl Handler<WriteMessages> for JournalActor {
             to_seq_nr = msg.writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
         );
         let reply_to = msg.reply_to;
+        let work = self.enter_work();
         let mut write = Box::pin(
             async move {
                 let reply = write_batch(&*store, &breaker, msg.writes, timeout).await;
@@ -119,6 +134,7 @@ impl Handler<WriteMessages> for JournalActor {
                     reply,
                     reply_to,
                 });
+                drop(work);
             }
             .instrument(span),
         );
@@ -257,9 +273,12 @@ impl Handler<DeleteMessagesTo> for JournalActor {
         let store = Arc::clone(&self.store);
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
+        let work = self.enter_work();
         Box::pin(async move {
             let call = store.delete_messages_to(&msg.persistence_id, msg.to_seq_nr);
-            with_timeout(&breaker, "delete", timeout, call).await
+            let deleted = with_timeout(&breaker, "delete", timeout, call).await;
+            drop(work);
+            deleted
         })
     }
 }

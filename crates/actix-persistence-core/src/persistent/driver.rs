@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::addr::ActorFailure;
+use super::in_flight::InFlightGuard;
 use super::recovery::{poll_recovery, Recovered, Recovering};
 use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor};
@@ -51,6 +52,8 @@ pub(crate) enum DriverState {
         reply: oneshot::Receiver<WriteMessagesReply>,
         writes: usize,
         span: Span,
+        /// Held until the continuations ran (and started what they start).
+        work: Option<InFlightGuard>,
     },
 }
 
@@ -158,6 +161,7 @@ fn run<A: PersistentActor>(
                             reply,
                             writes,
                             span,
+                            work: act.persistence().enter_work(),
                         }
                     }
                 },
@@ -165,6 +169,7 @@ fn run<A: PersistentActor>(
                     reply,
                     writes,
                     span,
+                    work,
                 } => {
                     let results = match Pin::new(reply).poll(task) {
                         Poll::Pending => return Poll::Pending,
@@ -176,6 +181,7 @@ fn run<A: PersistentActor>(
                     };
                     let span = span.clone();
                     let _entered = span.enter();
+                    let _work = work.take();
                     *this = DriverState::Idle;
                     if !deliver(act, ctx, results) {
                         return Poll::Ready(());

@@ -45,6 +45,7 @@
 
 mod addr;
 mod driver;
+mod in_flight;
 mod recovery;
 mod reply;
 mod snapshots;
@@ -56,6 +57,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use addr::{ActorFailure, CommandError, PersistentAddr};
+pub use in_flight::{InFlight, InFlightGuard};
 pub use recovery::{Recovery, RecoveryPermits};
 pub use reply::{ActorReplyFuture, PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use snapshots::SnapshotPolicy;

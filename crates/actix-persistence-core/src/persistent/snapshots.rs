@@ -6,6 +6,7 @@ use std::time::Duration;
 use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
 
+use super::in_flight::InFlightGuard;
 use super::state::now_millis;
 use super::PersistentActor;
 use crate::error::JournalError;
@@ -115,15 +116,20 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         let call = store.save(metadata.clone(), snapshot);
         with_timeout("save", timeout, call).await.map(|()| metadata)
     };
+    let work = act.persistence().enter_work();
     ctx.spawn(
-        detached(save)
+        detached(save, act.persistence().enter_work())
             .into_actor(act)
-            .map(|saved, act, ctx| match saved {
-                Ok(metadata) => {
-                    act.on_snapshot_saved(&metadata, ctx);
-                    apply_retention(act, ctx, &metadata);
+            .map(move |saved, act, ctx| {
+                match saved {
+                    Ok(metadata) => {
+                        act.on_snapshot_saved(&metadata, ctx);
+                        apply_retention(act, ctx, &metadata);
+                    }
+                    Err(error) => act.on_snapshot_failure(&error, ctx),
                 }
-                Err(error) => act.on_snapshot_failure(&error, ctx),
+                // Ends after the deletes it started began.
+                drop(work);
             }),
     );
 }
@@ -146,11 +152,16 @@ fn apply_retention<A: PersistentActor>(
                 let call = store.delete_matching(&pid, SnapshotSelectionCriteria::up_to(older));
                 with_timeout("delete", timeout, call).await
             };
-            ctx.spawn(detached(delete).into_actor(act).map(|deleted, act, ctx| {
-                if let Err(error) = deleted {
-                    act.on_snapshot_failure(&error, ctx);
-                }
-            }));
+            let work = act.persistence().enter_work();
+            ctx.spawn(
+                detached(delete, work)
+                    .into_actor(act)
+                    .map(|deleted, act, ctx| {
+                        if let Err(error) = deleted {
+                            act.on_snapshot_failure(&error, ctx);
+                        }
+                    }),
+            );
         }
     }
     if policy.delete_events {
@@ -194,7 +205,12 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
         persistence_id: act.persistence_id().to_owned(),
         to_seq_nr: bound,
     });
-    let delete = async move { request.await.unwrap_or(Err(JournalError::JournalStopped)) };
+    let work = act.persistence().enter_work();
+    let delete = async move {
+        let deleted = request.await.unwrap_or(Err(JournalError::JournalStopped));
+        drop(work);
+        deleted
+    };
     ctx.spawn(
         delete
             .into_actor(act)
@@ -209,12 +225,16 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
 /// for a write (`ctx.wait` holds back the actor's own futures): a store that serializes calls,
 /// like SQLite's single writer, would otherwise wait for the write while the write waits for
 /// it. The returned future only hands the outcome back to the actor.
+///
+/// `work` is held until the store answered, also when the actor stopped meanwhile.
 fn detached<T: 'static>(
     call: impl std::future::Future<Output = Result<T, SnapshotError>> + 'static,
+    work: Option<InFlightGuard>,
 ) -> impl std::future::Future<Output = Result<T, SnapshotError>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix::spawn(async move {
         let _ = tx.send(call.await);
+        drop(work);
     });
     async move { rx.await.unwrap_or(Err(SnapshotError::Interrupted)) }
 }

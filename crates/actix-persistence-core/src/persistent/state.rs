@@ -9,6 +9,7 @@ use actix::{Addr, Context};
 use tokio::sync::oneshot;
 
 use super::addr::{ActorFailure, FailureCell};
+use super::in_flight::{InFlight, InFlightGuard};
 use super::driver::DriverState;
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
@@ -84,6 +85,8 @@ pub struct PersistenceState<A: EventSourced> {
     stop_watch: Option<oneshot::Sender<StopReason>>,
     /// Why the actor stopped on a failure, for its [`super::PersistentAddr`]s.
     pub(crate) failure: FailureCell,
+    /// Counts this actor's writes, snapshot saves and deletes for a graceful shutdown.
+    work: Option<InFlight>,
 }
 
 /// Why a persistent actor stopped, as a supervisor sees it.
@@ -138,6 +141,7 @@ impl<A: EventSourced> PersistenceState<A> {
             stop_reason: StopReason::Normal,
             stop_watch: None,
             failure: FailureCell::default(),
+            work: None,
         })
     }
 
@@ -170,6 +174,19 @@ impl<A: EventSourced> PersistenceState<A> {
     pub fn with_snapshot_policy(mut self, policy: SnapshotPolicy) -> Self {
         self.snapshot_policy = policy;
         self
+    }
+
+    /// Counts this actor's writes (until their continuations ran), snapshot saves and deletes
+    /// in `in_flight`, so a graceful shutdown can wait for them (the facade's `Persistence`
+    /// does this for every state it makes).
+    pub fn with_in_flight(mut self, in_flight: InFlight) -> Self {
+        self.work = Some(in_flight);
+        self
+    }
+
+    /// Counts one piece of work, when a counter is configured.
+    pub(crate) fn enter_work(&self) -> Option<InFlightGuard> {
+        self.work.as_ref().map(InFlight::enter)
     }
 
     /// A receiver told why the actor stopped, once its state is dropped (used by
