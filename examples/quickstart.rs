@@ -2,7 +2,9 @@
 //!
 //! Run it twice in the same folder: the second run recovers every account where the first
 //! ended. `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=0` (or `four`) makes it
-//! exit non-zero with the configuration error.
+//! exit non-zero with the configuration error. The library logs through `tracing`: this
+//! example prints its warnings and errors, `RUST_LOG=actix_persistence=debug` shows every
+//! recovery and write.
 
 use std::process::ExitCode;
 
@@ -12,6 +14,7 @@ use actix_persistence::{
 };
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
+use tracing_subscriber::EnvFilter;
 
 const ACCOUNTS: usize = 5;
 const COMMANDS: usize = 300;
@@ -151,16 +154,24 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         accounts[account].send(command)
     }))
     .await;
-    let mut persisted = 0;
+    let (mut persisted, mut refused) = (0, 0);
     for reply in replies {
         // A refused withdrawal persists nothing.
         if reply??.is_ok() {
             persisted += 1;
+        } else {
+            refused += 1;
         }
     }
 
     let end = summaries(&accounts).await?;
     print("end", &end);
+    println!(
+        "quickstart: {COMMANDS} commands, {refused} withdrawals refused for insufficient funds \
+         (they persist no event)"
+    );
+    // Waits for background snapshot saves and deletes, then closes the SQLite file cleanly.
+    persistence.shutdown().await;
     let recovered_events: u64 = recovered.iter().map(|s| s.recovered_events).sum();
     println!(
         "quickstart: recovered {recovered_events} events, persisted {persisted} events, {} accounts",
@@ -171,6 +182,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
 #[actix::main]
 async fn main() -> ExitCode {
+    // The library logs through `tracing`; without a subscriber nothing it logs is printed.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -54,7 +54,7 @@ impl RunMigrator for common::sqlite::SqliteDb {
     const JOURNAL_MIGRATIONS: &'static str = "migrations/sqlite";
 }
 
-#[cfg(feature = "test-util")]
+#[cfg(all(feature = "test-util", has_database_url))]
 impl RunMigrator for common::postgres::PostgresDb {
     async fn run(&self, migrator: &Migrator) -> Result<(), MigrateError> {
         let pool = sqlx::PgPool::connect(self.url()).await.expect("connect");
