@@ -89,6 +89,19 @@ pub use actix_persistence_core::{
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
 pub use actix_persistence_derive::PersistentActor;
 
+/// `#[derive(Message)]` with `#[rtype(result = "T")]`: implements `actix::Message` through
+/// this crate, so an application needs no `actix` dependency of its own for it.
+pub use actix_persistence_derive::Message;
+
+/// `#[actix_persistence::main]` on an `async fn main`: runs it in an Actix system (as
+/// `#[actix::main]`), which [`Persistence::start`] needs.
+pub use actix_persistence_derive::main;
+
+// The README's examples compile as doctests of this crate.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 #[doc(inline)]
 pub use actix_persistence_sql::WriteStats;
 #[doc(inline)]
