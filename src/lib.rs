@@ -78,12 +78,13 @@ pub use actix_persistence_core::persistent::{
     start_recovery, ActorFailure, ActorReplyFuture, Backoff, BackoffSupervisor, CommandError,
     DeleteError, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
     PersistentActor, PersistentAddr, Recovery, RecoveryError, RecoveryPermits, ReplyFuture,
-    SnapshotPolicy, StopReason, MAX_BUFFERED_COMMANDS,
+    SnapshotPolicy, Snapshotting, StopReason, MAX_BUFFERED_COMMANDS,
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, persistent, serialization, snapshot, store, AtomicWrite, AtomicWriteError, InMemoryJournal,
-    InvalidPersistenceId, JournalError, JournalStore, PersistentRepr, WriteRejection, MAX_SEQ_NR,
+    journal, persistent, serialization, snapshot, store, AtomicWrite, AtomicWriteError,
+    InMemoryJournal, InvalidPersistenceId, JournalError, JournalStore, PersistentRepr,
+    WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use actix::{Actor, Addr};
 use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader, SnapshotStorePlugin};
 use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
-use actix_persistence_core::persistent::{InFlight, RecoveryPermits};
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
+use actix_persistence_core::persistent::{InFlight, RecoveryPermits};
 use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
 use actix_persistence_sql::SqlStoreError;
@@ -290,9 +290,10 @@ async fn open_journal(
             let store = SqliteJournal::connect(&sqlite_options(settings))
                 .await
                 .map_err(store_error("sqlite"))?;
-            closers.push(closer(&store, |s: SqliteJournal| async move {
-                s.close().await
-            }));
+            closers.push(closer(
+                &store,
+                |s: SqliteJournal| async move { s.close().await },
+            ));
             Ok(Arc::new(store))
         }
         #[cfg(feature = "postgres")]

@@ -133,7 +133,10 @@ async fn a_normally_stopped_actor_is_reported_without_a_cause() {
     probe.send(Stop).await.expect("stops");
     h.seen_until(|s| matches!(s, Seen::Stopped { .. })).await;
     match probe.send(Inspect).await {
-        Err(CommandError::ActorStopped { cause: None, persistence_id }) => {
+        Err(CommandError::ActorStopped {
+            cause: None,
+            persistence_id,
+        }) => {
             assert_eq!(persistence_id, "quiet")
         }
         other => panic!("expected a normal stop, got {other:?}"),

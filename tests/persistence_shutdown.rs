@@ -25,7 +25,10 @@ async fn count(file: &Path, sql: &str) -> i64 {
     let mut conn = SqliteConnection::connect(&format!("sqlite:{}", file.display()))
         .await
         .expect("open the database again");
-    let n = sqlx::query_scalar(sql).fetch_one(&mut conn).await.expect(sql);
+    let n = sqlx::query_scalar(sql)
+        .fetch_one(&mut conn)
+        .await
+        .expect(sql);
     conn.close().await.expect("close");
     n
 }
@@ -38,7 +41,12 @@ async fn shutdown_waits_for_the_background_snapshot_and_deletes_then_closes_sqli
     let h = Harness::new(1);
     let policy = SnapshotPolicy::every(NonZeroU64::new(2).expect("2")).delete_events(true);
     let probe = h
-        .probe(persistence.state("cart-1").expect("id").with_snapshot_policy(policy))
+        .probe(
+            persistence
+                .state("cart-1")
+                .expect("id")
+                .with_snapshot_policy(policy),
+        )
         .start();
 
     // The second event crosses the snapshot interval: a snapshot save, then the deletion of
@@ -51,12 +59,20 @@ async fn shutdown_waits_for_the_background_snapshot_and_deletes_then_closes_sqli
     let wal = dir.path().join("events.db-wal");
     assert!(!wal.exists(), "the pools were closed: no WAL file is left");
     assert_eq!(
-        count(&file, "SELECT COUNT(*) FROM snapshot WHERE persistence_id = 'cart-1'").await,
+        count(
+            &file,
+            "SELECT COUNT(*) FROM snapshot WHERE persistence_id = 'cart-1'"
+        )
+        .await,
         1,
         "the background snapshot save finished before the pools closed"
     );
     assert_eq!(
-        count(&file, "SELECT COUNT(*) FROM journal WHERE persistence_id = 'cart-1'").await,
+        count(
+            &file,
+            "SELECT COUNT(*) FROM journal WHERE persistence_id = 'cart-1'"
+        )
+        .await,
         0,
         "the deletion of the covered events finished before the pools closed"
     );
@@ -74,7 +90,11 @@ async fn shutdown_with_nothing_under_way_returns_and_later_writes_fail() {
     persistence.shutdown().await;
     assert!(!dir.path().join("events.db-wal").exists());
     assert!(
-        probe.send(Persist(vec![named("b")])).await.expect("mailbox").is_err(),
+        probe
+            .send(Persist(vec![named("b")]))
+            .await
+            .expect("mailbox")
+            .is_err(),
         "the journal is closed"
     );
 }

@@ -233,7 +233,7 @@ fn env_var_naming_a_section_fails() {
 #[test]
 fn env_vars_without_the_prefix_are_ignored() {
     let settings = load_env(&[("PATH", "/usr/bin"), ("ACTIX_PERSISTENC", "1")])
-    .expect("unrelated variables are not settings");
+        .expect("unrelated variables are not settings");
     assert_eq!(settings, Settings::reference());
 }
 
@@ -382,7 +382,10 @@ fn misspelt_variable_outside_the_scheme_is_reported_with_the_closest_name() {
         problem.rule,
         "sets nothing; did you mean ACTIX_PERSISTENCE__JOURNAL__PLUGIN?"
     );
-    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_CONFIG_FILE", "/etc/app.toml")]));
+    let problem = only_problem(load_env(&[(
+        "ACTIX_PERSISTENCE_CONFIG_FILE",
+        "/etc/app.toml",
+    )]));
     assert_eq!(
         problem.rule,
         "sets nothing; did you mean ACTIX_PERSISTENCE_CONFIG?"
@@ -394,7 +397,9 @@ fn unrelated_variable_of_the_prefix_is_reported_without_a_guess() {
     let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_LOG", "debug")]));
     assert_eq!(problem.setting, "ACTIX_PERSISTENCE_LOG");
     assert!(
-        problem.rule.starts_with("sets nothing: settings are ACTIX_PERSISTENCE__<SECTION>__<KEY>"),
+        problem
+            .rule
+            .starts_with("sets nothing: settings are ACTIX_PERSISTENCE__<SECTION>__<KEY>"),
         "{}",
         problem.rule
     );

@@ -46,8 +46,11 @@ fn explicit_snapshot_store_overrides_the_journal() {
         settings.snapshot_store.plugin,
         SnapshotStorePlugin::InMemory
     );
-    let settings = load_env(&[(SNAPSHOT_PLUGIN_VAR, "same-as-journal"), (PLUGIN_VAR, "inmem")])
-        .expect("valid");
+    let settings = load_env(&[
+        (SNAPSHOT_PLUGIN_VAR, "same-as-journal"),
+        (PLUGIN_VAR, "inmem"),
+    ])
+    .expect("valid");
     assert_eq!(
         settings.snapshot_store.plugin,
         SnapshotStorePlugin::InMemory
@@ -74,7 +77,9 @@ fn postgres_journal_with_a_sqlite_snapshot_store_is_refused_naming_both_settings
         "{}",
         problem.rule
     );
-    assert!(problem.rule.contains("set snapshot-store.plugin to \"postgres\""));
+    assert!(problem
+        .rule
+        .contains("set snapshot-store.plugin to \"postgres\""));
 }
 
 #[test]
@@ -85,7 +90,9 @@ fn postgres_journal_with_an_in_memory_snapshot_store_is_refused() {
          [snapshot-store]\nplugin = \"inmem\"\n",
     ));
     assert_eq!(problem.setting, "snapshot-store.plugin");
-    assert!(problem.rule.contains("journal.plugin = \"postgres\" (from app)"));
+    assert!(problem
+        .rule
+        .contains("journal.plugin = \"postgres\" (from app)"));
 }
 
 #[test]

@@ -117,10 +117,12 @@ impl std::fmt::Display for ConnectFailure {
                 "no answer within {timeout_ms} ms: check the host, port and firewall"
             ),
             ConnectFailure::InvalidUrl => f.write_str("the URL does not parse"),
-            ConnectFailure::Tls => f.write_str("TLS negotiation failed: check sslmode and certificates"),
-            ConnectFailure::Other => f.write_str(
-                "check the URL (SQLite: that its directory exists and is writable)",
-            ),
+            ConnectFailure::Tls => {
+                f.write_str("TLS negotiation failed: check sslmode and certificates")
+            }
+            ConnectFailure::Other => {
+                f.write_str("check the URL (SQLite: that its directory exists and is writable)")
+            }
         }
     }
 }

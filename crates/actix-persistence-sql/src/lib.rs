@@ -90,8 +90,8 @@ mod sqlite_snapshot;
 pub mod test_util;
 
 pub use error::{ConnectFailure, SqlStoreError};
-pub use migrate::MIGRATIONS_TABLE;
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
+pub use migrate::MIGRATIONS_TABLE;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresJournal, PostgresJournalOptions};
 #[cfg(feature = "postgres")]

@@ -31,7 +31,9 @@ async fn app_migrator(dir: &Path) -> Migrator {
         "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer BIGINT NOT NULL);",
     )
     .expect("write migration");
-    Migrator::new(dir).await.expect("the application's migrations")
+    Migrator::new(dir)
+        .await
+        .expect("the application's migrations")
 }
 
 /// Runs a migrator the way an application does, on a pool of the test database.
@@ -88,9 +90,7 @@ async fn journal_works<B: TestBackend>(db: &B) {
     B::close(&journal).await;
 }
 
-async fn journal_starts_where_the_application_ran_its_own_sqlx_migrations_first<
-    B: RunMigrator,
->(
+async fn journal_starts_where_the_application_ran_its_own_sqlx_migrations_first<B: RunMigrator>(
     db: B,
 ) {
     let dir = tempfile::tempdir().unwrap();
@@ -106,9 +106,7 @@ async fn journal_starts_where_the_application_ran_its_own_sqlx_migrations_first<
     journal_works(&db).await;
 }
 
-async fn application_migrations_run_after_the_journal_created_its_tables<B: RunMigrator>(
-    db: B,
-) {
+async fn application_migrations_run_after_the_journal_created_its_tables<B: RunMigrator>(db: B) {
     journal_works(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let app = app_migrator(dir.path()).await;
@@ -130,7 +128,9 @@ async fn journal_adopts_its_records_from_sqlx_migrations_of_an_earlier_version<B
     let earlier = Migrator::new(Path::new(B::JOURNAL_MIGRATIONS))
         .await
         .expect("the journal's migrations");
-    db.run(&earlier).await.expect("the earlier version migrates");
+    db.run(&earlier)
+        .await
+        .expect("the earlier version migrates");
     let ours: Vec<i64> = earlier.iter().map(|m| m.version).collect();
     assert_eq!(sqlx_versions(&db).await, ours);
 

@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use actix_persistence_sql::{ConnectFailure, PostgresJournal, PostgresJournalOptions, SqlStoreError};
+use actix_persistence_sql::{
+    ConnectFailure, PostgresJournal, PostgresJournalOptions, SqlStoreError,
+};
 
 #[tokio::test]
 async fn empty_url_is_refused_before_connecting() {

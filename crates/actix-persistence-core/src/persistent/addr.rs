@@ -155,10 +155,7 @@ impl<A: Actor> PersistentAddr<A> {
         M: Message + Send + 'static,
         M::Result: Send,
     {
-        self.addr
-            .send(msg)
-            .await
-            .map_err(|e| self.mailbox_error(e))
+        self.addr.send(msg).await.map_err(|e| self.mailbox_error(e))
     }
 
     /// Sends a command whose handler persists (its result is a [`PersistResult`]) and waits

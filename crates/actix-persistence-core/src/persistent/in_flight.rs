@@ -84,7 +84,10 @@ mod tests {
         };
         drop(first);
         tokio::task::yield_now().await;
-        assert!(!waiter.is_finished(), "one piece of work is still under way");
+        assert!(
+            !waiter.is_finished(),
+            "one piece of work is still under way"
+        );
         drop(second);
         waiter.await.expect("idle once both ended");
         assert_eq!(in_flight.count(), 0);

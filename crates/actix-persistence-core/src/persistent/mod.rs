@@ -60,7 +60,7 @@ pub use addr::{ActorFailure, CommandError, PersistentAddr};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use recovery::{Recovery, RecoveryPermits};
 pub use reply::{ActorReplyFuture, PersistError, PersistReply, PersistResult, ReplyFuture};
-pub use snapshots::SnapshotPolicy;
+pub use snapshots::{SnapshotPolicy, Snapshotting};
 pub use state::{PersistenceState, StopReason};
 pub use supervisor::{Backoff, BackoffSupervisor, MAX_BUFFERED_COMMANDS};
 
@@ -68,7 +68,7 @@ use crate::error::{JournalError, WriteRejection};
 use crate::serialization::{
     from_json, to_json, SerializationError, SerializedEvent, JSON_SERIALIZER_ID,
 };
-use crate::snapshot::{SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata};
+use crate::snapshot::{SnapshotError, SnapshotMetadata};
 use crate::store::PersistentRepr;
 pub use snapshots::DeleteError;
 use state::{Continuation, Invocation, PendingWrite};
@@ -161,25 +161,13 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
         Vec::new()
     }
 
-    /// The actor's state as a snapshot, for [`PersistentActor::save_snapshot`] and the
-    /// snapshot policy. `None` (the default) means the actor takes no snapshots.
-    /// `SerializedSnapshot::json(&state)` is the usual body.
-    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
+    /// How this actor takes snapshots and restores them, both halves in one value; `None`
+    /// (the default) means it takes none. Used by [`PersistentActor::save_snapshot`], the
+    /// snapshot policy and recovery (a snapshot that cannot be restored fails recovery,
+    /// [`RecoveryError::Snapshot`]: events it covers may be deleted). Typically
+    /// `Some(Snapshotting::json(|cart: &Self| cart.items.clone(), |cart, items| cart.items = items))`.
+    fn snapshotting() -> Option<Snapshotting<Self>> {
         None
-    }
-
-    /// Restores the state from a snapshot during recovery, before the events after it are
-    /// replayed. An error fails recovery ([`RecoveryError::Snapshot`]): the documented rule,
-    /// since events covered by the snapshot may be deleted. The default refuses, so an actor
-    /// that saves snapshots must override it.
-    ///
-    /// # Errors
-    /// A [`SerializationError`] when the snapshot cannot be read.
-    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
-        Err(SerializationError::Deserialize {
-            seq_nr: snapshot.metadata.seq_nr,
-            reason: "this actor does not implement EventSourced::restore_snapshot".to_owned(),
-        })
     }
 
     /// Runs after a snapshot was saved.

@@ -16,6 +16,7 @@ use tracing::Span;
 use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
 use crate::journal::{JournalActor, ReplayMessages};
+use crate::serialization::SerializationError;
 use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
 use crate::store::{ReplayStream, MAX_SEQ_NR};
 
@@ -227,11 +228,19 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
         if let Some(snapshot) = found.snapshot {
             last = snapshot.metadata.seq_nr;
             recovery.span.record("snapshot_seq_nr", last);
-            act.restore_snapshot(&snapshot)
-                .map_err(|e| RecoveryError::Snapshot {
-                    persistence_id: act.persistence_id().to_owned(),
-                    reason: e.to_string(),
-                })?;
+            let restored = match A::snapshotting() {
+                Some(snapshotting) => snapshotting.restore(act, &snapshot),
+                None => Err(SerializationError::SnapshotDeserialize {
+                    seq_nr: last,
+                    reason: "this actor restores no snapshots: EventSourced::snapshotting \
+                             returns None"
+                        .to_owned(),
+                }),
+            };
+            restored.map_err(|e| RecoveryError::Snapshot {
+                persistence_id: act.persistence_id().to_owned(),
+                reason: e.to_string(),
+            })?;
         }
         recovery.span.record("highest_seq_nr", found.highest_seq_nr);
         act.persistence_mut().set_recovered_seq_nr(last);

@@ -11,7 +11,14 @@ use super::state::now_millis;
 use super::PersistentActor;
 use crate::error::JournalError;
 use crate::journal::DeleteMessagesTo;
-use crate::snapshot::{SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::serialization::SerializationError;
+use crate::snapshot::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria,
+};
 
 /// When a persistent actor takes snapshots by itself, and what it keeps (as Akka Typed's
 /// `RetentionCriteria.snapshotEvery`).
@@ -50,6 +57,77 @@ impl SnapshotPolicy {
             delete_events: delete,
             ..self
         }
+    }
+}
+
+/// How a persistent actor takes snapshots and restores them: both halves at once, so an
+/// actor cannot take snapshots it could not restore. Returned by
+/// [`EventSourced::snapshotting`](super::EventSourced::snapshotting).
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::persistent::Snapshotting;
+/// # struct Cart { items: Vec<String> }
+///
+/// // The cart's snapshot is its item list, stored with serde_json.
+/// let snapshotting: Snapshotting<Cart> = Snapshotting::json(
+///     |cart: &Cart| cart.items.clone(),
+///     |cart: &mut Cart, items: Vec<String>| cart.items = items,
+/// );
+/// # let _ = snapshotting;
+/// ```
+pub struct Snapshotting<A> {
+    take: Box<TakeFn<A>>,
+    restore: Box<RestoreFn<A>>,
+}
+
+type TakeFn<A> = dyn Fn(&A) -> Result<SerializedSnapshot, SerializationError>;
+type RestoreFn<A> = dyn Fn(&mut A, &SelectedSnapshot) -> Result<(), SerializationError>;
+
+impl<A> std::fmt::Debug for Snapshotting<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshotting").finish_non_exhaustive()
+    }
+}
+
+impl<A: 'static> Snapshotting<A> {
+    /// Snapshots as serde_json of the value `take` returns; `restore` gets that value back
+    /// during recovery.
+    pub fn json<S>(take: fn(&A) -> S, restore: fn(&mut A, S)) -> Self
+    where
+        S: Serialize + DeserializeOwned + 'static,
+    {
+        Snapshotting {
+            take: Box::new(move |actor| SerializedSnapshot::json(&take(actor))),
+            restore: Box::new(move |actor, snapshot| {
+                restore(actor, snapshot.json::<S>()?);
+                Ok(())
+            }),
+        }
+    }
+
+    /// Snapshots in a format of the caller's: `take` serializes the state, `restore` reads it
+    /// back (an error fails recovery with [`super::RecoveryError::Snapshot`]).
+    pub fn custom(
+        take: impl Fn(&A) -> Result<SerializedSnapshot, SerializationError> + 'static,
+        restore: impl Fn(&mut A, &SelectedSnapshot) -> Result<(), SerializationError> + 'static,
+    ) -> Self {
+        Snapshotting {
+            take: Box::new(take),
+            restore: Box::new(restore),
+        }
+    }
+
+    pub(crate) fn take(&self, actor: &A) -> Result<SerializedSnapshot, SerializationError> {
+        (self.take)(actor)
+    }
+
+    pub(crate) fn restore(
+        &self,
+        actor: &mut A,
+        snapshot: &SelectedSnapshot,
+    ) -> Result<(), SerializationError> {
+        (self.restore)(actor, snapshot)
     }
 }
 
@@ -95,19 +173,20 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         seq_nr: act.last_seq_nr(),
         timestamp: now_millis(),
     };
-    let snapshot = match act.snapshot() {
-        Some(Ok(snapshot)) => snapshot,
-        Some(Err(source)) => {
+    let Some(snapshotting) = A::snapshotting() else {
+        let reason = "this actor takes no snapshots: EventSourced::snapshotting returns None";
+        act.on_snapshot_failure(&not_supported(reason), ctx);
+        return;
+    };
+    let snapshot = match snapshotting.take(act) {
+        Ok(snapshot) => snapshot,
+        Err(source) => {
             let error = SnapshotError::Serialization {
                 persistence_id,
                 seq_nr: metadata.seq_nr,
                 source,
             };
             act.on_snapshot_failure(&error, ctx);
-            return;
-        }
-        None => {
-            act.on_snapshot_failure(&not_supported("EventSourced::snapshot returns None"), ctx);
             return;
         }
     };

@@ -9,8 +9,8 @@ use actix::{Addr, Context};
 use tokio::sync::oneshot;
 
 use super::addr::{ActorFailure, FailureCell};
-use super::in_flight::{InFlight, InFlightGuard};
 use super::driver::DriverState;
+use super::in_flight::{InFlight, InFlightGuard};
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
