@@ -74,6 +74,8 @@ pub use actix_persistence_config as config;
 pub use actix_persistence_config::{ConfigError, Settings};
 
 #[doc(inline)]
+pub use actix_persistence_core::journal::Unhealthy;
+#[doc(inline)]
 pub use actix_persistence_core::persistent::{
     start_recovery, ActorFailure, ActorReplyFuture, Backoff, BackoffSupervisor, CommandError,
     DeleteError, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
@@ -82,7 +84,7 @@ pub use actix_persistence_core::persistent::{
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, persistent, serialization, snapshot, store, AtomicWrite, AtomicWriteError,
+    journal, metrics, persistent, serialization, snapshot, store, AtomicWrite, AtomicWriteError,
     InMemoryJournal, InvalidPersistenceId, JournalError, JournalStore, PersistentRepr,
     WriteRejection, MAX_SEQ_NR,
 };

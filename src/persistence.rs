@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use actix::{Actor, Addr};
 use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader, SnapshotStorePlugin};
-use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
+use actix_persistence_core::journal::{
+    CheckHealth, CircuitBreakerConfig, JournalActor, JournalConfig, Unhealthy,
+};
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
 use actix_persistence_core::persistent::{InFlight, RecoveryPermits};
 use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
@@ -118,7 +120,8 @@ impl Persistence {
             return Err(StartError::NoActixSystem);
         }
         let stores = open_stores(&settings).await?;
-        let mut persistence = Self::start_with_stores(settings, stores.journal, stores.snapshots);
+        let store_name = settings.journal.plugin.as_str();
+        let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name);
         persistence.closers = stores.closers.into();
         Ok(persistence)
     }
@@ -169,6 +172,32 @@ impl Persistence {
         store: Arc<dyn JournalStore>,
         snapshots: Arc<dyn SnapshotStore>,
     ) -> Self {
+        Self::launch(settings, store, snapshots, "custom")
+    }
+
+    /// Whether the journal is ready to serve, for a readiness endpoint: its circuit breaker is
+    /// closed and its store answers a read within `journal.circuit-breaker.call-timeout`.
+    /// Nothing is written into the journal, and a failed check does not count against the
+    /// breaker.
+    ///
+    /// # Errors
+    /// [`Unhealthy::CircuitOpen`] while the breaker is open after repeated store failures;
+    /// [`Unhealthy::StoreUnreachable`] when the store fails or does not answer the read.
+    pub async fn health(&self) -> Result<(), Unhealthy> {
+        self.journal
+            .send(CheckHealth)
+            .await
+            .unwrap_or(Err(Unhealthy::StoreUnreachable(
+                actix_persistence_core::JournalError::JournalStopped,
+            )))
+    }
+
+    fn launch(
+        settings: Settings,
+        store: Arc<dyn JournalStore>,
+        snapshots: Arc<dyn SnapshotStore>,
+        store_name: &'static str,
+    ) -> Self {
         let breaker = &settings.journal.circuit_breaker;
         let config = JournalConfig {
             write_reply_ordering_groups: settings.journal.write_reply_ordering_groups,
@@ -181,6 +210,7 @@ impl Persistence {
         let in_flight = InFlight::new();
         let journal = JournalActor::new(store, config)
             .with_in_flight(in_flight.clone())
+            .with_store_name(store_name)
             .start();
         let permits = RecoveryPermits::new(settings.journal.max_concurrent_recoveries.get());
         Persistence {

@@ -26,6 +26,8 @@ use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
 /// of an atomic write are inserted.
 pub(crate) trait Dialect: Send + Sync + 'static {
+    /// The store's name in metrics (label `store`).
+    const METRICS_LABEL: &'static str;
     /// The sqlx database.
     type Db: Database;
     /// The column type of serializer ids.
@@ -214,6 +216,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                     return match tx.commit().await {
                         Ok(()) => {
                             counters.committed(writes.len());
+                            record_batch_size::<D>(writes.len());
                             settle(outcomes, None)
                         }
                         Err(e) => settle(outcomes, Some(storage(e))),
@@ -244,6 +247,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         match tx.commit().await {
             Ok(()) => {
                 counters.committed(stored);
+                record_batch_size::<D>(stored);
                 settle(outcomes, None)
             }
             // Nothing of the transaction is stored: PostgreSQL has ended it; SQLite's is rolled
@@ -507,4 +511,14 @@ where
             .map_err(|e| JournalError::storage("delete", e))?;
         Ok(())
     }
+}
+
+/// Reports one committed transaction's atomic writes
+/// ([`GROUP_COMMIT_BATCH_SIZE`](actix_persistence_core::metrics::GROUP_COMMIT_BATCH_SIZE)).
+fn record_batch_size<D: Dialect>(atomic_writes: usize) {
+    metrics::histogram!(
+        actix_persistence_core::metrics::GROUP_COMMIT_BATCH_SIZE,
+        "store" => D::METRICS_LABEL
+    )
+    .record(atomic_writes as f64);
 }

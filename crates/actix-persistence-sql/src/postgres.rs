@@ -397,6 +397,7 @@ fn holds_nul(text: &str) -> bool {
 }
 
 impl Dialect for PostgresDialect {
+    const METRICS_LABEL: &'static str = "postgres";
     type Db = Postgres;
     type SerializerId = i32;
     type Tags = Vec<String>;

@@ -321,6 +321,7 @@ pub(crate) struct PreparedWrite {
 }
 
 impl Dialect for SqliteDialect {
+    const METRICS_LABEL: &'static str = "sqlite";
     type Db = Sqlite;
     type SerializerId = i64;
     type Tags = String;

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use actix::{Actor, Addr, Context, Handler, ResponseFuture};
 use futures::FutureExt;
+use metrics::Histogram;
 use tracing::Instrument;
 
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use super::{
-    write_reply_ordering_group, DeleteMessagesTo, ReadHighestSequenceNr, Replay, ReplayMessages,
-    Resequence, Resequencer, WriteMessages, WriteMessagesReply,
+    write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
+    ReplayMessages, Resequence, Resequencer, Unhealthy, WriteMessages, WriteMessagesReply,
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
@@ -48,6 +49,10 @@ pub struct JournalActor {
     breaker: Arc<CircuitBreaker>,
     groups: Vec<Group>,
     in_flight: Option<InFlight>,
+    /// The label `store` of its metrics.
+    store_name: &'static str,
+    /// [`crate::metrics::PERSIST_LATENCY`] of this journal's store (registered on start).
+    persist_latency: Histogram,
 }
 
 struct Group {
@@ -64,7 +69,15 @@ impl JournalActor {
             config,
             groups: Vec::new(),
             in_flight: None,
+            store_name: "custom",
+            persist_latency: Histogram::noop(),
         }
+    }
+
+    /// Names the store in the metrics (label `store`, e.g. `"sqlite"`); `"custom"` unless set.
+    pub fn with_store_name(mut self, store: &'static str) -> Self {
+        self.store_name = store;
+        self
     }
 
     /// Counts the store writes and deletes under way in `in_flight`, so a graceful shutdown
@@ -92,10 +105,11 @@ impl Actor for JournalActor {
     type Context = Context<Self>;
 
     fn started(&mut self, _: &mut Context<Self>) {
+        self.persist_latency = persist_latency(self.store_name);
         let count = self.config.write_reply_ordering_groups.get();
         self.groups = (0..count)
-            .map(|_| Group {
-                resequencer: Resequencer::new().start(),
+            .map(|group| Group {
+                resequencer: Resequencer::for_group(group).start(),
                 next_seq: 0,
             })
             .collect();
@@ -126,9 +140,12 @@ impl Handler<WriteMessages> for JournalActor {
         );
         let reply_to = msg.reply_to;
         let work = self.enter_work();
+        let latency = self.persist_latency.clone();
         let mut write = Box::pin(
             async move {
+                let started = tokio::time::Instant::now();
                 let reply = write_batch(&*store, &breaker, msg.writes, timeout).await;
+                latency.record(started.elapsed().as_secs_f64());
                 resequencer.do_send(Resequence {
                     seq,
                     reply,
@@ -205,9 +222,46 @@ async fn call_store(
     }
 }
 
+fn persist_latency(store: &'static str) -> Histogram {
+    metrics::histogram!(crate::metrics::PERSIST_LATENCY, "store" => store)
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("the journal store panicked")]
 struct StorePanicked;
+
+impl Handler<CheckHealth> for JournalActor {
+    type Result = ResponseFuture<Result<(), Unhealthy>>;
+
+    fn handle(&mut self, _: CheckHealth, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
+        let timeout = self.call_timeout();
+        Box::pin(async move {
+            if let Some(retry_in) = breaker.open_for() {
+                return Err(Unhealthy::CircuitOpen { retry_in });
+            }
+            // A read, never a write; past the breaker, so a check never trips it.
+            let call = AssertUnwindSafe(store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0));
+            match tokio::time::timeout(timeout, call.catch_unwind()).await {
+                Ok(Ok(Ok(_))) => Ok(()),
+                Ok(Ok(Err(cause))) => Err(Unhealthy::StoreUnreachable(cause)),
+                Ok(Err(_panic)) => Err(Unhealthy::StoreUnreachable(JournalError::storage(
+                    "health check",
+                    StorePanicked,
+                ))),
+                Err(_) => Err(Unhealthy::StoreUnreachable(JournalError::Timeout {
+                    operation: "health check",
+                    timeout,
+                })),
+            }
+        })
+    }
+}
+
+/// The persistence id the health check reads the highest sequence number of (it need not
+/// exist).
+const HEALTH_CHECK_ID: &str = "actix-persistence-health-check";
 
 /// Awaits a store call with the journal's call timeout, through the circuit breaker.
 async fn with_timeout<T>(

@@ -18,8 +18,8 @@ pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
-    DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages, WriteMessages,
-    WriteMessagesReply,
+    CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
+    Unhealthy, WriteMessages, WriteMessagesReply,
 };
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix::Addr;
 use futures::future::LocalBoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{sleep_until, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 use tracing::Span;
 
 use super::{PersistentActor, RecoveryError};
@@ -95,6 +95,8 @@ struct Start {
     highest_seq_nr: u64,
     events: ReplayStream,
     permit: Option<OwnedSemaphorePermit>,
+    /// When the recovery got its permit, for [`crate::metrics::RECOVERY_DURATION`].
+    started: Instant,
 }
 
 /// The recovery in progress.
@@ -108,6 +110,8 @@ pub(crate) struct Recovering {
     replayed: u64,
     bounds: Recovery,
     pub(crate) span: Span,
+    /// When it got its permit (see [`Start::started`]).
+    started: Option<Instant>,
 }
 
 /// How recovery ended.
@@ -138,6 +142,7 @@ impl Recovering {
             timeout,
             replayed: 0,
             span,
+            started: None,
         }
     }
 
@@ -162,9 +167,16 @@ impl Recovering {
 /// the replay, each within the timeout.
 async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
     let permit = match &plan.permits {
-        Some(permits) => Arc::clone(&permits.0).acquire_owned().await.ok(),
+        Some(permits) => {
+            let waiting = metrics::gauge!(crate::metrics::RECOVERY_PERMITS_WAITING);
+            waiting.increment(1.0);
+            let permit = Arc::clone(&permits.0).acquire_owned().await.ok();
+            waiting.decrement(1.0);
+            permit
+        }
         None => None,
     };
+    let started = Instant::now();
     let pid = plan.persistence_id.clone();
     let timed_out = || RecoveryError::Timeout {
         persistence_id: pid.clone(),
@@ -206,11 +218,32 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         highest_seq_nr: replay.highest_seq_nr,
         events: replay.events,
         permit,
+        started,
     })
 }
 
-/// Drives recovery one step; yields the last sequence number when done.
+/// Drives recovery one step; yields the last sequence number when done, and reports its
+/// duration and the events it replayed ([`crate::metrics`]).
 pub(crate) fn poll_recovery<A: PersistentActor>(
+    recovery: &mut Recovering,
+    act: &mut A,
+    task: &mut TaskContext<'_>,
+) -> Poll<Result<Recovered, RecoveryError>> {
+    let polled = poll_recovery_steps(recovery, act, task);
+    if let Poll::Ready(outcome) = &polled {
+        if let Some(started) = recovery.started {
+            metrics::histogram!(crate::metrics::RECOVERY_DURATION)
+                .record(started.elapsed().as_secs_f64());
+        }
+        if outcome.is_ok() {
+            metrics::histogram!(crate::metrics::RECOVERY_EVENTS_REPLAYED)
+                .record(recovery.replayed as f64);
+        }
+    }
+    polled
+}
+
+fn poll_recovery_steps<A: PersistentActor>(
     recovery: &mut Recovering,
     act: &mut A,
     task: &mut TaskContext<'_>,
@@ -224,6 +257,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
         };
         recovery.start = None;
         recovery._permit = found.permit;
+        recovery.started = Some(found.started);
         let mut last = 0;
         if let Some(snapshot) = found.snapshot {
             last = snapshot.metadata.seq_nr;
