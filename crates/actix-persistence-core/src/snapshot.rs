@@ -178,8 +178,8 @@ pub enum SnapshotError {
         #[source]
         source: SerializationError,
     },
-    /// The actor has no snapshot store, or does not implement
-    /// `EventSourced::snapshot`.
+    /// The actor has no snapshot store, or takes no snapshots (`EventSourced::snapshotting`
+    /// returns `None`).
     #[error("{persistence_id:?} cannot save snapshots: {reason}")]
     NotSupported {
         /// Whose snapshot.

@@ -36,7 +36,8 @@
 //!
 //! # Snapshots and recovery
 //! With a snapshot store ([`PersistenceState::with_snapshot_store`]), recovery loads the newest
-//! snapshot matching its [`Recovery`] criteria, hands it to [`EventSourced::restore_snapshot`],
+//! snapshot matching its [`Recovery`] criteria, restores it with the actor's
+//! [`Snapshotting`] ([`EventSourced::snapshotting`]),
 //! then replays only the events after it, streamed in batches. A snapshot that cannot be read
 //! fails recovery ([`RecoveryError::Snapshot`]) instead of replaying from the start, because
 //! the events it covers may have been deleted. Recovery fails with [`RecoveryError::Timeout`]
@@ -292,7 +293,8 @@ pub trait PersistentActor: EventSourced {
         reply
     }
 
-    /// Saves [`EventSourced::snapshot`] as the snapshot at [`last_seq_nr`](Self::last_seq_nr)
+    /// Saves the actor's state ([`EventSourced::snapshotting`]) as the snapshot at
+    /// [`last_seq_nr`](Self::last_seq_nr)
     /// in the background; [`EventSourced::on_snapshot_saved`] or
     /// [`EventSourced::on_snapshot_failure`] runs when the store answered. Commands are not
     /// held back meanwhile.
