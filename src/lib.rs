@@ -119,7 +119,8 @@
 //!
 //! # Crates
 //! - `actix-persistence-core`: persistent actors, the journal protocol and actor, resequencers,
-//!   store traits, the in-memory store;
+//!   store traits, the in-memory store, persistence queries ([`query`], reached through
+//!   [`Persistence::query`]);
 //! - `actix-persistence-config`: settings from `reference.toml`, a file and env vars;
 //! - `actix-persistence-sql`: the SQLite (feature `sqlite`) and PostgreSQL (feature
 //!   `postgres`) journals and snapshot stores, both on by default;
@@ -145,7 +146,13 @@ pub use actix_persistence_core::persistent::{
     start_recovery, ActorFailure, ActorReplyFuture, Backoff, BackoffSupervisor, CommandError,
     DeleteError, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
     PersistentActor, PersistentAddr, Recovery, RecoveryError, RecoveryPermits, ReplyFuture,
-    SnapshotPolicy, Snapshotting, StopReason, MAX_BUFFERED_COMMANDS,
+    SnapshotPolicy, Snapshotting, StopReason, MAX_BUFFERED_COMMANDS, REPLAY_EVENTS_PER_POLL,
+};
+#[doc(inline)]
+pub use actix_persistence_core::query;
+#[doc(inline)]
+pub use actix_persistence_core::query::{
+    EnvelopeStreamExt, EventEnvelope, Offset, QueryError, QueryStore, ReadJournal,
 };
 #[doc(inline)]
 pub use actix_persistence_core::{

@@ -9,6 +9,7 @@ use actix_persistence_core::journal::{
 };
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
 use actix_persistence_core::persistent::{InFlight, RecoveryPermits};
+use actix_persistence_core::query::{QueryError, QuerySettings, QueryStore, ReadJournal};
 use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
 use actix_persistence_sql::SqlStoreError;
@@ -64,6 +65,7 @@ pub struct Persistence {
     snapshots: Arc<dyn SnapshotStore>,
     permits: RecoveryPermits,
     in_flight: InFlight,
+    query: Option<ReadJournal>,
     /// Close the pools of the stores this `Persistence` opened (none for stores of the caller).
     closers: Arc<[Closer]>,
 }
@@ -121,7 +123,8 @@ impl Persistence {
         }
         let stores = open_stores(&settings).await?;
         let store_name = settings.journal.plugin.as_str();
-        let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name);
+        let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name)
+            .with_query_store(stores.query);
         persistence.closers = stores.closers.into();
         Ok(persistence)
     }
@@ -219,8 +222,29 @@ impl Persistence {
             snapshots,
             permits,
             in_flight,
+            query: None,
             closers: Arc::new([]),
         }
+    }
+
+    /// Answers [`query`](Self::query) from `store` (usually the journal store given to
+    /// [`start_with_stores`](Self::start_with_stores)), with the `[query]` settings.
+    pub fn with_query_store(mut self, store: Arc<dyn QueryStore>) -> Self {
+        let settings = query_settings(&self.settings);
+        self.query = Some(ReadJournal::from_arc(store, settings));
+        self
+    }
+
+    /// The persistence queries over the journal (events by persistence id, by slices, by tag;
+    /// persistence ids), configured by the `[query]` settings (as Akka's
+    /// `PersistenceQuery(system).readJournalFor`).
+    ///
+    /// # Errors
+    /// [`QueryError::Unsupported`] when the journal store was given with
+    /// [`start_with_stores`](Self::start_with_stores) and no query store was added with
+    /// [`with_query_store`](Self::with_query_store). The built-in stores always answer.
+    pub fn query(&self) -> Result<ReadJournal, QueryError> {
+        self.query.clone().ok_or(QueryError::Unsupported)
     }
 
     /// The validated settings in force.
@@ -286,7 +310,8 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
                 .await
                 .map_err(store_error("sqlite"))?;
             let close = closer(&store, |s: SqliteJournal| async move { s.close().await });
-            Ok(Stores::new(store.clone(), store.snapshot_store()).closing(close))
+            let snapshots = store.snapshot_store();
+            Ok(Stores::new(store, snapshots).closing(close))
         }
         #[cfg(feature = "postgres")]
         (JournalPlugin::Postgres, SnapshotStorePlugin::Postgres) => {
@@ -294,14 +319,16 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
                 .await
                 .map_err(store_error("postgres"))?;
             let close = closer(&store, |s: PostgresJournal| async move { s.close().await });
-            Ok(Stores::new(store.clone(), store.snapshot_store()).closing(close))
+            let snapshots = store.snapshot_store();
+            Ok(Stores::new(store, snapshots).closing(close))
         }
         _ => {
             let mut closers = Vec::new();
-            let journal = open_journal(settings, &mut closers).await?;
+            let (journal, query) = open_journal(settings, &mut closers).await?;
             let snapshots = open_snapshot_store(settings, &mut closers).await?;
             Ok(Stores {
                 journal,
+                query,
                 snapshots,
                 closers,
             })
@@ -309,12 +336,13 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
     }
 }
 
+/// The journal store `settings` choose, also as the store its queries read.
 async fn open_journal(
     settings: &Settings,
     closers: &mut Vec<Closer>,
-) -> Result<Arc<dyn JournalStore>, StartError> {
+) -> Result<JournalAndQuery, StartError> {
     match settings.journal.plugin {
-        JournalPlugin::InMemory => Ok(Arc::new(InMemoryJournal::new())),
+        JournalPlugin::InMemory => Ok(shared(InMemoryJournal::new())),
         #[cfg(feature = "sqlite")]
         JournalPlugin::Sqlite => {
             let store = SqliteJournal::connect(&sqlite_options(settings))
@@ -324,7 +352,7 @@ async fn open_journal(
                 &store,
                 |s: SqliteJournal| async move { s.close().await },
             ));
-            Ok(Arc::new(store))
+            Ok(shared(store))
         }
         #[cfg(feature = "postgres")]
         JournalPlugin::Postgres => {
@@ -334,7 +362,7 @@ async fn open_journal(
             closers.push(closer(&store, |s: PostgresJournal| async move {
                 s.close().await
             }));
-            Ok(Arc::new(store))
+            Ok(shared(store))
         }
         #[allow(unreachable_patterns)]
         other => Err(StartError::PluginNotCompiled {
@@ -342,6 +370,13 @@ async fn open_journal(
             feature: plugin_name(&other),
         }),
     }
+}
+
+type JournalAndQuery = (Arc<dyn JournalStore>, Arc<dyn QueryStore>);
+
+fn shared<S: QueryStore>(store: S) -> JournalAndQuery {
+    let store = Arc::new(store);
+    (store.clone(), store)
 }
 
 async fn open_snapshot_store(
@@ -380,14 +415,17 @@ async fn open_snapshot_store(
 
 struct Stores {
     journal: Arc<dyn JournalStore>,
+    query: Arc<dyn QueryStore>,
     snapshots: Arc<dyn SnapshotStore>,
     closers: Vec<Closer>,
 }
 
 impl Stores {
-    fn new(journal: impl JournalStore, snapshots: impl SnapshotStore) -> Self {
+    fn new(journal: impl QueryStore, snapshots: impl SnapshotStore) -> Self {
+        let (journal, query) = shared(journal);
         Stores {
-            journal: Arc::new(journal),
+            journal,
+            query,
             snapshots: Arc::new(snapshots),
             closers: Vec::new(),
         }
@@ -400,6 +438,16 @@ impl Stores {
 
     fn in_memory() -> Self {
         Self::new(InMemoryJournal::new(), InMemorySnapshotStore::new())
+    }
+}
+
+/// The `[query]` settings as the queries take them.
+fn query_settings(settings: &Settings) -> QuerySettings {
+    let query = &settings.query;
+    QuerySettings {
+        refresh_interval: query.refresh_interval,
+        late_commit_window: query.late_commit_window,
+        page_size: query.page_size.get(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! A probe persistent actor that reports everything it sees, for ordering tests.
 #![allow(dead_code)]
 
+pub mod ledger;
+
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;

@@ -162,6 +162,18 @@ pub(crate) const KEYS: &[Key] = &[
         path: "snapshot-store.call-timeout",
         kind: Kind::Duration,
     },
+    Key {
+        path: "query.refresh-interval",
+        kind: Kind::Duration,
+    },
+    Key {
+        path: "query.late-commit-window",
+        kind: Kind::Duration,
+    },
+    Key {
+        path: "query.page-size",
+        kind: Kind::Count { max: U32_MAX },
+    },
 ];
 
 /// Every section (a TOML table holding settings).
@@ -171,6 +183,7 @@ pub(crate) const SECTIONS: &[&str] = &[
     "journal.sqlite",
     "journal.postgres",
     "snapshot-store",
+    "query",
 ];
 
 pub(crate) fn key(path: &str) -> Option<&'static Key> {

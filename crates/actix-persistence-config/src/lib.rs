@@ -104,6 +104,23 @@ pub struct Settings {
     pub journal: JournalSettings,
     /// `[snapshot-store]`: where snapshots are kept.
     pub snapshot_store: SnapshotStoreSettings,
+    /// `[query]`: persistence queries.
+    pub query: QuerySettings,
+}
+
+/// `[query]`: persistence queries (the read side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuerySettings {
+    /// `query.refresh-interval`: how often a live query looks for new events, > 0. Default:
+    /// 500 ms. Env: `ACTIX_PERSISTENCE__QUERY__REFRESH_INTERVAL`.
+    pub refresh_interval: Duration,
+    /// `query.late-commit-window`: how long a write's transaction may take from insert to
+    /// commit and still be delivered by queries by slice and by tag that delivered later
+    /// events, > 0. Default: 2 s. Env: `ACTIX_PERSISTENCE__QUERY__LATE_COMMIT_WINDOW`.
+    pub late_commit_window: Duration,
+    /// `query.page-size`: events read per database query. Default: 1000.
+    /// Env: `ACTIX_PERSISTENCE__QUERY__PAGE_SIZE`.
+    pub page_size: NonZeroU32,
 }
 
 /// `[journal]`: the event journal.

@@ -20,8 +20,9 @@ use crate::keys::{
     self, Kind, CONFIG_FILE_ENV, DATABASE_URL_ENV, GROUPS, MAX_GROUPS, POSTGRES_URL,
 };
 use crate::{
-    CircuitBreakerSettings, JournalPlugin, JournalSettings, PostgresSettings, Settings,
-    SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings, REFERENCE_TOML, SAME_AS_JOURNAL,
+    CircuitBreakerSettings, JournalPlugin, JournalSettings, PostgresSettings, QuerySettings,
+    Settings, SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings, REFERENCE_TOML,
+    SAME_AS_JOURNAL,
 };
 
 /// Builds [`Settings`] from layers, later wins: `reference.toml`, user TOML files, inline TOML,
@@ -737,6 +738,9 @@ impl Merged {
             .map(|(schema, _)| schema);
         problems.extend(snapshot_problems);
         let snapshot_call_timeout = self.duration("snapshot-store.call-timeout", problems);
+        let refresh_interval = self.duration("query.refresh-interval", problems);
+        let late_commit_window = self.duration("query.late-commit-window", problems);
+        let page_size = self.count_u32("query.page-size", problems);
 
         // The limit rule, on merged values: only when both are valid integers on their own.
         let mut groups_ok = groups.is_some();
@@ -790,6 +794,11 @@ impl Merged {
             snapshot_store: SnapshotStoreSettings {
                 plugin: snapshot_plugin?,
                 call_timeout: snapshot_call_timeout?,
+            },
+            query: QuerySettings {
+                refresh_interval: refresh_interval?,
+                late_commit_window: late_commit_window?,
+                page_size: page_size?,
             },
         })
     }

@@ -352,7 +352,7 @@ fn bare_prefix_variable_fails_naming_the_variable() {
     assert_eq!(problem.value, "\"1\"");
     assert_eq!(
         problem.rule,
-        "is not a known setting; the known top-level keys are: journal, snapshot-store"
+        "is not a known setting; the known top-level keys are: journal, snapshot-store, query"
     );
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use actix_persistence_config::{
     env_var, keys, CircuitBreakerSettings, JournalPlugin, JournalSettings, PostgresSettings,
-    Settings, SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings, REFERENCE_TOML,
+    QuerySettings, Settings, SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings,
+    REFERENCE_TOML,
 };
 
 fn root_reference() -> String {
@@ -106,6 +107,13 @@ const CHANGES: &[(&str, &str, Check)] = &[
     ("snapshot-store.call-timeout", "\"3s\"", |s| {
         s.snapshot_store.call_timeout == Duration::from_secs(3)
     }),
+    ("query.refresh-interval", "\"50ms\"", |s| {
+        s.query.refresh_interval == Duration::from_millis(50)
+    }),
+    ("query.late-commit-window", "\"7s\"", |s| {
+        s.query.late_commit_window == Duration::from_secs(7)
+    }),
+    ("query.page-size", "64", |s| s.query.page_size.get() == 64),
 ];
 
 fn inline_toml(key: &str, value: &str) -> String {
@@ -150,6 +158,11 @@ fn reference_parses_into_the_documented_defaults() {
         snapshot_store: SnapshotStoreSettings {
             plugin: SnapshotStorePlugin::Sqlite,
             call_timeout: Duration::from_secs(10),
+        },
+        query: QuerySettings {
+            refresh_interval: Duration::from_millis(500),
+            late_commit_window: Duration::from_secs(2),
+            page_size: NonZeroU32::new(1000).expect("non-zero"),
         },
     };
     assert_eq!(Settings::reference(), expected);

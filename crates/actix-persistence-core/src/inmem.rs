@@ -1,28 +1,54 @@
 //! An in-memory journal store, for tests and benchmarks. Nothing survives the process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use futures::stream;
 
 use crate::error::JournalError;
+use crate::query::{
+    slice_for_persistence_id, wall_clock_micros, EventKey, EventsRequest, QueryStore, StoredEvent,
+    WriteNotifications, WriteNotifier,
+};
 use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream};
 
 #[derive(Debug, Default)]
 struct Events {
-    stored: BTreeMap<u64, PersistentRepr>,
+    /// Per sequence number: the event and its timestamp (microseconds, see [`Journal::clock`]).
+    stored: BTreeMap<u64, (PersistentRepr, i64)>,
     highest: u64,
 }
 
-/// A [`JournalStore`] kept in memory. Cheap to clone: clones share the same events.
+#[derive(Debug, Default)]
+struct Journal {
+    ids: HashMap<String, Events>,
+    /// Every stored event in query order.
+    by_time: BTreeSet<EventKey>,
+    /// The last timestamp given: timestamps never go down, so commit order is timestamp order.
+    last_timestamp: i64,
+}
+
+impl Journal {
+    /// The wall clock in microseconds, but never below the last timestamp given.
+    fn clock(&mut self) -> i64 {
+        self.last_timestamp = self.last_timestamp.max(wall_clock_micros());
+        self.last_timestamp
+    }
+}
+
+/// A [`JournalStore`] and [`QueryStore`] kept in memory. Cheap to clone: clones share the same
+/// events.
 ///
 /// Behaves as the SQL stores do: atomic writes are all or nothing, a sequence number that is
 /// already stored fails with [`JournalError::ConcurrentWrite`], and deletes keep the highest
-/// sequence number.
+/// sequence number. Every write is committed under one lock, with a timestamp that never
+/// goes down, and notifies the live queries.
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryJournal {
-    inner: Arc<Mutex<HashMap<String, Events>>>,
+    inner: Arc<Mutex<Journal>>,
+    notifier: WriteNotifier,
 }
 
 impl InMemoryJournal {
@@ -31,7 +57,7 @@ impl InMemoryJournal {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Events>> {
+    fn lock(&self) -> MutexGuard<'_, Journal> {
         // A panic while holding this lock cannot leave the map half-updated (every update is
         // a check followed by infallible inserts), so a poisoned lock is still consistent.
         self.inner
@@ -43,7 +69,10 @@ impl InMemoryJournal {
     fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
         write.check_shape()?;
         let mut journal = self.lock();
+        let timestamp = journal.clock();
+        let journal = &mut *journal;
         let events = journal
+            .ids
             .entry(write.persistence_id().to_owned())
             .or_default();
         if let Some(taken) = write
@@ -59,7 +88,12 @@ impl InMemoryJournal {
         }
         events.highest = events.highest.max(write.highest_seq_nr());
         for event in write.events {
-            events.stored.insert(event.seq_nr, event);
+            journal.by_time.insert(EventKey {
+                timestamp,
+                persistence_id: event.persistence_id.clone(),
+                seq_nr: event.seq_nr,
+            });
+            events.stored.insert(event.seq_nr, (event, timestamp));
         }
         Ok(())
     }
@@ -71,17 +105,21 @@ impl JournalStore for InMemoryJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(writes.into_iter().map(|w| self.write_atomic(w)).collect())
+        let results: Vec<_> = writes.into_iter().map(|w| self.write_atomic(w)).collect();
+        if results.iter().any(Result::is_ok) {
+            self.notifier.notify();
+        }
+        Ok(results)
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
         let journal = self.lock();
-        let events: Vec<_> = match journal.get(pid) {
+        let events: Vec<_> = match journal.ids.get(pid) {
             Some(events) if from <= to => events
                 .stored
                 .range(from..=to)
                 .take(usize::try_from(max).unwrap_or(usize::MAX))
-                .map(|(_, e)| Ok(e.clone()))
+                .map(|(_, (e, _))| Ok(e.clone()))
                 .collect(),
             _ => Vec::new(),
         };
@@ -89,16 +127,97 @@ impl JournalStore for InMemoryJournal {
     }
 
     async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
-        Ok(self.lock().get(pid).map(|e| e.highest).unwrap_or(0))
+        Ok(self.lock().ids.get(pid).map(|e| e.highest).unwrap_or(0))
     }
 
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        if let Some(events) = self.lock().get_mut(pid) {
-            events.stored = events.stored.split_off(&to.saturating_add(1));
-            if to == u64::MAX {
-                events.stored.clear();
+        let mut journal = self.lock();
+        let journal = &mut *journal;
+        if let Some(events) = journal.ids.get_mut(pid) {
+            let kept = if to == u64::MAX {
+                BTreeMap::new()
+            } else {
+                events.stored.split_off(&(to + 1))
+            };
+            let deleted = std::mem::replace(&mut events.stored, kept);
+            for (seq_nr, (_, timestamp)) in deleted {
+                journal.by_time.remove(&EventKey {
+                    timestamp,
+                    persistence_id: pid.to_owned(),
+                    seq_nr,
+                });
             }
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl QueryStore for InMemoryJournal {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        Ok(self.lock().clock())
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let journal = self.lock();
+        let mut page = Vec::new();
+        let range = (Bound::Excluded(request.after), Bound::Unbounded);
+        for key in journal.by_time.range::<EventKey, _>(range) {
+            if key.timestamp >= request.before_timestamp || page.len() >= request.limit as usize {
+                break;
+            }
+            let Some(events) = journal.ids.get(&key.persistence_id) else {
+                continue;
+            };
+            let Some((repr, timestamp)) = events.stored.get(&key.seq_nr) else {
+                continue;
+            };
+            let slice = slice_for_persistence_id(&repr.persistence_id);
+            if !request.filter.matches(repr, slice) {
+                continue;
+            }
+            let previous = if request.with_previous_timestamp {
+                events
+                    .stored
+                    .range(..key.seq_nr)
+                    .rev()
+                    .find(|(_, (previous, _))| request.filter.matches(previous, slice))
+                    .map(|(seq_nr, (_, timestamp))| (*seq_nr, *timestamp))
+            } else {
+                None
+            };
+            page.push(StoredEvent {
+                timestamp: *timestamp,
+                repr: repr.clone(),
+                previous_timestamp: previous.map(|(_, timestamp)| timestamp),
+                previous_seq_nr: previous.map(|(seq_nr, _)| seq_nr),
+            });
+        }
+        Ok(page)
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        let journal = self.lock();
+        let mut ids: Vec<&String> = journal
+            .ids
+            .iter()
+            .filter(|(id, events)| {
+                events.highest > 0 && after.map_or(true, |a| id.as_bytes() > a.as_bytes())
+            })
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        Ok(ids.into_iter().take(limit as usize).cloned().collect())
+    }
+
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        Some(self.notifier.subscribe())
     }
 }

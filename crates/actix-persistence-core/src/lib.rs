@@ -7,10 +7,13 @@
 //!
 //! # Feature flags
 //! - `actor` (default): [`journal`], [`persistent`] and the Actix machinery.
+//!
+//! The [`query`] module (persistence queries) needs no feature: it runs on any Tokio runtime.
 #![warn(missing_docs)]
 
 pub mod error;
 pub mod inmem;
+pub mod query;
 pub mod serialization;
 pub mod snapshot;
 pub mod store;

@@ -31,6 +31,15 @@ pub enum SqlStoreError {
         #[source]
         source: sqlx::migrate::MigrateError,
     },
+    /// Rows written by an earlier release could not be brought up to date after the schema
+    /// migrations (the slices of migration 0003); the store was not opened. Retry: the work
+    /// done so far is kept.
+    #[error("could not bring rows of an earlier release up to date: {source}")]
+    Upgrade {
+        /// The journal's error.
+        #[source]
+        source: Box<actix_persistence_core::JournalError>,
+    },
     /// An option holds a value the store cannot work with.
     #[error("journal store option `{option}` = {value} is invalid: {reason}")]
     InvalidOption {

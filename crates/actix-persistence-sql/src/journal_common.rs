@@ -9,6 +9,10 @@
 use std::fmt::Display;
 use std::future::Future;
 
+use actix_persistence_core::query::{
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
+    StoredEvent,
+};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, PersistentRepr, ReplayStream, WriteRejection,
 };
@@ -18,6 +22,23 @@ use sqlx::{
     ColumnIndex, Connection, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row,
     Transaction, Type,
 };
+
+/// How many connections of a journal's pools are checked out right now (not idle): a snapshot
+/// for monitoring, and for checking that replays give their connections back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectionsInUse {
+    /// Connections of the reading side (replays, highest sequence numbers, snapshots on
+    /// PostgreSQL) in use.
+    pub reads: u32,
+    /// Connections of the writing side (transactions of writes, deletes) in use.
+    pub writes: u32,
+}
+
+/// Connections of `pool` checked out right now.
+pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
+    let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+    pool.size().saturating_sub(idle)
+}
 
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
@@ -106,6 +127,17 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// any text. Nothing is stored under an id it cannot hold, so reads and deletes of such an
     /// id find nothing.
     fn stores_text(text: &str) -> bool;
+
+    /// What follows `persistence_id` in queries by offset so that ids compare byte for byte,
+    /// as [`EventKey`] does (PostgreSQL: `COLLATE "C"`).
+    const BYTE_ORDER: &'static str = "";
+
+    /// The condition "the event (row of `table`) holds the tag bound as `$n`".
+    fn has_tag(table: &str, n: usize) -> String;
+
+    /// The statement reading the database clock now, microseconds since the Unix epoch, never
+    /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
+    const CURRENT_TIMESTAMP: &'static str;
 }
 
 /// Checks the batch sizes both journals take: `replay_batch_size` and `max_batch_size` must be
@@ -340,6 +372,8 @@ where
     for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
+    for<'r> (String,): FromRow<'r, <D::Db as Database>::Row>,
+    for<'r> Option<i64>: Decode<'r, D::Db>,
 {
     /// The events of `pid` from `from` to `to`, at most `max`, page by page (`page_size` per
     /// query on the readers), so memory stays bounded however long the replay.
@@ -367,12 +401,19 @@ where
         .boxed()
     }
 
+    /// Reads the next page on a connection of the readers, and gives the connection back to
+    /// the pool before the page's events are handed out: no reader connection stays checked
+    /// out while the caller (a recovering actor's `apply`) works through the page.
     async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
         let limit = cursor.remaining.min(u64::from(cursor.page_size));
         let upper = cursor
             .next_from
             .saturating_add(cursor.window - 1)
             .min(cursor.to);
+        let mut conn = match cursor.readers.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+        };
         let rows = sqlx::query::<D::Db>(
             "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
                     manifest, payload, tags \
@@ -386,8 +427,12 @@ where
         .bind(upper)
         // At most `page_size`, a u32.
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&cursor.readers)
+        .fetch_all(&mut *conn)
         .await;
+        // Dropping a pooled connection only schedules its return on the runtime, which runs
+        // when the caller's task next yields; sqlx's `return_to_pool` runs that same drop
+        // handler (test the connection, release it) here, so it is available at once.
+        conn.return_to_pool().await;
         let rows = match rows {
             Ok(rows) => rows,
             Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
@@ -467,6 +512,167 @@ where
             persistence_id,
         };
         Ok((stored_seq_nr, event))
+    }
+
+    /// The database clock now ([`Dialect::CURRENT_TIMESTAMP`]).
+    pub(crate) async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        sqlx::query_scalar::<D::Db, i64>(D::CURRENT_TIMESTAMP)
+            .bind(wall_clock_micros())
+            .fetch_one(self.readers)
+            .await
+            .map_err(|e| JournalError::storage("read the database clock", e))
+    }
+
+    /// One page of a query by offset (see `QueryStore::read_events`).
+    pub(crate) async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let storage = |e| JournalError::storage("query", e);
+        let (filter, filter_params) = match request.filter {
+            EventFilter::Slices { .. } => (
+                "entity_type = $1 AND slice >= $2 AND slice <= $3".to_owned(),
+                3,
+            ),
+            EventFilter::Tag(_) => (D::has_tag("journal", 1), 1),
+        };
+        let p = filter_params;
+        let previous = if request.with_previous_timestamp {
+            // The previous event of the same id that the filter selects.
+            let selected = match request.filter {
+                EventFilter::Slices { .. } => String::new(),
+                EventFilter::Tag(_) => format!(" AND {}", D::has_tag("p", 1)),
+            };
+            let previous = |column: &str| {
+                format!(
+                    "(SELECT p.{column} FROM journal p \
+                      WHERE p.persistence_id = journal.persistence_id \
+                        AND p.seq_nr < journal.seq_nr{selected} \
+                      ORDER BY p.seq_nr DESC LIMIT 1)"
+                )
+            };
+            format!(
+                ", {} AS previous_timestamp, {} AS previous_seq_nr",
+                previous("db_timestamp"),
+                previous("seq_nr")
+            )
+        } else {
+            ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
+        };
+        let order = D::BYTE_ORDER;
+        let sql = format!(
+            "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
+                    manifest, payload, tags, db_timestamp{previous} \
+             FROM journal \
+             WHERE {filter} \
+               AND (db_timestamp, persistence_id{order}, seq_nr) > (${}, ${}, ${}) \
+               AND db_timestamp < ${} \
+             ORDER BY db_timestamp, persistence_id{order}, seq_nr \
+             LIMIT ${}",
+            p + 1,
+            p + 2,
+            p + 3,
+            p + 4,
+            p + 5,
+        );
+        let mut query = sqlx::query::<D::Db>(&sql);
+        match request.filter {
+            EventFilter::Slices {
+                entity_type,
+                min_slice,
+                max_slice,
+            } => {
+                query = query
+                    .bind(entity_type.as_str())
+                    .bind(i64::from(*min_slice))
+                    .bind(i64::from(*max_slice));
+            }
+            EventFilter::Tag(tag) => query = query.bind(tag.as_str()),
+        }
+        let rows = query
+            .bind(request.after.timestamp)
+            .bind(request.after.persistence_id.as_str())
+            .bind(clamp_seq_nr(request.after.seq_nr))
+            .bind(request.before_timestamp)
+            .bind(i64::from(request.limit))
+            .fetch_all(self.readers)
+            .await
+            .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                let (_, repr) = Self::decode_event(row)?;
+                Ok(StoredEvent {
+                    timestamp: row.try_get("db_timestamp").map_err(storage)?,
+                    previous_timestamp: row.try_get("previous_timestamp").map_err(storage)?,
+                    previous_seq_nr: row
+                        .try_get::<Option<i64>, _>("previous_seq_nr")
+                        .map_err(storage)?
+                        .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
+                    repr,
+                })
+            })
+            .collect()
+    }
+
+    /// Persistence ids that stored events, after `after`, at most `limit`, in the database's
+    /// order of ids.
+    pub(crate) async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        let storage = |e| JournalError::storage("query persistence ids", e);
+        let limit = i64::from(limit);
+        match after {
+            None => sqlx::query_scalar::<D::Db, String>(
+                "SELECT persistence_id FROM journal_highest ORDER BY persistence_id LIMIT $1",
+            )
+            .bind(limit)
+            .fetch_all(self.readers)
+            .await
+            .map_err(storage),
+            Some(after) => sqlx::query_scalar::<D::Db, String>(
+                "SELECT persistence_id FROM journal_highest WHERE persistence_id > $1 \
+                 ORDER BY persistence_id LIMIT $2",
+            )
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.readers)
+            .await
+            .map_err(storage),
+        }
+    }
+
+    /// Computes the slice and the entity type of rows written before migration 0003 (their
+    /// `slice` is -1), one persistence id at a time, through the writer. Returns how many
+    /// persistence ids it updated.
+    pub(crate) async fn fill_missing_slices(&self) -> Result<u64, JournalError> {
+        let storage = |e| JournalError::storage("compute slices of old rows", e);
+        let mut updated = 0;
+        loop {
+            let ids = sqlx::query_scalar::<D::Db, String>(
+                "SELECT DISTINCT persistence_id FROM journal WHERE slice < 0 LIMIT 1000",
+            )
+            .fetch_all(self.writer)
+            .await
+            .map_err(storage)?;
+            if ids.is_empty() {
+                return Ok(updated);
+            }
+            for id in ids {
+                sqlx::query::<D::Db>(
+                    "UPDATE journal SET slice = $1, entity_type = $2 \
+                     WHERE persistence_id = $3 AND slice < 0",
+                )
+                .bind(i64::from(slice_for_persistence_id(&id)))
+                .bind(entity_type_of(&id))
+                .bind(id.as_str())
+                .execute(self.writer)
+                .await
+                .map_err(storage)?;
+                updated += 1;
+            }
+        }
     }
 
     /// Reads the highest sequence number of `pid` from `journal_highest` (0 for an id that

@@ -91,9 +91,10 @@ pub mod test_util;
 
 pub use error::{ConnectFailure, SqlStoreError};
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
+pub use journal_common::ConnectionsInUse;
 pub use migrate::MIGRATIONS_TABLE;
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresJournal, PostgresJournalOptions};
+pub use postgres::{connection_budgets, PostgresJournal, PostgresJournalOptions};
 #[cfg(feature = "postgres")]
 pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]

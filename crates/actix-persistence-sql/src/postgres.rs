@@ -4,6 +4,10 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use actix_persistence_core::query::{
+    entity_type_of, slice_for_persistence_id, EventsRequest, QueryStore, StoredEvent,
+    WriteNotifications, WriteNotifier,
+};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
     WriteRejection,
@@ -17,8 +21,8 @@ use sqlx::{Connection, Executor, Postgres, Transaction};
 use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
+    Dialect, JournalTables, SqlBackend,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -27,6 +31,14 @@ use crate::DEFAULT_REPLAY_BATCH_SIZE;
 /// [`crate::migrate`] with bookkeeping of their own (no advisory lock: Postgres-compatible
 /// engines such as CockroachDB lack it).
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The statement's start on the database clock, microseconds since the Unix epoch: the
+/// database timestamp of the events it inserts (see `migrations/postgres/0003_query_columns.sql`).
+macro_rules! statement_micros {
+    () => {
+        "(extract(epoch from statement_timestamp()) * 1000000)::bigint"
+    };
+}
 
 /// Events per `INSERT` statement: an atomic write with more events takes several statements
 /// (in the same savepoint), keeping each under PostgreSQL's 65535 bind parameters.
@@ -57,11 +69,14 @@ pub struct PostgresJournalOptions {
     /// No default: [`connect`](PostgresJournal::connect) refuses an empty URL. (The
     /// `journal.postgres.url` setting falls back to the `DATABASE_URL` environment variable.)
     pub url: String,
-    /// Size of the connection pool, shared by writes, replays and deletes (and by a snapshot
-    /// store made with [`PostgresJournal::snapshot_store`]). With group commit, writes use one
-    /// connection at a time. Must be at least 1.
+    /// Connections the journal holds at most, split into two budgets so that replays and
+    /// writes can never take each other's last connection: half of them (at least 1) for
+    /// writes and deletes, the rest for replays, highest sequence numbers and a snapshot store
+    /// made with [`PostgresJournal::snapshot_store`] (see [`connection_budgets`]). With 1,
+    /// everything shares that connection. With group commit, writes use one connection per
+    /// transaction in flight (at most 4). Must be at least 1.
     ///
-    /// Default: 10.
+    /// Default: 10 (5 for writes, 5 for reads).
     pub max_connections: u32,
     /// How long an operation waits for a free connection of the pool (or for a new one to
     /// connect) before it fails.
@@ -119,8 +134,83 @@ impl Default for PostgresJournalOptions {
     }
 }
 
+/// How [`PostgresJournalOptions::max_connections`] is split: `(writes, reads)`, the writes
+/// getting half (at least 1) and the reads the rest; `reads` is 0 for a single connection,
+/// which then serves both.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_sql::connection_budgets;
+///
+/// assert_eq!(connection_budgets(10), (5, 5));
+/// assert_eq!(connection_budgets(3), (1, 2));
+/// assert_eq!(connection_budgets(1), (1, 0));
+/// ```
+pub fn connection_budgets(max_connections: u32) -> (u32, u32) {
+    let writes = (max_connections / 2).max(1);
+    (writes, max_connections.saturating_sub(writes))
+}
+
+/// Opens the pools of a journal: the writer pool (which also brings the schema up to date) and
+/// a separate reader pool, each with its budget of `max_connections`; one shared pool when
+/// `max_connections` is 1.
+async fn open_pools(options: &PostgresJournalOptions) -> Result<(PgPool, PgPool), SqlStoreError> {
+    check_max_connections(
+        options.max_connections,
+        "the pool needs at least one connection",
+    )?;
+    let (writes, reads) = connection_budgets(options.max_connections);
+    let writer = open_pool(&PostgresJournalOptions {
+        max_connections: writes,
+        ..options.clone()
+    })
+    .await?;
+    if reads == 0 {
+        return Ok((writer.clone(), writer));
+    }
+    let readers = connect_pool(&PostgresJournalOptions {
+        max_connections: reads,
+        ..options.clone()
+    })
+    .await?;
+    Ok((writer, readers))
+}
+
 /// Opens the pool and brings the schema (journal and snapshots) up to date.
 pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
+    let pool = connect_pool(options).await?;
+    let schema = quoted_schema(&options.schema)?;
+    // Without an advisory lock, processes starting together may apply the same migration at
+    // once: the losers fail when the winner commits. Each such failure means another process
+    // made progress (it created the migrations table or applied a migration), so a bounded
+    // number of retries always ends with every migration applied, or with a real error.
+    let attempts = MIGRATOR.iter().count() + 3;
+    let mut attempt = 1;
+    loop {
+        let migrated = async {
+            if let Some(schema) = &schema {
+                sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .execute(&pool)
+                    .await?;
+            }
+            crate::migrate::postgres::run(&pool, &MIGRATOR).await
+        };
+        match migrated.await {
+            Ok(()) => break,
+            Err(error) if attempt < attempts => {
+                tracing::debug!(%error, attempt, "journal migration failed; running it again");
+                attempt += 1;
+            }
+            Err(source) => return Err(SqlStoreError::Migrate { source }),
+        }
+    }
+    Ok(pool)
+}
+
+/// Opens a pool of `options.max_connections` connections, each with the statement timeout
+/// (and the schema as its `search_path`), after one direct connection that reports what
+/// failed.
+async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     if options.url.trim().is_empty() {
         return Err(SqlStoreError::InvalidOption {
             option: "url",
@@ -158,30 +248,6 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
         .connect_with(connect_options)
         .await
         .map_err(connect_error)?;
-    // Without an advisory lock, processes starting together may apply the same migration at
-    // once: the losers fail when the winner commits. Each such failure means another process
-    // made progress (it created the migrations table or applied a migration), so a bounded
-    // number of retries always ends with every migration applied, or with a real error.
-    let attempts = MIGRATOR.iter().count() + 3;
-    let mut attempt = 1;
-    loop {
-        let migrated = async {
-            if let Some(schema) = &schema {
-                sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                    .execute(&pool)
-                    .await?;
-            }
-            crate::migrate::postgres::run(&pool, &MIGRATOR).await
-        };
-        match migrated.await {
-            Ok(()) => break,
-            Err(error) if attempt < attempts => {
-                tracing::debug!(%error, attempt, "journal migration failed; running it again");
-                attempt += 1;
-            }
-            Err(source) => return Err(SqlStoreError::Migrate { source }),
-        }
-    }
     Ok(pool)
 }
 
@@ -260,8 +326,12 @@ pub(crate) fn redact_password(url: &str) -> String {
 /// A [`JournalStore`] in a PostgreSQL database (or a Postgres-compatible one: the SQL uses no
 /// extension, no advisory lock and no `LISTEN`/`NOTIFY`).
 ///
-/// Holds one pool of [`max_connections`](PostgresJournalOptions::max_connections) connections.
-/// Cheap to clone: clones share the pool, the writer task and the [`stats`](Self::stats).
+/// Holds two pools, [`max_connections`](PostgresJournalOptions::max_connections) connections
+/// together: one for writes and deletes, one for replays, highest sequence numbers and
+/// snapshots ([`connection_budgets`]), so that any number of recovering actors cannot starve
+/// writes of connections, nor writes starve replays. A replay holds a reader connection only
+/// while it reads a page, never while the recovering actor applies the page's events. Cheap to
+/// clone: clones share the pools, the writer task and the [`stats`](Self::stats).
 ///
 /// # Group commit
 /// Atomic writes that arrive while a transaction is in flight, from any number of concurrent
@@ -299,9 +369,15 @@ pub(crate) fn redact_password(url: &str) -> String {
 /// [`AtomicWriteError::Failed`]: actix_persistence_core::AtomicWriteError::Failed
 #[derive(Debug, Clone)]
 pub struct PostgresJournal {
+    /// Writes and deletes.
     pool: PgPool,
+    /// Replays, highest sequence numbers, snapshots (the same pool as `pool` with 1
+    /// connection).
+    readers: PgPool,
     writer: Writer<SqlBackend<PostgresDialect>>,
     replay_batch_size: u32,
+    /// Wakes the live queries of this process after each commit.
+    notifier: WriteNotifier,
 }
 
 impl PostgresJournal {
@@ -330,8 +406,9 @@ impl PostgresJournal {
     /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
-        let pool = open_pool(options).await?;
-        Ok(PostgresJournal {
+        let (pool, readers) = open_pools(options).await?;
+        let journal = PostgresJournal {
+            readers,
             writer: Writer::start(
                 SqlBackend::new(pool.clone()),
                 options.max_batch_size,
@@ -339,7 +416,16 @@ impl PostgresJournal {
             ),
             pool,
             replay_batch_size: options.replay_batch_size,
-        })
+            notifier: WriteNotifier::new(),
+        };
+        journal
+            .tables()
+            .fill_missing_slices()
+            .await
+            .map_err(|e| SqlStoreError::Upgrade {
+                source: Box::new(e),
+            })?;
+        Ok(journal)
     }
 
     /// Closes the pool, waiting for the connections in use to be returned. Every clone of this
@@ -347,6 +433,15 @@ impl PostgresJournal {
     /// closed with it; later operations fail with [`JournalError::Storage`].
     pub async fn close(&self) {
         self.pool.close().await;
+        self.readers.close().await;
+    }
+
+    /// Connections checked out of the reader and the writer pools right now.
+    pub fn connections_in_use(&self) -> ConnectionsInUse {
+        ConnectionsInUse {
+            reads: in_use(&self.readers),
+            writes: in_use(&self.pool),
+        }
     }
 
     /// Counters of the writes so far (shared by every clone): how many transactions committed
@@ -355,15 +450,16 @@ impl PostgresJournal {
         self.writer.stats()
     }
 
-    /// A snapshot store in the same database, sharing this journal's pool.
+    /// A snapshot store in the same database, sharing this journal's reader pool (snapshots
+    /// are read while recovering; they never take a connection of the writes' budget).
     pub fn snapshot_store(&self) -> PostgresSnapshotStore {
-        PostgresSnapshotStore::from_pool(self.pool.clone())
+        PostgresSnapshotStore::from_pool(self.readers.clone())
     }
 
-    /// The journal tables, read and deleted from through the pool.
+    /// The journal tables, read through the reader pool and deleted from through the writer.
     fn tables(&self) -> JournalTables<'_, PostgresDialect> {
         JournalTables {
-            readers: &self.pool,
+            readers: &self.readers,
             writer: &self.pool,
             page_size: self.replay_batch_size,
         }
@@ -384,7 +480,7 @@ pub(crate) struct PreparedWrite {
 }
 
 /// Group-commit transactions in flight at once: while one commits (waits for its flush), the
-/// next batch is already being written. Half the pool, 1 to 4; the rest serves replays.
+/// next batch is already being written. The writes' budget (half the connections), 1 to 4.
 fn concurrent_transactions(max_connections: u32) -> usize {
     usize::try_from(max_connections / 2)
         .unwrap_or(1)
@@ -476,6 +572,19 @@ impl Dialect for PostgresDialect {
     fn stores_text(text: &str) -> bool {
         !holds_nul(text)
     }
+
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
+
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("${n} = ANY({table}.tags)")
+    }
+
+    /// The database's clock (`$1`, the process's clock, is not used but typed).
+    const CURRENT_TIMESTAMP: &'static str = concat!(
+        "SELECT GREATEST(",
+        statement_micros!(),
+        " + 0 * $1::bigint, COALESCE((SELECT max(db_timestamp) FROM journal), 0))"
+    );
 }
 
 /// Inserts every event of `writes` and raises each persistence id's highest sequence number in
@@ -486,17 +595,27 @@ async fn insert_batch(
     conn: &mut PgConnection,
     writes: &[PreparedWrite],
 ) -> Result<bool, JournalError> {
-    const BATCH_INSERT: &str = "\
+    const BATCH_INSERT: &str = concat!(
+        "\
         WITH batch AS (\
             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::bigint[], \
-                                 $5::integer[], $6::text[], $7::bytea[], $8::text[]) \
+                                 $5::integer[], $6::text[], $7::bytea[], $8::text[], \
+                                 $9::integer[], $10::text[]) \
             AS b(persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                 payload, tags)\
+                 payload, tags, slice, entity_type)\
         ), inserted AS (\
             INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                 serializer_id, manifest, payload, tags) \
+                                 serializer_id, manifest, payload, tags, slice, entity_type, \
+                                 db_timestamp) \
             SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                   payload, ARRAY(SELECT json_array_elements_text(tags::json)) \
+                   payload, ARRAY(SELECT json_array_elements_text(tags::json)), slice, \
+                   entity_type, GREATEST(",
+        statement_micros!(),
+        ", COALESCE((\
+                       SELECT p.db_timestamp FROM journal p \
+                       WHERE p.persistence_id = batch.persistence_id \
+                         AND p.seq_nr < batch.seq_nr \
+                       ORDER BY p.seq_nr DESC LIMIT 1), 0)) \
             FROM batch ORDER BY persistence_id, seq_nr \
             ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
         ), raised AS (\
@@ -505,7 +624,8 @@ async fn insert_batch(
             ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
                 GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr)\
         ) \
-        SELECT count(*) FROM inserted";
+        SELECT count(*) FROM inserted"
+    );
     let events = writes.iter().flat_map(|w| w.write.events.iter());
     let count = writes.iter().map(|w| w.write.events.len()).sum::<usize>();
     let mut columns = BatchColumns::with_capacity(count);
@@ -521,6 +641,8 @@ async fn insert_batch(
         .bind(columns.manifests)
         .bind(columns.payloads)
         .bind(columns.tags)
+        .bind(columns.slices)
+        .bind(columns.entity_types)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| JournalError::storage("write", e))?;
@@ -537,6 +659,8 @@ struct BatchColumns<'a> {
     manifests: Vec<&'a str>,
     payloads: Vec<&'a [u8]>,
     tags: Vec<String>,
+    slices: Vec<i32>,
+    entity_types: Vec<&'a str>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -550,6 +674,8 @@ impl<'a> BatchColumns<'a> {
             manifests: Vec::with_capacity(n),
             payloads: Vec::with_capacity(n),
             tags: Vec::with_capacity(n),
+            slices: Vec::with_capacity(n),
+            entity_types: Vec::with_capacity(n),
         }
     }
 
@@ -566,6 +692,10 @@ impl<'a> BatchColumns<'a> {
         // A JSON array of strings cannot fail to serialize.
         self.tags
             .push(serde_json::to_string(&event.tags).unwrap_or_else(|_| "[]".to_owned()));
+        self.slices
+            .push(i32::from(slice_for_persistence_id(&event.persistence_id)));
+        self.entity_types
+            .push(entity_type_of(&event.persistence_id));
     }
 }
 
@@ -573,10 +703,20 @@ impl<'a> BatchColumns<'a> {
 /// sequence number to `$2`; returns the sequence numbers it inserted. Events whose sequence
 /// number is already stored are skipped (`DO NOTHING`), which the caller detects.
 fn insert_statement(rows: usize) -> String {
-    let mut sql = String::from(
-        "WITH inserted AS (\
+    // After the rows' parameters: the slice and the entity type of `$1`.
+    let slice = 3 + rows * 7;
+    let entity_type = slice + 1;
+    let mut sql = format!(
+        "WITH query_timestamp AS (\
+             SELECT GREATEST({}, COALESCE((\
+                 SELECT p.db_timestamp FROM journal p \
+                 WHERE p.persistence_id = $1 AND p.seq_nr < $3 \
+                 ORDER BY p.seq_nr DESC LIMIT 1), 0)) AS db_timestamp\
+         ), inserted AS (\
              INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                  serializer_id, manifest, payload, tags) VALUES ",
+                                  serializer_id, manifest, payload, tags, db_timestamp, slice, \
+                                  entity_type) VALUES ",
+        statement_micros!()
     );
     for row in 0..rows {
         let p = 3 + row * 7;
@@ -584,7 +724,8 @@ fn insert_statement(rows: usize) -> String {
             sql.push_str(", ");
         }
         sql.push_str(&format!(
-            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${}, \
+              (SELECT db_timestamp FROM query_timestamp), ${slice}, ${entity_type})",
             p,
             p + 1,
             p + 2,
@@ -640,6 +781,9 @@ async fn insert_atomic_write(
                 .bind(&event.payload)
                 .bind(&event.tags);
         }
+        let query = query
+            .bind(i32::from(slice_for_persistence_id(persistence_id)))
+            .bind(entity_type_of(persistence_id));
         let concurrent_write = |seq_nr| JournalError::ConcurrentWrite {
             persistence_id: persistence_id.to_owned(),
             seq_nr,
@@ -688,7 +832,11 @@ impl JournalStore for PostgresJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.writer.write(writes).await)
+        let results = self.writer.write(writes).await;
+        if results.iter().any(Result::is_ok) {
+            self.notifier.notify();
+        }
+        Ok(results)
     }
 
     /// Streams the events page by page ([`PostgresJournalOptions::replay_batch_size`] per
@@ -743,7 +891,38 @@ mod tests {
     #[test]
     fn insert_statement_numbers_parameters_per_row() {
         let sql = insert_statement(2);
-        assert!(sql.contains("($1, $3, $4, $5, $6, $7, $8, $9), ($1, $10, $11"));
+        assert!(sql.contains("($1, $3, $4, $5, $6, $7, $8, $9, "));
+        assert!(sql.contains("$17, $18), ($1, $10, $11"));
         assert!(sql.contains("VALUES ($1, $2)"));
+    }
+}
+
+/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
+/// sequence number) order through the index `journal_by_timestamp`; see
+/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
+#[async_trait]
+impl QueryStore for PostgresJournal {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.tables().current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.tables().read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.tables().read_persistence_ids(after, limit).await
+    }
+
+    /// Commits of this journal (and its clones) in this process wake live queries at once.
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        Some(self.notifier.subscribe())
     }
 }

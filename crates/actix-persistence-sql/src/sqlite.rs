@@ -4,6 +4,10 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use actix_persistence_core::query::{
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventsRequest, QueryStore,
+    StoredEvent, WriteNotifications, WriteNotifier,
+};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, WriteRejection,
 };
@@ -18,8 +22,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, rejection, Dialect, JournalTables,
-    SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
+    Dialect, JournalTables, SqlBackend,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -149,6 +153,8 @@ pub struct SqliteJournal {
     pools: SqlitePools,
     writer: Writer<SqlBackend<SqliteDialect>>,
     replay_batch_size: u32,
+    /// Wakes the live queries of this process after each commit.
+    notifier: WriteNotifier,
 }
 
 /// The pools of one SQLite database: one writer connection, several readers.
@@ -238,7 +244,7 @@ impl SqliteJournal {
     pub async fn connect(options: &SqliteJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pools = SqlitePools::open(options).await?;
-        Ok(SqliteJournal {
+        let journal = SqliteJournal {
             // SQLite has one writer connection: one transaction at a time.
             writer: Writer::start(
                 SqlBackend::new(pools.writer.clone()),
@@ -247,7 +253,16 @@ impl SqliteJournal {
             ),
             pools,
             replay_batch_size: options.replay_batch_size,
-        })
+            notifier: WriteNotifier::new(),
+        };
+        journal
+            .tables()
+            .fill_missing_slices()
+            .await
+            .map_err(|e| SqlStoreError::Upgrade {
+                source: Box::new(e),
+            })?;
+        Ok(journal)
     }
 
     /// Closes both pools, waiting for the connections in use to be returned. Every clone of
@@ -288,6 +303,14 @@ impl SqliteJournal {
     /// ```
     pub fn stats(&self) -> WriteStats {
         self.writer.stats()
+    }
+
+    /// Connections checked out of the reader pool and of the writer connection right now.
+    pub fn connections_in_use(&self) -> ConnectionsInUse {
+        ConnectionsInUse {
+            reads: in_use(&self.pools.readers),
+            writes: in_use(&self.pools.writer),
+        }
     }
 
     /// A snapshot store in the same database, sharing this journal's pools (snapshots are
@@ -381,6 +404,14 @@ impl Dialect for SqliteDialect {
     fn stores_text(_text: &str) -> bool {
         true
     }
+
+    fn has_tag(table: &str, n: usize) -> String {
+        format!("EXISTS (SELECT 1 FROM json_each({table}.tags) AS t WHERE t.value = ${n})")
+    }
+
+    /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).
+    const CURRENT_TIMESTAMP: &'static str =
+        "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";
 }
 
 /// [`Dialect::insert_atomic_write`] for SQLite: one statement per event, then one raising the
@@ -395,8 +426,9 @@ async fn insert_atomic_write(
         let inserted = sqlx::query(
             "INSERT INTO journal \
                  (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                  manifest, payload, tags) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                  manifest, payload, tags, db_timestamp, slice, entity_type) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
+                     max(?9, COALESCE((SELECT max(db_timestamp) FROM journal), 0)), ?10, ?11) \
              ON CONFLICT (persistence_id, seq_nr) DO NOTHING",
         )
         .bind(persistence_id)
@@ -408,6 +440,9 @@ async fn insert_atomic_write(
         .bind(&event.manifest)
         .bind(&event.payload)
         .bind(tags)
+        .bind(wall_clock_micros())
+        .bind(i64::from(slice_for_persistence_id(persistence_id)))
+        .bind(entity_type_of(persistence_id))
         .execute(&mut *conn)
         .await;
         let concurrent_write = || JournalError::ConcurrentWrite {
@@ -461,7 +496,11 @@ impl JournalStore for SqliteJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.writer.write(writes).await)
+        let results = self.writer.write(writes).await;
+        if results.iter().any(Result::is_ok) {
+            self.notifier.notify();
+        }
+        Ok(results)
     }
 
     /// Streams the events page by page ([`SqliteJournalOptions::replay_batch_size`] per query,
@@ -481,5 +520,35 @@ impl JournalStore for SqliteJournal {
     /// the writer connection; the highest sequence number is kept.
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.tables().delete_to(pid, to).await
+    }
+}
+
+/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
+/// sequence number) order through the index `journal_by_timestamp`; see
+/// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
+#[async_trait]
+impl QueryStore for SqliteJournal {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.tables().current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.tables().read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.tables().read_persistence_ids(after, limit).await
+    }
+
+    /// Commits of this journal (and its clones) in this process wake live queries at once.
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        Some(self.notifier.subscribe())
     }
 }

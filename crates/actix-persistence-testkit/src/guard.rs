@@ -1,6 +1,7 @@
 //! A store that keeps something alive as long as it lives: the temporary directory of a
 //! SQLite file, or a handle that drops a test database.
 
+use actix_persistence_core::query::{EventsRequest, QueryStore, StoredEvent, WriteNotifications};
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, SelectedSnapshot,
     SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
@@ -102,5 +103,31 @@ impl<S: SnapshotStore, G: Send + Sync + 'static> SnapshotStore for WithGuard<S, 
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError> {
         self.store.delete_matching(pid, criteria).await
+    }
+}
+
+#[async_trait]
+impl<S: QueryStore, G: Send + Sync + 'static> QueryStore for WithGuard<S, G> {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.store.current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.store.read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.store.read_persistence_ids(after, limit).await
+    }
+
+    fn write_notifications(&self) -> Option<WriteNotifications> {
+        self.store.write_notifications()
     }
 }

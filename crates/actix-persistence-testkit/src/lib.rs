@@ -10,6 +10,8 @@
 //!   benchmarks.
 //! - [`ControlledJournal`]: a journal store whose writes complete only when the test says so,
 //!   with the result the test chooses, so ordering tests need no sleeps.
+//! - [`ControlledQueryStore`]: a query store whose commit visibility and clock a test
+//!   controls, for late commits without sleeps.
 //! - [`persistence_state_in_group`]: a persistence state whose incarnation lands in a chosen
 //!   write-reply-ordering group, computed with the journal's own routing helper.
 //!
@@ -36,12 +38,14 @@
 
 pub mod conformance;
 mod controlled;
+mod controlled_query;
 mod delaying;
 mod faulty;
 mod groups;
 mod guard;
 
 pub use controlled::{Answered, ControlledJournal, Outcome, PendingWrite, WriteController};
+pub use controlled_query::{ControlledQueryStore, QueryControl};
 pub use delaying::{DelayProfile, DelayedWrite, DelayingJournal};
 pub use faulty::{FaultHandle, FaultyJournal, InjectedFault, WrongResultCount};
 pub use groups::persistence_state_in_group;

@@ -11,9 +11,10 @@ use tracing::Span;
 
 use super::addr::ActorFailure;
 use super::in_flight::InFlightGuard;
+use super::panics::catch_user;
 use super::recovery::{poll_recovery, Recovered, Recovering};
 use super::state::{Invocation, PendingWrite, StopReason};
-use super::{PersistError, PersistentActor};
+use super::{PersistError, PersistentActor, RecoveryError};
 use crate::error::{AtomicWriteError, JournalError};
 use crate::journal::{WriteMessages, WriteMessagesReply};
 use crate::store::AtomicWriteResult;
@@ -125,21 +126,25 @@ fn run<A: PersistentActor>(
                         state.set_recovered_seq_nr(last_seq_nr);
                         state.recovered = true;
                         *this = DriverState::Idle;
-                        act.on_recovery_completed(last_seq_nr, ctx);
+                        let completed = catch_user(|| act.on_recovery_completed(last_seq_nr, ctx));
+                        if let Err(reason) = completed {
+                            let cause = RecoveryError::Panicked {
+                                persistence_id: act.persistence_id().to_owned(),
+                                hook: "on_recovery_completed",
+                                reason,
+                            };
+                            fail_recovery(act, ctx, &cause);
+                            return Poll::Ready(());
+                        }
                     }
                     Poll::Ready(Err(cause)) => {
-                        act.persistence()
-                            .record_failure(ActorFailure::Recovery(cause.clone()));
-                        act.on_recovery_failure(&cause, ctx);
-                        act.persistence_mut().driver_running = false;
-                        act.persistence_mut().stop_reason = StopReason::RecoveryFailure;
-                        ctx.stop();
+                        fail_recovery(act, ctx, &cause);
                         return Poll::Ready(());
                     }
                 },
                 DriverState::Idle if ctx.state().stopping() => {
                     // A continuation stopped the actor: nothing more is sent.
-                    stop_after_failure(act, ctx, StopReason::Normal);
+                    stop_with(act, ctx, StopReason::Normal, Vec::new().into_iter());
                     return Poll::Ready(());
                 }
                 DriverState::Idle => match send_batch(act) {
@@ -245,7 +250,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
 }
 
 /// Runs the in-flight invocations' continuations in order with their results. Returns false
-/// when a write failed and the actor is stopping.
+/// when the actor is stopping (a write failed, or user code panicked).
 fn deliver<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
@@ -259,7 +264,6 @@ fn deliver<A: PersistentActor>(
             then,
             highest_seq_nr,
         } = invocation;
-        let stored_seq_nr = (!events.is_empty()).then_some(highest_seq_nr);
         let outcome: AtomicWriteResult = match write {
             PendingWrite::None => Ok(()),
             PendingWrite::Rejected(rejection) => Err(rejection.into()),
@@ -269,28 +273,54 @@ fn deliver<A: PersistentActor>(
         };
         match outcome {
             Ok(()) => {
-                for event in &events {
-                    act.apply(event);
+                if let Err(reason) = apply_stored(act, &events, highest_seq_nr) {
+                    let _ = then(
+                        None,
+                        Err(PersistError::Panicked {
+                            reason: reason.clone(),
+                        }),
+                    );
+                    stop_with(act, ctx, StopReason::Panicked { reason }, results);
+                    return false;
                 }
-                if let Some(seq_nr) = stored_seq_nr {
-                    act.persistence_mut().confirm_seq_nr(seq_nr);
+                if let Err(reason) = then(Some((act, ctx)), Ok(&events)) {
+                    stop_with(act, ctx, StopReason::Panicked { reason }, results);
+                    return false;
                 }
-                then(act, Ok(&events), ctx);
-                if let Some(seq_nr) = stored_seq_nr {
-                    let previous = seq_nr - events.len() as u64;
-                    super::snapshots::after_stored(act, ctx, previous, seq_nr);
+                if !events.is_empty() {
+                    let previous = highest_seq_nr - events.len() as u64;
+                    let snapshot = catch_user(|| {
+                        super::snapshots::after_stored(act, ctx, previous, highest_seq_nr)
+                    });
+                    if let Err(reason) = snapshot {
+                        stop_with(act, ctx, StopReason::Panicked { reason }, results);
+                        return false;
+                    }
                 }
             }
             Err(AtomicWriteError::Rejected(rejection)) => {
-                act.on_persist_rejected(&rejection, ctx);
-                then(act, Err(PersistError::Rejected(rejection)), ctx);
+                if !events.is_empty() {
+                    let lowest = highest_seq_nr + 1 - events.len() as u64;
+                    act.persistence_mut()
+                        .release_rejected_seq_nrs(lowest, highest_seq_nr);
+                }
+                let hook = catch_user(|| act.on_persist_rejected(&rejection, ctx));
+                let _ = then(Some((act, ctx)), Err(PersistError::Rejected(rejection)));
+                if let Err(reason) = hook {
+                    stop_with(act, ctx, StopReason::Panicked { reason }, results);
+                    return false;
+                }
             }
             Err(AtomicWriteError::Failed(cause)) => {
                 act.persistence()
                     .record_failure(ActorFailure::Persist(cause.clone()));
-                act.on_persist_failure(&cause, ctx);
-                then(act, Err(PersistError::Failed(cause)), ctx);
-                stop_after_failure(act, ctx, StopReason::PersistFailure);
+                let hook = catch_user(|| act.on_persist_failure(&cause, ctx));
+                let _ = then(None, Err(PersistError::Failed(cause)));
+                let reason = match hook {
+                    Ok(()) => StopReason::PersistFailure,
+                    Err(reason) => StopReason::Panicked { reason },
+                };
+                stop_with(act, ctx, reason, results);
                 return false;
             }
         }
@@ -298,8 +328,48 @@ fn deliver<A: PersistentActor>(
     true
 }
 
-/// Answers every waiting continuation with `ActorStopped` and stops the actor.
-fn stop_after_failure<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, reason: StopReason) {
+/// Applies the events of a stored atomic write in order, `last_seq_nr` reading each event's
+/// own sequence number while it is applied. `Err` with the message when `apply` panicked.
+fn apply_stored<A: PersistentActor>(
+    act: &mut A,
+    events: &[A::Event],
+    highest_seq_nr: u64,
+) -> Result<(), String> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let first = highest_seq_nr + 1 - events.len() as u64;
+    catch_user(|| {
+        for (seq_nr, event) in (first..).zip(events) {
+            act.persistence_mut().confirm_seq_nr(seq_nr);
+            act.apply(event);
+        }
+    })
+}
+
+/// Runs `on_recovery_failure` (a panic in it is logged) and stops the actor.
+fn fail_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, cause: &RecoveryError) {
+    act.persistence()
+        .record_failure(ActorFailure::Recovery(cause.clone()));
+    if let Err(reason) = catch_user(|| act.on_recovery_failure(cause, ctx)) {
+        tracing::error!(%cause, panic = %reason, "on_recovery_failure panicked");
+    }
+    let state = act.persistence_mut();
+    state.driver_running = false;
+    state.stop_reason = StopReason::RecoveryFailure;
+    ctx.stop();
+}
+
+/// Answers every waiting continuation with what happened to its write and stops the actor:
+/// the invocations still in flight take their results from `results` (stored events are
+/// reported as [`PersistError::StoppedAfterStore`], never as `ActorStopped`); those not sent
+/// get [`PersistError::ActorStopped`].
+pub(crate) fn stop_with<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    reason: StopReason,
+    mut results: impl Iterator<Item = AtomicWriteResult>,
+) {
     let state = act.persistence_mut();
     if reason != StopReason::Normal {
         state.stop_reason = reason;
@@ -311,7 +381,17 @@ fn stop_after_failure<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, rea
         .collect();
     state.driver_running = false;
     for invocation in waiting {
-        (invocation.then)(act, Err(PersistError::ActorStopped), ctx);
+        let outcome = match invocation.write {
+            PendingWrite::Sent => match results.next() {
+                Some(Ok(())) => Ok(&invocation.events[..]),
+                Some(Err(AtomicWriteError::Rejected(r))) => Err(PersistError::Rejected(r)),
+                Some(Err(AtomicWriteError::Failed(e))) => Err(PersistError::Failed(e)),
+                None => Err(PersistError::StoppedDuringWrite),
+            },
+            PendingWrite::Rejected(rejection) => Err(PersistError::Rejected(rejection)),
+            PendingWrite::None | PendingWrite::Ready(_) => Err(PersistError::ActorStopped),
+        };
+        let _ = (invocation.then)(None, outcome);
     }
     ctx.stop();
 }

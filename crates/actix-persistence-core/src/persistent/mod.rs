@@ -40,13 +40,25 @@
 //! [`Snapshotting`] ([`EventSourced::snapshotting`]),
 //! then replays only the events after it, streamed in batches. A snapshot that cannot be read
 //! fails recovery ([`RecoveryError::Snapshot`]) instead of replaying from the start, because
-//! the events it covers may have been deleted. Recovery fails with [`RecoveryError::Timeout`]
-//! after the recovery timeout without progress (default 30 s), and waits for one of the
-//! shared [`RecoveryPermits`] first when configured.
+//! the events it covers may have been deleted. Events missing between the loaded snapshot (or
+//! the start) and the first replayed event fail recovery ([`RecoveryError::MissingEvents`]).
+//! Recovery fails with [`RecoveryError::Timeout`] after the recovery timeout without progress
+//! (default 30 s), and waits for one of the shared [`RecoveryPermits`] first when configured.
+//!
+//! Recovery applies at most [`REPLAY_EVENTS_PER_POLL`] events (or 1 ms of them) before it
+//! yields to the runtime, so a stop requested while recovering (the arbiter stopping) takes
+//! effect after at most one such slice, before any command is handled.
+//!
+//! # User code that panics
+//! A panic in user code the library runs is a failure with the panic message as its reason:
+//! during recovery it fails recovery ([`RecoveryError::Panicked`]); in `apply` of a stored event,
+//! a continuation or a hook it stops the actor ([`StopReason::Panicked`]) and the caller gets
+//! [`PersistError::Panicked`]. A [`BackoffSupervisor`] restarts the actor in both cases.
 
 mod addr;
 mod driver;
 mod in_flight;
+mod panics;
 mod recovery;
 mod reply;
 mod snapshots;
@@ -59,7 +71,7 @@ use serde::Serialize;
 
 pub use addr::{ActorFailure, CommandError, PersistentAddr};
 pub use in_flight::{InFlight, InFlightGuard};
-pub use recovery::{Recovery, RecoveryPermits};
+pub use recovery::{Recovery, RecoveryPermits, REPLAY_EVENTS_PER_POLL};
 pub use reply::{ActorReplyFuture, PersistError, PersistReply, PersistResult, ReplyFuture};
 pub use snapshots::{SnapshotPolicy, Snapshotting};
 pub use state::{PersistenceState, StopReason};
@@ -104,6 +116,40 @@ pub enum RecoveryError {
         /// What went wrong.
         reason: String,
     },
+    /// Events between the loaded snapshot (or the start) and the first replayed event are not
+    /// in the journal: they were deleted while the snapshot that covered them is gone (or was
+    /// skipped by the [`Recovery`] criteria). Replaying over the hole would build a state that
+    /// silently lacks them, so recovery fails instead. Restore the snapshot that covers them,
+    /// or recover with criteria that select a snapshot at or after `to`.
+    #[error(
+        "recovery of {persistence_id:?} failed: events {from} to {to} are missing between {} \
+         and the first replayed event (deleted, and no snapshot covers them); restore the \
+         snapshot that covers them instead of building a state without them",
+        match snapshot_seq_nr { Some(seq_nr) => format!("the snapshot at {seq_nr}"), None => "the start".to_owned() }
+    )]
+    MissingEvents {
+        /// Whose recovery.
+        persistence_id: String,
+        /// The sequence number of the loaded snapshot, `None` when recovery started without one.
+        snapshot_seq_nr: Option<u64>,
+        /// First missing sequence number.
+        from: u64,
+        /// Last missing sequence number.
+        to: u64,
+    },
+    /// User code panicked while recovering: `hook` is `"restore_snapshot"`,
+    /// `"deserialize_event"`, `"apply"` or `"on_recovery_completed"`. Handled exactly as an
+    /// error return: [`EventSourced::on_recovery_failure`] runs, the actor stops with
+    /// [`StopReason::RecoveryFailure`].
+    #[error("recovery of {persistence_id:?} failed: {hook} panicked: {reason}")]
+    Panicked {
+        /// Whose recovery.
+        persistence_id: String,
+        /// Which user code panicked.
+        hook: &'static str,
+        /// The panic message.
+        reason: String,
+    },
     /// A stored event could not be turned back into the actor's event type. Recovery stops
     /// there: events are never skipped silently.
     #[error("recovery of {persistence_id:?} failed: {source}")]
@@ -125,7 +171,13 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
 
     /// Applies one event to the state. Called for every replayed event during recovery, and
     /// for every stored event before its continuation runs. Must not fail: validate commands
-    /// before persisting, not events after.
+    /// before persisting, not events after. [`PersistentActor::last_seq_nr`] reads the
+    /// sequence number of the event being applied.
+    ///
+    /// # Panics
+    /// A panic is caught: during recovery it fails recovery ([`RecoveryError::Panicked`]);
+    /// after a write, the actor stops ([`StopReason::Panicked`]) and the write's caller gets
+    /// [`PersistError::Panicked`].
     fn apply(&mut self, event: &Self::Event);
 
     /// The manifest stored with `event` by the default serializer (a type hint for schema
@@ -277,8 +329,27 @@ pub trait PersistentActor: EventSourced {
             self.persistence_mut().prepare_write(serialized, tags)
         };
         let (tx, reply) = PersistReply::channel();
-        let then: Continuation<Self> = Box::new(move |act, outcome, ctx| {
-            tx.send(outcome.map(|events| then(act, events, ctx)));
+        let then: Continuation<Self> = Box::new(move |actor, outcome| match (actor, outcome) {
+            (Some((act, ctx)), Ok(events)) => match panics::catch_user(|| then(act, events, ctx)) {
+                Ok(value) => {
+                    tx.send(Ok(value));
+                    Ok(())
+                }
+                Err(reason) => {
+                    tx.send(Err(PersistError::Panicked {
+                        reason: reason.clone(),
+                    }));
+                    Err(reason)
+                }
+            },
+            (None, Ok(_)) => {
+                tx.send(Err(PersistError::StoppedAfterStore));
+                Ok(())
+            }
+            (_, Err(cause)) => {
+                tx.send(Err(cause));
+                Ok(())
+            }
         });
         driver::enqueue(
             self,

@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, Instant, Sleep};
 use tracing::Span;
 
+use super::panics::catch_user;
 use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
 use crate::journal::{JournalActor, ReplayMessages};
@@ -20,8 +21,13 @@ use crate::serialization::SerializationError;
 use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
 use crate::store::{ReplayStream, MAX_SEQ_NR};
 
-/// Replayed events applied in one poll before the driver yields to other actors.
-const REPLAY_EVENTS_PER_POLL: usize = 1024;
+/// Replayed events applied in one poll at most before the driver yields to other tasks.
+pub const REPLAY_EVENTS_PER_POLL: usize = 64;
+
+/// Time spent applying replayed events in one poll at most (checked after each event) before
+/// the driver yields: a slow `apply` neither holds other actors back nor delays a stop for
+/// longer than about this.
+const REPLAY_TIME_PER_POLL: Duration = Duration::from_millis(1);
 
 /// What a persistent actor recovers when it starts (as Akka's `Recovery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +109,10 @@ struct Start {
 pub(crate) struct Recovering {
     start: Option<LocalBoxFuture<'static, Result<Start, RecoveryError>>>,
     replay: Option<(u64, ReplayStream)>,
+    /// The sequence number of the loaded snapshot (0 without one).
+    snapshot_seq_nr: Option<u64>,
+    /// Whether the replay stream ended (it is not polled again).
+    ended: bool,
     _permit: Option<OwnedSemaphorePermit>,
     /// Fires after `timeout` without progress; created on the first poll (inside the runtime).
     idle: Option<Pin<Box<Sleep>>>,
@@ -137,6 +147,8 @@ impl Recovering {
             bounds,
             start: Some(Box::pin(start(plan))),
             replay: None,
+            snapshot_seq_nr: None,
+            ended: false,
             _permit: None,
             idle: None,
             timeout,
@@ -224,6 +236,11 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
 
 /// Drives recovery one step; yields the last sequence number when done, and reports its
 /// duration and the events it replayed ([`crate::metrics`]).
+///
+/// Applies at most [`REPLAY_EVENTS_PER_POLL`] events, or [`REPLAY_TIME_PER_POLL`] of them,
+/// per poll, then yields through the runtime's scheduler (so a stop of the actor's arbiter,
+/// and every other task, gets its turn before the next events), also once between the last
+/// event and completion: a stop requested while recovering takes effect before any command.
 pub(crate) fn poll_recovery<A: PersistentActor>(
     recovery: &mut Recovering,
     act: &mut A,
@@ -261,9 +278,12 @@ fn poll_recovery_steps<A: PersistentActor>(
         let mut last = 0;
         if let Some(snapshot) = found.snapshot {
             last = snapshot.metadata.seq_nr;
+            recovery.snapshot_seq_nr = Some(last);
             recovery.span.record("snapshot_seq_nr", last);
+            act.persistence_mut().set_recovered_seq_nr(last);
             let restored = match A::snapshotting() {
-                Some(snapshotting) => snapshotting.restore(act, &snapshot),
+                Some(snapshotting) => catch_user(|| snapshotting.restore(act, &snapshot))
+                    .map_err(|reason| panicked(act, "snapshotting().restore", reason))?,
                 None => Err(SerializationError::SnapshotDeserialize {
                     seq_nr: last,
                     reason: "this actor restores no snapshots: EventSourced::snapshotting \
@@ -288,8 +308,19 @@ fn poll_recovery_steps<A: PersistentActor>(
         }));
     };
     let highest = *highest;
+    if recovery.ended {
+        return Poll::Ready(complete(recovery, act, highest));
+    }
+    let started = Instant::now();
     let mut applied = 0;
     loop {
+        if applied == REPLAY_EVENTS_PER_POLL
+            || (applied > 0 && started.elapsed() >= REPLAY_TIME_PER_POLL)
+        {
+            recovery.made_progress();
+            yield_to_scheduler(task);
+            return Poll::Pending;
+        }
         match events.as_mut().poll_next(task) {
             Poll::Pending => {
                 if applied > 0 {
@@ -304,21 +335,20 @@ fn poll_recovery_steps<A: PersistentActor>(
                 return Poll::Pending;
             }
             Poll::Ready(Some(Ok(repr))) => {
-                let event =
-                    act.deserialize_event(&repr)
-                        .map_err(|source| RecoveryError::Deserialize {
-                            persistence_id: act.persistence_id().to_owned(),
-                            source,
-                        })?;
-                act.apply(&event);
+                if recovery.replayed == 0 {
+                    check_follows_snapshot(recovery.snapshot_seq_nr, repr.seq_nr, act)?;
+                }
+                let event = catch_user(|| act.deserialize_event(&repr))
+                    .map_err(|reason| panicked(act, "deserialize_event", reason))?
+                    .map_err(|source| RecoveryError::Deserialize {
+                        persistence_id: act.persistence_id().to_owned(),
+                        source,
+                    })?;
                 act.persistence_mut().set_recovered_seq_nr(repr.seq_nr);
+                catch_user(|| act.apply(&event))
+                    .map_err(|reason| panicked(act, "apply", reason))?;
                 recovery.replayed += 1;
                 applied += 1;
-                if applied == REPLAY_EVENTS_PER_POLL {
-                    recovery.made_progress();
-                    task.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
             }
             Poll::Ready(Some(Err(source))) => {
                 return Poll::Ready(Err(RecoveryError::Journal {
@@ -327,22 +357,91 @@ fn poll_recovery_steps<A: PersistentActor>(
                 }))
             }
             Poll::Ready(None) => {
-                let applied_up_to = act.last_seq_nr();
-                let last = highest.max(applied_up_to);
-                let bounded = applied_up_to < highest
-                    && (recovery.bounds.to_seq_nr < highest
-                        || recovery.replayed >= recovery.bounds.max_events);
-                recovery.span.record("replayed", recovery.replayed);
-                tracing::debug!(
-                    last_seq_nr = last,
-                    replayed = recovery.replayed,
-                    "recovery completed"
-                );
-                return Poll::Ready(Ok(Recovered {
-                    last_seq_nr: last,
-                    bounded,
-                }));
+                recovery.ended = true;
+                if applied == 0 {
+                    return Poll::Ready(complete(recovery, act, highest));
+                }
+                // User code ran in this poll: let a pending stop take effect first.
+                recovery.made_progress();
+                yield_to_scheduler(task);
+                return Poll::Pending;
             }
         }
+    }
+}
+
+/// The end of the replay: checks that no stored event is missing after the snapshot, and
+/// says how recovery ended.
+fn complete<A: PersistentActor>(
+    recovery: &Recovering,
+    act: &A,
+    highest: u64,
+) -> Result<Recovered, RecoveryError> {
+    let applied_up_to = act.last_seq_nr();
+    let expected_to = highest.min(recovery.bounds.to_seq_nr);
+    if let Some(snapshot_seq_nr) = recovery.snapshot_seq_nr {
+        // Events after the snapshot are stored, yet none was replayed: they were deleted.
+        if recovery.replayed == 0 && recovery.bounds.max_events > 0 && snapshot_seq_nr < expected_to
+        {
+            return Err(RecoveryError::MissingEvents {
+                persistence_id: act.persistence_id().to_owned(),
+                snapshot_seq_nr: Some(snapshot_seq_nr),
+                from: snapshot_seq_nr + 1,
+                to: expected_to,
+            });
+        }
+    }
+    let last = highest.max(applied_up_to);
+    let bounded = applied_up_to < highest
+        && (recovery.bounds.to_seq_nr < highest || recovery.replayed >= recovery.bounds.max_events);
+    recovery.span.record("replayed", recovery.replayed);
+    tracing::debug!(
+        last_seq_nr = last,
+        replayed = recovery.replayed,
+        "recovery completed"
+    );
+    Ok(Recovered {
+        last_seq_nr: last,
+        bounded,
+    })
+}
+
+/// The first replayed event must directly follow the loaded snapshot (or be the first event):
+/// anything else means the events in between were deleted and nothing covers them.
+///
+/// Without a snapshot and without any event left, recovery starts empty and continues the
+/// sequence (a full cleanup, as Akka's): nothing is replayed, so nothing is checked.
+fn check_follows_snapshot<A: PersistentActor>(
+    snapshot_seq_nr: Option<u64>,
+    first_seq_nr: u64,
+    act: &A,
+) -> Result<(), RecoveryError> {
+    let expected = snapshot_seq_nr.unwrap_or(0) + 1;
+    if first_seq_nr <= expected {
+        return Ok(());
+    }
+    Err(RecoveryError::MissingEvents {
+        persistence_id: act.persistence_id().to_owned(),
+        snapshot_seq_nr,
+        from: expected,
+        to: first_seq_nr - 1,
+    })
+}
+
+fn panicked<A: PersistentActor>(act: &A, hook: &'static str, reason: String) -> RecoveryError {
+    RecoveryError::Panicked {
+        persistence_id: act.persistence_id().to_owned(),
+        hook,
+        reason,
+    }
+}
+
+/// Returns control to the runtime's scheduler, which polls this task again only after every
+/// other ready task, the arbiter's own commands (a stop) and I/O had a turn: tokio defers the
+/// wake-up of a yielding task (as `tokio::task::yield_now`) instead of running it again at once.
+fn yield_to_scheduler(task: &mut TaskContext<'_>) {
+    let mut yielded = std::pin::pin!(tokio::task::yield_now());
+    if yielded.as_mut().poll(task).is_ready() {
+        task.waker().wake_by_ref();
     }
 }

@@ -23,9 +23,33 @@ pub enum PersistError {
     /// The journal failed the write; the events may or may not be stored. The actor stops.
     #[error(transparent)]
     Failed(#[from] JournalError),
-    /// An earlier write of this actor failed, so the actor stopped before this one completed.
-    #[error("the persistent actor stopped after an earlier write failed")]
+    /// The actor stopped before this write was sent to the journal (an earlier write failed,
+    /// user code panicked, or the actor was stopped): nothing of it was stored.
+    #[error("the persistent actor stopped before this write was sent: nothing of it was stored")]
     ActorStopped,
+    /// The actor stopped while this write was with the journal (its arbiter stopped, for
+    /// example): the events may or may not be stored. The next incarnation recovers what was.
+    #[error(
+        "the persistent actor stopped while this write was in flight: its events may or may \
+         not be stored; the next incarnation recovers what was stored"
+    )]
+    StoppedDuringWrite,
+    /// The events were stored, but the actor stopped before it applied them and ran the
+    /// continuation (an earlier write of the same batch failed, or user code panicked). The
+    /// next incarnation recovers them.
+    #[error(
+        "the events were stored, but the persistent actor stopped before it applied them; \
+         the next incarnation recovers them"
+    )]
+    StoppedAfterStore,
+    /// The events were stored, but [`EventSourced::apply`](super::EventSourced::apply) or the
+    /// continuation panicked with `reason`; the actor stopped (its stop reason is
+    /// [`StopReason::Panicked`](super::StopReason::Panicked)).
+    #[error("the events were stored, but user code panicked: {reason}; the actor stopped")]
+    Panicked {
+        /// The panic message.
+        reason: String,
+    },
 }
 
 /// The outcome of a continuation: what it returned once its events were stored, or why it

@@ -7,7 +7,8 @@ use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
 
 use super::in_flight::InFlightGuard;
-use super::state::now_millis;
+use super::panics::catch_user;
+use super::state::{now_millis, StopReason};
 use super::PersistentActor;
 use crate::error::JournalError;
 use crate::journal::DeleteMessagesTo;
@@ -17,7 +18,7 @@ use serde::Serialize;
 use crate::serialization::SerializationError;
 use crate::snapshot::{
     SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
-    SnapshotSelectionCriteria,
+    SnapshotSelectionCriteria, SnapshotStore,
 };
 
 /// When a persistent actor takes snapshots by itself, and what it keeps (as Akka Typed's
@@ -27,9 +28,12 @@ pub struct SnapshotPolicy {
     /// Take a snapshot each time the sequence number crosses a multiple of this; `None` (the
     /// default) takes none automatically.
     pub every: Option<NonZeroU64>,
-    /// Keep this many newest automatic snapshots, delete older ones; 0 keeps all.
+    /// Keep this many newest snapshots (by count, whatever their sequence numbers), delete
+    /// older ones; 0 keeps all (and then no events are deleted).
     pub keep: u32,
-    /// After a snapshot was saved, delete the events it covers.
+    /// After a snapshot was saved and `keep` snapshots exist, delete the events up to the
+    /// oldest kept snapshot (never further: recovery may fall back to any kept snapshot and
+    /// needs every event after it). Needs `keep` of at least 1.
     pub delete_events: bool,
 }
 
@@ -43,7 +47,8 @@ impl SnapshotPolicy {
         }
     }
 
-    /// Keeps the `snapshots` newest snapshots (0 keeps all).
+    /// Keeps the `snapshots` newest snapshots, counted (0 keeps all). Retention looks them up
+    /// with `snapshots` loads after each save.
     pub fn keep(self, snapshots: u32) -> Self {
         SnapshotPolicy {
             keep: snapshots,
@@ -51,7 +56,8 @@ impl SnapshotPolicy {
         }
     }
 
-    /// Deletes the events covered by each new snapshot.
+    /// Deletes the events covered by the oldest kept snapshot after each new snapshot (see
+    /// [`SnapshotPolicy::delete_events`](Self#structfield.delete_events)).
     pub fn delete_events(self, delete: bool) -> Self {
         SnapshotPolicy {
             delete_events: delete,
@@ -202,10 +208,13 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
             .map(move |saved, act, ctx| {
                 match saved {
                     Ok(metadata) => {
-                        act.on_snapshot_saved(&metadata, ctx);
-                        apply_retention(act, ctx, &metadata);
+                        if run_hook(act, ctx, |act, ctx| act.on_snapshot_saved(&metadata, ctx)) {
+                            apply_retention(act, ctx, &metadata);
+                        }
                     }
-                    Err(error) => act.on_snapshot_failure(&error, ctx),
+                    Err(error) => {
+                        run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
+                    }
                 }
                 // Ends after the deletes it started began.
                 drop(work);
@@ -213,39 +222,76 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
     );
 }
 
-/// After a snapshot: drop snapshots beyond the kept ones, and the covered events if asked.
+/// After a snapshot: keeps the `keep` newest snapshots (by count), deletes the older ones and,
+/// with `delete_events`, the events up to the oldest kept snapshot, never further: recovery
+/// may fall back to any kept snapshot, and needs every event after it (as Akka's retention).
 fn apply_retention<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
     saved: &SnapshotMetadata,
 ) {
     let policy = act.persistence().snapshot_policy;
-    if let (Some(every), Some(store)) = (policy.every, act.persistence().snapshots.clone()) {
-        let older = saved
-            .seq_nr
-            .saturating_sub(u64::from(policy.keep).saturating_mul(every.get()));
-        if policy.keep > 0 && older > 0 {
-            let pid = saved.persistence_id.clone();
-            let timeout = act.persistence().snapshot_timeout;
-            let delete = async move {
-                let call = store.delete_matching(&pid, SnapshotSelectionCriteria::up_to(older));
-                with_timeout("delete", timeout, call).await
-            };
-            let work = act.persistence().enter_work();
-            ctx.spawn(
-                detached(delete, work)
-                    .into_actor(act)
-                    .map(|deleted, act, ctx| {
-                        if let Err(error) = deleted {
-                            act.on_snapshot_failure(&error, ctx);
-                        }
-                    }),
-            );
+    let Some(store) = act.persistence().snapshots.clone() else {
+        return;
+    };
+    if policy.every.is_none() || policy.keep == 0 {
+        return;
+    }
+    let pid = saved.persistence_id.clone();
+    let timeout = act.persistence().snapshot_timeout;
+    let retention = async move {
+        let Some(oldest_kept) = oldest_kept(&*store, &pid, policy.keep, timeout).await? else {
+            return Ok(None);
+        };
+        if oldest_kept > 0 {
+            let older = SnapshotSelectionCriteria::up_to(oldest_kept - 1);
+            with_timeout("delete", timeout, store.delete_matching(&pid, older)).await?;
         }
+        Ok(Some(oldest_kept))
+    };
+    let work = act.persistence().enter_work();
+    ctx.spawn(
+        detached(retention, act.persistence().enter_work())
+            .into_actor(act)
+            .map(move |kept, act, ctx| {
+                match kept {
+                    Ok(Some(oldest_kept)) if policy.delete_events && oldest_kept > 0 => {
+                        delete_events_to(act, ctx, oldest_kept)
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
+                    }
+                }
+                // Ends after the event delete it started began.
+                drop(work);
+            }),
+    );
+}
+
+/// The sequence number of the `keep`-th newest snapshot of `pid`, found by loading the newest
+/// ones in turn (the store trait has no listing); `None` while fewer than `keep` exist.
+async fn oldest_kept(
+    store: &dyn SnapshotStore,
+    pid: &str,
+    keep: u32,
+    timeout: Duration,
+) -> Result<Option<u64>, SnapshotError> {
+    let mut criteria = SnapshotSelectionCriteria::latest();
+    for found in 1..=keep {
+        let Some(snapshot) = with_timeout("load", timeout, store.load(pid, criteria)).await? else {
+            return Ok(None);
+        };
+        let seq_nr = snapshot.metadata.seq_nr;
+        if found == keep {
+            return Ok(Some(seq_nr));
+        }
+        if seq_nr == 0 {
+            return Ok(None);
+        }
+        criteria = SnapshotSelectionCriteria::up_to(seq_nr - 1);
     }
-    if policy.delete_events {
-        delete_events_to(act, ctx, saved.seq_nr);
-    }
+    Ok(None)
 }
 
 /// After a write stored events `previous + 1 ..= stored`: takes a snapshot when the policy's
@@ -294,10 +340,37 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
         delete
             .into_actor(act)
             .map(move |deleted, act, ctx| match deleted {
-                Ok(()) => act.on_events_deleted(to_seq_nr, ctx),
-                Err(error) => act.on_delete_failure(&DeleteError::Journal(error), ctx),
+                Ok(()) => {
+                    run_hook(act, ctx, |act, ctx| act.on_events_deleted(to_seq_nr, ctx));
+                }
+                Err(error) => {
+                    let error = DeleteError::Journal(error);
+                    run_hook(act, ctx, |act, ctx| act.on_delete_failure(&error, ctx));
+                }
             }),
     );
+}
+
+/// Runs a hook that answers a background snapshot or delete call. A panic in it stops the
+/// actor with [`StopReason::Panicked`] (as everywhere the library runs user code); returns
+/// whether the hook returned normally.
+fn run_hook<A: PersistentActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    hook: impl FnOnce(&mut A, &mut Context<A>),
+) -> bool {
+    match catch_user(|| hook(act, ctx)) {
+        Ok(()) => true,
+        Err(reason) => {
+            super::driver::stop_with(
+                act,
+                ctx,
+                StopReason::Panicked { reason },
+                std::iter::empty(),
+            );
+            false
+        }
+    }
 }
 
 /// Runs `call` as a task of its own, so the store call progresses even while the actor waits

@@ -14,15 +14,26 @@ use super::in_flight::{InFlight, InFlightGuard};
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
-use crate::error::{validate_persistence_id, InvalidPersistenceId, WriteRejection};
+use crate::error::{
+    validate_persistence_id, AtomicWriteError, InvalidPersistenceId, WriteRejection,
+};
 use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, PersistentRepr};
 
 /// A continuation: runs once with the stored events, or with why they were not stored.
-pub(crate) type Continuation<A> =
-    Box<dyn FnOnce(&mut A, Result<&[<A as EventSourced>::Event], PersistError>, &mut Context<A>)>;
+///
+/// With the actor (`Some`) and stored events it runs the user's continuation, catching a panic:
+/// `Err` carries the panic message, and the driver stops the actor. Without the actor (`None`:
+/// the actor is stopping or gone) it only answers the caller: stored events become
+/// [`PersistError::StoppedAfterStore`].
+pub(crate) type Continuation<A> = Box<
+    dyn FnOnce(
+        Option<(&mut A, &mut Context<A>)>,
+        Result<&[<A as EventSourced>::Event], PersistError>,
+    ) -> Result<(), String>,
+>;
 
 const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -96,12 +107,21 @@ pub enum StopReason {
     Normal,
     /// A write failed (`on_persist_failure` ran).
     PersistFailure,
-    /// Recovery failed (`on_recovery_failure` ran).
+    /// Recovery failed (`on_recovery_failure` ran), also when user code panicked during
+    /// recovery ([`RecoveryError::Panicked`](super::RecoveryError::Panicked)).
     RecoveryFailure,
+    /// User code the library ran after recovery panicked: [`EventSourced::apply`] of a stored
+    /// event, a `persist`/`persist_all`/`defer` continuation, or a hook. The state may be
+    /// half-updated, so the actor stopped; `reason` is the panic message.
+    Panicked {
+        /// The panic message.
+        reason: String,
+    },
 }
 
 impl<A: EventSourced> Drop for PersistenceState<A> {
     fn drop(&mut self) {
+        self.answer_abandoned_invocations();
         if let Some(watch) = self.stop_watch.take() {
             let _ = watch.send(self.stop_reason.clone());
         }
@@ -219,6 +239,12 @@ impl<A: EventSourced> PersistenceState<A> {
 
     /// The sequence number of the last event recovered, or stored and applied (0 before
     /// any). Events still being written are not counted.
+    ///
+    /// Inside [`EventSourced::apply`] it is the sequence number of the event being applied,
+    /// live and during replay alike (as Akka's `lastSequenceNr` inside the event handler):
+    /// `persist_all` of three events at 2..=4 applies them with 2, 3, 4. Inside
+    /// [`EventSourced::restore_snapshot`] it is the snapshot's sequence number; inside a
+    /// continuation, the sequence number of the continuation's last event.
     pub fn last_seq_nr(&self) -> u64 {
         self.last_seq_nr
     }
@@ -228,9 +254,55 @@ impl<A: EventSourced> PersistenceState<A> {
         let _ = self.failure.set(failure);
     }
 
+    /// Answers every invocation still waiting when the actor is gone (its arbiter stopped, or
+    /// it stopped with a write in flight) with what is known of its write: the journal's
+    /// result if the reply already arrived, [`PersistError::StoppedDuringWrite`] if it did
+    /// not, [`PersistError::ActorStopped`] if the write was never sent.
+    fn answer_abandoned_invocations(&mut self) {
+        if self.in_flight.is_empty() && self.batch.is_empty() {
+            return;
+        }
+        let mut results = match std::mem::take(&mut self.driver) {
+            DriverState::Awaiting {
+                mut reply, writes, ..
+            } => reply
+                .try_recv()
+                .ok()
+                .map(|reply| reply.into_results(writes).into_iter()),
+            _ => None,
+        };
+        let waiting: Vec<_> = self
+            .in_flight
+            .drain(..)
+            .chain(self.batch.drain(..))
+            .collect();
+        for invocation in waiting {
+            let outcome = match invocation.write {
+                PendingWrite::Sent => match results.as_mut().and_then(Iterator::next) {
+                    Some(Ok(())) => Ok(&invocation.events[..]),
+                    Some(Err(AtomicWriteError::Rejected(r))) => Err(PersistError::Rejected(r)),
+                    Some(Err(AtomicWriteError::Failed(e))) => Err(PersistError::Failed(e)),
+                    None => Err(PersistError::StoppedDuringWrite),
+                },
+                PendingWrite::Rejected(rejection) => Err(PersistError::Rejected(rejection)),
+                PendingWrite::None | PendingWrite::Ready(_) => Err(PersistError::ActorStopped),
+            };
+            let _ = (invocation.then)(None, outcome);
+        }
+    }
+
     pub(crate) fn set_recovered_seq_nr(&mut self, seq_nr: u64) {
         self.last_seq_nr = seq_nr;
         self.assigned_seq_nr = seq_nr;
+    }
+
+    /// Gives back the sequence numbers of an atomic write the journal rejected (nothing was
+    /// stored) when no later write took numbers after it, so a rejection leaves no gap in the
+    /// sequence (a gap right after a snapshot would read as deleted events in recovery).
+    pub(crate) fn release_rejected_seq_nrs(&mut self, lowest: u64, highest: u64) {
+        if lowest > 0 && self.assigned_seq_nr == highest {
+            self.assigned_seq_nr = lowest - 1;
+        }
     }
 
     pub(crate) fn confirm_seq_nr(&mut self, seq_nr: u64) {
@@ -276,9 +348,13 @@ impl<A: EventSourced> PersistenceState<A> {
             return (PendingWrite::Rejected(rejection), 0);
         }
         let first = self.assigned_seq_nr + 1;
-        self.assigned_seq_nr += serialized.len() as u64;
-        let highest = self.assigned_seq_nr;
-        (self.build_write(first, serialized, tags), highest)
+        let highest = self.assigned_seq_nr + serialized.len() as u64;
+        let write = self.build_write(first, serialized, tags);
+        // A write rejected before it is sent takes no sequence numbers: no gap.
+        if matches!(write, PendingWrite::Ready(_)) {
+            self.assigned_seq_nr = highest;
+        }
+        (write, highest)
     }
 
     fn build_write(

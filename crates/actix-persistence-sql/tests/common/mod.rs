@@ -35,6 +35,9 @@ pub enum Setting {
     /// How long a statement waits for a lock: SQLite's `busy_timeout`, PostgreSQL's
     /// `statement_timeout`.
     LockWait(Duration),
+    /// How long an operation waits for a connection of a pool (PostgreSQL's
+    /// `acquire_timeout`; SQLite's journal has no such option and ignores it).
+    AcquireTimeout(Duration),
 }
 
 /// A database of one test, on one backend, and what the backend-generic tests need of it.

@@ -56,6 +56,7 @@ impl TestBackend for PostgresDb {
                 Setting::MaxBatchSize(n) => options.max_batch_size = n,
                 Setting::ReplayBatchSize(n) => options.replay_batch_size = n,
                 Setting::LockWait(wait) => options.statement_timeout = wait,
+                Setting::AcquireTimeout(wait) => options.acquire_timeout = wait,
             }
         }
         options

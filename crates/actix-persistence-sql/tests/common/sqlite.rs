@@ -60,6 +60,7 @@ impl TestBackend for SqliteDb {
                 Setting::MaxBatchSize(n) => options.max_batch_size = n,
                 Setting::ReplayBatchSize(n) => options.replay_batch_size = n,
                 Setting::LockWait(wait) => options.busy_timeout = wait,
+                Setting::AcquireTimeout(_) => {}
             }
         }
         options

@@ -197,3 +197,48 @@ macro_rules! __case_table {
         ];
     };
 }
+
+/// Expands into one `#[test]` per query conformance case (Q1-Q13 as
+/// `q01_events_by_persistence_id_bounds` .. `q13_late_commit_keeps_the_order_of_an_id`), each against a
+/// [`QueryStore`](actix_persistence_core::query::QueryStore) fresh from the factory. Same
+/// shape as [`journal_conformance_tests!`](crate::journal_conformance_tests).
+///
+/// # Examples
+/// ```
+/// mod in_memory_queries {
+///     actix_persistence_testkit::query_conformance_tests!(|| async {
+///         actix_persistence_core::InMemoryJournal::new()
+///     });
+/// }
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! query_conformance_tests {
+    ($($input:tt)*) => {
+        $crate::__conformance_macro! { __query_cases, query, [] $($input)* }
+    };
+}
+
+/// Calls `$crate::$callback! { { args } name: "rule", ... }` with every query case.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __query_cases {
+    ($callback:ident { $($args:tt)* }) => {
+        $crate::$callback! {
+            { $($args)* }
+            q01_events_by_persistence_id_bounds: "Q1 current_events_by_persistence_id honours from and to",
+            q02_slice_ranges_partition_ids: "Q2 slice ranges partition the ids of an entity type: no overlap, no hole",
+            q03_events_by_tag: "Q3 current_events_by_tag gives exactly the tagged events, each id in order",
+            q04_resume_from_offset_delivers_exactly_the_rest: "Q4 resuming from any element's stored offset gives exactly the rest",
+            q05_live_query_delivers_new_events: "Q5 live queries deliver new events and resume without repeats",
+            q06_late_commit_is_delivered_once: "Q6 an event committing after a later one was delivered is delivered once",
+            q07_rolled_back_write_holds_nothing: "Q7 a rolled-back write holds no query up",
+            q08_concurrent_writers_give_every_event_once: "Q8 50 ids x 20 tagged events written concurrently give exactly 1,000 distinct envelopes in order per id",
+            q09_deleted_events_are_not_delivered: "Q9 deleted events are not delivered; queries go on after them",
+            q10_current_persistence_ids_are_paged: "Q10 current_persistence_ids pages in ascending order after `after`, at most `limit`",
+            q11_envelopes_decode_into_the_event_type: "Q11 envelopes decode into the event type; a bad payload is an error naming it",
+            q12_bad_arguments_are_errors: "Q12 a bad slice range or offset kind is an error",
+            q13_late_commit_keeps_the_order_of_an_id: "Q13 an id's next event waits for its late-committing previous one",
+        }
+    };
+}

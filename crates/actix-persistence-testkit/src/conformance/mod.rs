@@ -32,6 +32,7 @@ pub mod journal;
 mod journal_actor;
 mod macros;
 pub mod model;
+pub mod query;
 mod recording;
 pub mod snapshot;
 
@@ -46,6 +47,7 @@ use futures::FutureExt;
 
 pub use journal::{run_journal_suite, JournalCase};
 pub use model::{check_journal_against_model, ModelCheckConfig, ModelMismatch};
+pub use query::QueryCase;
 pub use snapshot::{run_snapshot_store_suite, SnapshotCase};
 
 /// How long a case waits for any one answer of the store or journal before it fails (a guard

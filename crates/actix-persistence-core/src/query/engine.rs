@@ -1,0 +1,289 @@
+//! The query by offset shared by every store: a settled pass and a fast pass over the stored
+//! events in database-timestamp order, deduplicated by persistence id and sequence number.
+//!
+//! - The **settled pass** reads, from the settled position on, the events with a timestamp
+//!   below `now - late_commit_window`: every transaction that inserted such an event has
+//!   committed (the window's promise), so once read, nothing below the position can appear any
+//!   more. It delivers what the fast pass has not.
+//! - The **fast pass** reads, from its own position on, the events up to now, and delivers an
+//!   event at once when the persistence id's previous event was delivered (or is deleted, or is
+//!   behind the settled position). Otherwise that previous event commits late: the fast pass
+//!   leaves both to the settled pass, which delivers them in order within the window.
+//! - `seen` holds, per persistence id, the last event delivered at or after the settled
+//!   position: an event at or below it is never delivered again. The offset of an envelope is
+//!   the settled timestamp plus `seen`, so a resumed query skips exactly what was delivered.
+//!
+//! A live query runs a full round (both passes) every refresh interval, and a fast pass when
+//! the store notifies a write.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use futures::future::{self, Either};
+use futures::stream::{self, StreamExt};
+use tokio::time::Instant;
+
+use super::{
+    EnvelopeStream, EventFilter, EventKey, EventsRequest, Offset, QueryError, QuerySettings,
+    QueryStore, RawEnvelope, SeenEvent, StoredEvent, TimestampOffset, WriteNotifications,
+};
+
+/// Where a query by offset is in its round.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Read the database clock, then the settled pass.
+    Start,
+    /// The settled pass, up to `bound` (exclusive); then the fast pass up to `fast_bound`.
+    Settled { bound: i64, fast_bound: i64 },
+    /// The fast pass up to `bound` (exclusive).
+    Fast { bound: i64 },
+    /// A live query between rounds.
+    Wait,
+    /// Ended (a current query read everything, or an error was delivered).
+    Done,
+}
+
+/// The state of one query by slice or by tag.
+pub(crate) struct OffsetQuery {
+    store: Arc<dyn QueryStore>,
+    filter: EventFilter,
+    settings: QuerySettings,
+    live: bool,
+    /// The last position the settled pass covered: every event at or below it was delivered
+    /// or is in `seen`.
+    settled: EventKey,
+    /// The last position the fast pass read.
+    fast: EventKey,
+    seen: HashMap<String, SeenEvent>,
+    buffer: VecDeque<RawEnvelope>,
+    phase: Phase,
+    notifications: Option<WriteNotifications>,
+    next_round: Instant,
+}
+
+impl OffsetQuery {
+    /// A query of `filter` from `offset`; `live` keeps it running.
+    ///
+    /// # Errors
+    /// [`QueryError::InvalidOffset`] for a sequence offset.
+    pub(crate) fn start(
+        store: Arc<dyn QueryStore>,
+        filter: EventFilter,
+        settings: QuerySettings,
+        offset: Offset,
+        live: bool,
+        query: &'static str,
+    ) -> EnvelopeStream {
+        let (settled, seen) = match offset {
+            Offset::NoOffset => (EventKey::start_of(i64::MIN), HashMap::new()),
+            Offset::Timestamp(TimestampOffset { timestamp, seen }) => {
+                (EventKey::start_of(timestamp), seen.into_iter().collect())
+            }
+            other @ Offset::Sequence { .. } => {
+                let error = QueryError::InvalidOffset {
+                    query,
+                    offset: other.kind(),
+                };
+                return stream::once(future::ready(Err(error))).boxed();
+            }
+        };
+        let notifications = if live {
+            store.write_notifications()
+        } else {
+            None
+        };
+        let state = OffsetQuery {
+            store,
+            filter,
+            settings,
+            live,
+            fast: settled.clone(),
+            settled,
+            seen,
+            buffer: VecDeque::new(),
+            phase: Phase::Start,
+            notifications,
+            next_round: Instant::now(),
+        };
+        stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            if item.is_err() {
+                state.phase = Phase::Done;
+            }
+            Some((item, state))
+        })
+        .boxed()
+    }
+
+    /// The next envelope, reading pages (and waiting, when live) as needed.
+    async fn next(&mut self) -> Option<Result<RawEnvelope, QueryError>> {
+        loop {
+            if let Some(envelope) = self.buffer.pop_front() {
+                return Some(Ok(envelope));
+            }
+            let step = match self.phase {
+                Phase::Done => return None,
+                Phase::Start => self.start_round().await,
+                Phase::Settled { bound, fast_bound } => self.settled_page(bound, fast_bound).await,
+                Phase::Fast { bound } => self.fast_page(bound).await,
+                Phase::Wait => {
+                    self.wait().await;
+                    Ok(())
+                }
+            };
+            if let Err(error) = step {
+                return Some(Err(error));
+            }
+        }
+    }
+
+    /// Reads the database clock and starts the settled pass.
+    async fn start_round(&mut self) -> Result<(), QueryError> {
+        let now = self.store.current_timestamp().await?;
+        let window =
+            i64::try_from(self.settings.late_commit_window.as_micros()).unwrap_or(i64::MAX);
+        self.next_round = Instant::now() + self.settings.refresh_interval;
+        self.phase = Phase::Settled {
+            bound: now.saturating_sub(window),
+            // Up to now, inclusive: a current query ends at the events stored when it started.
+            fast_bound: now.saturating_add(1),
+        };
+        Ok(())
+    }
+
+    fn request<'a>(&'a self, after: &'a EventKey, bound: i64, fast: bool) -> EventsRequest<'a> {
+        EventsRequest {
+            filter: &self.filter,
+            after,
+            before_timestamp: bound,
+            limit: self.settings.page_size.max(1),
+            with_previous_timestamp: fast,
+        }
+    }
+
+    async fn settled_page(&mut self, bound: i64, fast_bound: i64) -> Result<(), QueryError> {
+        let after = self.settled.clone();
+        let page = self
+            .store
+            .read_events(self.request(&after, bound, false))
+            .await?;
+        let full = page.len() >= self.settings.page_size.max(1) as usize;
+        for event in page {
+            self.advance_settled(event.key());
+            if !self.is_delivered(&event) {
+                self.deliver(event);
+            }
+        }
+        if !full {
+            // Everything below `bound` is read.
+            let end = EventKey::start_of(bound);
+            if end > self.settled {
+                self.advance_settled(end);
+            }
+            self.phase = Phase::Fast { bound: fast_bound };
+        }
+        Ok(())
+    }
+
+    async fn fast_page(&mut self, bound: i64) -> Result<(), QueryError> {
+        if self.fast < self.settled {
+            self.fast = self.settled.clone();
+        }
+        let after = self.fast.clone();
+        let page = self
+            .store
+            .read_events(self.request(&after, bound, true))
+            .await?;
+        let full = page.len() >= self.settings.page_size.max(1) as usize;
+        for event in page {
+            self.fast = event.key();
+            if !self.is_delivered(&event) && self.predecessor_delivered(&event) {
+                self.deliver(event);
+            }
+        }
+        if !full {
+            self.phase = if self.live { Phase::Wait } else { Phase::Done };
+        }
+        Ok(())
+    }
+
+    /// Waits for the next round (refresh interval) or a write notification (a fast pass).
+    async fn wait(&mut self) {
+        let round = tokio::time::sleep_until(self.next_round);
+        match self.notifications.as_mut() {
+            None => {
+                round.await;
+                self.phase = Phase::Start;
+            }
+            Some(notifications) => {
+                let notified = notifications.notified();
+                futures::pin_mut!(round, notified);
+                self.phase = match future::select(round, notified).await {
+                    Either::Left(_) => Phase::Start,
+                    Either::Right(_) => Phase::Fast { bound: i64::MAX },
+                };
+            }
+        }
+    }
+
+    /// Moves the settled position to `key`, forgetting seen events below its timestamp.
+    fn advance_settled(&mut self, key: EventKey) {
+        let new_timestamp = key.timestamp > self.settled.timestamp;
+        self.settled = key;
+        if new_timestamp {
+            let floor = self.settled.timestamp;
+            self.seen.retain(|_, seen| seen.timestamp >= floor);
+        }
+    }
+
+    /// Whether this query delivered `event` already.
+    fn is_delivered(&self, event: &StoredEvent) -> bool {
+        self.seen
+            .get(&event.repr.persistence_id)
+            .is_some_and(|seen| seen.seq_nr >= event.repr.seq_nr)
+    }
+
+    /// Whether the previous event of `event`'s persistence id that the query selects was
+    /// delivered, or lies behind the settled position (so the fast pass may deliver `event`
+    /// without breaking the persistence id's order). True when there is none (the first, or
+    /// the earlier ones are deleted).
+    fn predecessor_delivered(&self, event: &StoredEvent) -> bool {
+        let (Some(seq_nr), Some(timestamp)) = (event.previous_seq_nr, event.previous_timestamp)
+        else {
+            return true;
+        };
+        if self
+            .seen
+            .get(&event.repr.persistence_id)
+            .is_some_and(|seen| seen.seq_nr >= seq_nr)
+        {
+            return true;
+        }
+        let previous = EventKey {
+            timestamp,
+            persistence_id: event.repr.persistence_id.clone(),
+            seq_nr,
+        };
+        previous <= self.settled
+    }
+
+    fn deliver(&mut self, event: StoredEvent) {
+        self.seen.insert(
+            event.repr.persistence_id.clone(),
+            SeenEvent {
+                seq_nr: event.repr.seq_nr,
+                timestamp: event.timestamp,
+            },
+        );
+        let offset = Offset::Timestamp(TimestampOffset {
+            timestamp: self.settled.timestamp,
+            seen: self
+                .seen
+                .iter()
+                .map(|(id, seen)| (id.clone(), *seen))
+                .collect(),
+        });
+        self.buffer
+            .push_back(RawEnvelope::from_repr(event.repr, offset));
+    }
+}

@@ -1,0 +1,313 @@
+//! [`ReadJournal`]: the queries users call.
+
+use std::sync::Arc;
+
+use futures::future;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use tokio::time::Instant;
+
+use super::engine::OffsetQuery;
+use super::{
+    EnvelopeStream, EventFilter, Offset, QueryError, QuerySettings, QueryStore, RawEnvelope,
+    WriteNotifications, NUMBER_OF_SLICES,
+};
+use crate::store::MAX_SEQ_NR;
+
+/// The read side of a journal (as Akka's `ReadJournal` with `EventsBySliceQuery`,
+/// `EventsByTagQuery`, `EventsByPersistenceIdQuery` and `CurrentPersistenceIdsQuery`): queries
+/// over the events of every persistent actor, without an actor runtime (a Tokio runtime drives
+/// the streams).
+///
+/// Every query comes in two forms: `current_*` ends at the events stored when it started;
+/// the live form keeps delivering new events, polling every
+/// [`refresh_interval`](QuerySettings::refresh_interval) and, when the journal runs in the
+/// same process, as soon as it commits. Both are [`futures::Stream`]s read page by page
+/// ([`page_size`](QuerySettings::page_size) events per read): memory stays bounded, and a
+/// consumer that stops pulling stops the reading.
+///
+/// # Guarantees (checked by the testkit's query conformance suite)
+/// - A query never delivers the same (persistence id, sequence number) twice, also across a
+///   resume from an envelope's offset.
+/// - Events of one persistence id are delivered in sequence-number order.
+/// - Deleted events are not delivered.
+/// - Queries by slice and by tag deliver an event whose transaction commits late (after events
+///   inserted after it were delivered) at most
+///   [`late_commit_window`](QuerySettings::late_commit_window) plus one refresh interval
+///   after it was inserted, provided its transaction committed within that window; a write
+///   that rolled back holds nothing up.
+///
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ReadJournal {
+    store: Arc<dyn QueryStore>,
+    settings: QuerySettings,
+}
+
+impl std::fmt::Debug for ReadJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadJournal")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadJournal {
+    /// The queries over `store`.
+    ///
+    /// # Examples
+    /// ```
+    /// use actix_persistence_core::query::{QuerySettings, ReadJournal};
+    /// use actix_persistence_core::InMemoryJournal;
+    ///
+    /// let journal = InMemoryJournal::new();
+    /// let query = ReadJournal::new(journal.clone(), QuerySettings::default());
+    /// ```
+    pub fn new(store: impl QueryStore, settings: QuerySettings) -> Self {
+        Self::from_arc(Arc::new(store), settings)
+    }
+
+    /// The queries over a shared store.
+    pub fn from_arc(store: Arc<dyn QueryStore>, settings: QuerySettings) -> Self {
+        ReadJournal { store, settings }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &QuerySettings {
+        &self.settings
+    }
+
+    /// The store queried.
+    pub fn store(&self) -> &Arc<dyn QueryStore> {
+        &self.store
+    }
+
+    /// The events of `persistence_id` with `from_seq_nr <= seq_nr <= to_seq_nr`, ascending,
+    /// as stored when the query runs (each page is read when pulled); then the stream ends.
+    /// Offsets are [`Offset::Sequence`].
+    pub fn current_events_by_persistence_id(
+        &self,
+        persistence_id: &str,
+        from_seq_nr: u64,
+        to_seq_nr: u64,
+    ) -> EnvelopeStream {
+        let store = Arc::clone(&self.store);
+        store
+            .replay_messages(persistence_id, from_seq_nr, to_seq_nr, MAX_SEQ_NR)
+            .map_ok(sequence_envelope)
+            .map_err(QueryError::from)
+            .boxed()
+    }
+
+    /// As [`current_events_by_persistence_id`](Self::current_events_by_persistence_id), then
+    /// keeps delivering new events of `persistence_id` until `to_seq_nr` was delivered
+    /// (`MAX_SEQ_NR`: never ends).
+    pub fn events_by_persistence_id(
+        &self,
+        persistence_id: &str,
+        from_seq_nr: u64,
+        to_seq_nr: u64,
+    ) -> EnvelopeStream {
+        struct State {
+            query: ReadJournal,
+            persistence_id: String,
+            next: u64,
+            to: u64,
+            notifications: Option<WriteNotifications>,
+            first: bool,
+        }
+        let state = State {
+            query: self.clone(),
+            persistence_id: persistence_id.to_owned(),
+            next: from_seq_nr.max(1),
+            to: to_seq_nr,
+            notifications: self.store.write_notifications(),
+            first: true,
+        };
+        stream::unfold(Some(state), |state| async move {
+            let mut state = state?;
+            if state.next > state.to {
+                return None;
+            }
+            if !state.first {
+                let deadline = Instant::now() + state.query.settings.refresh_interval;
+                wait_for_round(deadline, state.notifications.as_mut()).await;
+            }
+            state.first = false;
+            let page: Vec<_> = state
+                .query
+                .current_events_by_persistence_id(&state.persistence_id, state.next, state.to)
+                .take(state.query.settings.page_size.max(1) as usize)
+                .collect()
+                .await;
+            let mut failed = false;
+            for item in &page {
+                match item {
+                    Ok(envelope) => state.next = envelope.seq_nr.saturating_add(1),
+                    Err(_) => failed = true,
+                }
+            }
+            let next_state = if failed { None } else { Some(state) };
+            Some((stream::iter(page), next_state))
+        })
+        .flatten()
+        .boxed()
+    }
+
+    /// The events of the persistence ids of `entity_type` whose slice is in
+    /// `min_slice..=max_slice`, after `offset`, in database-timestamp order, up to the events
+    /// stored when the query started; then the stream ends (as Akka's
+    /// `currentEventsBySlices`).
+    ///
+    /// A slice is [`slice_for_persistence_id`](super::slice_for_persistence_id); the ranges of
+    /// [`slice_ranges`](super::slice_ranges) split the persistence ids between queries with no
+    /// overlap and no hole.
+    ///
+    /// # Errors
+    /// The stream yields [`QueryError::InvalidSliceRange`] for a bad range and
+    /// [`QueryError::InvalidOffset`] for an [`Offset::Sequence`], then ends.
+    pub fn current_events_by_slices(
+        &self,
+        entity_type: &str,
+        min_slice: u16,
+        max_slice: u16,
+        offset: Offset,
+    ) -> EnvelopeStream {
+        self.by_slices(entity_type, min_slice, max_slice, offset, false)
+    }
+
+    /// As [`current_events_by_slices`](Self::current_events_by_slices), then keeps delivering
+    /// new events (as Akka's `eventsBySlices`); never ends unless it fails.
+    pub fn events_by_slices(
+        &self,
+        entity_type: &str,
+        min_slice: u16,
+        max_slice: u16,
+        offset: Offset,
+    ) -> EnvelopeStream {
+        self.by_slices(entity_type, min_slice, max_slice, offset, true)
+    }
+
+    /// The events tagged `tag`, after `offset`, in database-timestamp order, up to the events
+    /// stored when the query started; then the stream ends (as Akka's `currentEventsByTag`).
+    ///
+    /// # Errors
+    /// The stream yields [`QueryError::InvalidOffset`] for an [`Offset::Sequence`], then ends.
+    pub fn current_events_by_tag(&self, tag: &str, offset: Offset) -> EnvelopeStream {
+        OffsetQuery::start(
+            Arc::clone(&self.store),
+            EventFilter::Tag(tag.to_owned()),
+            self.settings.clone(),
+            offset,
+            false,
+            "current events by tag",
+        )
+    }
+
+    /// As [`current_events_by_tag`](Self::current_events_by_tag), then keeps delivering new
+    /// events (as Akka's `eventsByTag`); never ends unless it fails.
+    pub fn events_by_tag(&self, tag: &str, offset: Offset) -> EnvelopeStream {
+        OffsetQuery::start(
+            Arc::clone(&self.store),
+            EventFilter::Tag(tag.to_owned()),
+            self.settings.clone(),
+            offset,
+            true,
+            "events by tag",
+        )
+    }
+
+    /// The persistence ids that stored events (also those whose events were all deleted), in
+    /// ascending byte order, after `after` (exclusive) when given, at most `limit` of them,
+    /// read [`page_size`](QuerySettings::page_size) at a time (as Akka r2dbc's
+    /// `currentPersistenceIds(afterId, limit)`).
+    pub fn current_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u64,
+    ) -> BoxStream<'static, Result<String, QueryError>> {
+        let store = Arc::clone(&self.store);
+        let page_size = self.settings.page_size.max(1);
+        let start = (after.map(str::to_owned), limit, false);
+        stream::unfold(start, move |(after, remaining, done)| {
+            let store = Arc::clone(&store);
+            async move {
+                if done || remaining == 0 {
+                    return None;
+                }
+                let limit = u32::try_from(remaining).unwrap_or(u32::MAX).min(page_size);
+                match store.read_persistence_ids(after.as_deref(), limit).await {
+                    Ok(ids) => {
+                        let last_page = ids.len() < limit as usize;
+                        let next_after = ids.last().cloned().or(after);
+                        let remaining = remaining - ids.len() as u64;
+                        let items: Vec<Result<String, QueryError>> =
+                            ids.into_iter().map(Ok).collect();
+                        Some((stream::iter(items), (next_after, remaining, last_page)))
+                    }
+                    Err(error) => Some((
+                        stream::iter(vec![Err(QueryError::from(error))]),
+                        (None, 0, true),
+                    )),
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    fn by_slices(
+        &self,
+        entity_type: &str,
+        min_slice: u16,
+        max_slice: u16,
+        offset: Offset,
+        live: bool,
+    ) -> EnvelopeStream {
+        if min_slice > max_slice || max_slice >= NUMBER_OF_SLICES {
+            let error = QueryError::InvalidSliceRange {
+                min_slice,
+                max_slice,
+            };
+            return stream::once(future::ready(Err(error))).boxed();
+        }
+        let filter = EventFilter::Slices {
+            entity_type: entity_type.to_owned(),
+            min_slice,
+            max_slice,
+        };
+        let query = if live {
+            "events by slices"
+        } else {
+            "current events by slices"
+        };
+        OffsetQuery::start(
+            Arc::clone(&self.store),
+            filter,
+            self.settings.clone(),
+            offset,
+            live,
+            query,
+        )
+    }
+}
+
+fn sequence_envelope(repr: crate::store::PersistentRepr) -> RawEnvelope {
+    let seq_nr = repr.seq_nr;
+    RawEnvelope::from_repr(repr, Offset::Sequence { seq_nr })
+}
+
+/// Waits until `deadline`, or a write notification when there are any.
+pub(crate) async fn wait_for_round(
+    deadline: Instant,
+    notifications: Option<&mut WriteNotifications>,
+) {
+    let round = tokio::time::sleep_until(deadline);
+    match notifications {
+        None => round.await,
+        Some(notifications) => {
+            let notified = notifications.notified();
+            futures::pin_mut!(round, notified);
+            future::select(round, notified).await;
+        }
+    }
+}

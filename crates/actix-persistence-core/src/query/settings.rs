@@ -1,0 +1,42 @@
+//! Settings of queries (`query.*` in `reference.toml`).
+
+use std::time::Duration;
+
+/// How queries read (the `query` section of `reference.toml`).
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use actix_persistence_core::query::QuerySettings;
+///
+/// let settings = QuerySettings {
+///     refresh_interval: Duration::from_millis(100),
+///     ..QuerySettings::default()
+/// };
+/// assert_eq!(settings.page_size, 1000);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuerySettings {
+    /// How often a live query looks for new events when no in-process notification woke it
+    /// (`query.refresh-interval`). Default: 500 ms.
+    pub refresh_interval: Duration,
+    /// How long an event's transaction may take, from the moment the event was inserted to its
+    /// commit, and still be delivered by a query that has already delivered later events
+    /// (`query.late-commit-window`). Such an event is delivered at most this long (plus one
+    /// refresh interval) after it was inserted. Events whose transaction takes longer may be
+    /// missed by queries running meanwhile. Default: 2 s.
+    pub late_commit_window: Duration,
+    /// Events (or persistence ids) read per query (`query.page-size`). A stream holds at most
+    /// one page in memory. Default: 1000.
+    pub page_size: u32,
+}
+
+impl Default for QuerySettings {
+    fn default() -> Self {
+        QuerySettings {
+            refresh_interval: Duration::from_millis(500),
+            late_commit_window: Duration::from_secs(2),
+            page_size: 1000,
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! The query contract on PostgreSQL with real concurrent transactions: a write whose
+//! transaction commits after a later one was delivered is still delivered, once; a write that
+//! rolls back holds nothing up. Each test in a database of its own (feature `test-util`;
+//! skipped without `DATABASE_URL`).
+#![cfg(feature = "test-util")]
+
+use std::time::Duration;
+
+use actix_persistence_core::query::{
+    entity_type_of, slice_for_persistence_id, EnvelopeStream, Offset, QuerySettings, ReadJournal,
+};
+use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
+use actix_persistence_sql::test_util::TestDatabase;
+use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions};
+use actix_persistence_testkit::{ControlledQueryStore, QueryControl};
+use futures::{StreamExt, TryStreamExt};
+use sqlx::{Connection, PgConnection};
+
+const WINDOW: Duration = Duration::from_secs(3600);
+const WITHIN: Duration = Duration::from_secs(30);
+
+struct Setup {
+    db: TestDatabase,
+    journal: PostgresJournal,
+    control: QueryControl,
+    query: ReadJournal,
+}
+
+/// A journal without group commit (each atomic write its own transaction, run concurrently),
+/// and queries over it with a one-hour late-commit window whose clock the test moves.
+async fn setup() -> Option<Setup> {
+    let db = TestDatabase::create().await?;
+    let options = PostgresJournalOptions {
+        max_connections: 6,
+        max_batch_size: 1,
+        ..PostgresJournalOptions::new(db.url())
+    };
+    let journal = PostgresJournal::connect(&options).await.expect("connect");
+    let store = ControlledQueryStore::new(journal.clone());
+    let control = store.control();
+    let settings = QuerySettings {
+        refresh_interval: Duration::from_millis(20),
+        late_commit_window: WINDOW,
+        page_size: 100,
+    };
+    Some(Setup {
+        db,
+        journal,
+        control,
+        query: ReadJournal::new(store, settings),
+    })
+}
+
+fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
+    PersistentRepr {
+        persistence_id: pid.to_owned(),
+        seq_nr,
+        payload: b"{}".to_vec(),
+        serializer_id: 1,
+        manifest: String::new(),
+        writer_uuid: "w".to_owned(),
+        timestamp: 0,
+        tags: vec![],
+    }
+}
+
+async fn write(journal: &PostgresJournal, pid: &str, seq_nr: u64) {
+    let results = journal
+        .write_messages(vec![
+            AtomicWrite::new(vec![event(pid, seq_nr)]).expect("shape")
+        ])
+        .await
+        .expect("write");
+    assert!(
+        results[0].is_ok(),
+        "write of {pid} {seq_nr}: {:?}",
+        results[0]
+    );
+}
+
+async fn next(live: &mut EnvelopeStream) -> (String, u64) {
+    let envelope = tokio::time::timeout(WITHIN, live.next())
+        .await
+        .expect("an element within 30 s")
+        .expect("the live query goes on")
+        .expect("no error");
+    (envelope.persistence_id, envelope.seq_nr)
+}
+
+/// Waits until a statement of the journal waits for a lock held by the test.
+async fn until_a_write_waits_for_a_lock(admin: &mut PgConnection) {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *admin)
+        .await
+        .expect("read pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the write never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
+    let Some(Setup {
+        db,
+        journal,
+        control,
+        query,
+    }) = setup().await
+    else {
+        return;
+    };
+    let (late, early) = ("Late|a", "Late|b");
+    let mut live = query.events_by_slices("Late", 0, 1023, Offset::NoOffset);
+    write(&journal, late, 1).await;
+    assert_eq!(next(&mut live).await, (late.to_owned(), 1));
+
+    // Transaction 1 inserts `late` 2 (its timestamp taken now), then waits for a row lock the
+    // test holds, so it cannot commit.
+    let mut admin = PgConnection::connect(db.url()).await.expect("connect");
+    let mut lock = admin.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM journal_highest WHERE persistence_id = $1 FOR UPDATE")
+        .bind(late)
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let late_write = tokio::spawn({
+        let journal = journal.clone();
+        async move { write(&journal, late, 2).await }
+    });
+    let mut observer = PgConnection::connect(db.url()).await.expect("connect");
+    until_a_write_waits_for_a_lock(&mut observer).await;
+
+    // Transaction 2 (a later timestamp) commits first and is delivered.
+    write(&journal, early, 1).await;
+    assert_eq!(next(&mut live).await, (early.to_owned(), 1));
+    let offset_after_early = query
+        .current_events_by_slices("Late", 0, 1023, Offset::NoOffset)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("current query")
+        .last()
+        .expect("two events")
+        .offset
+        .clone();
+
+    // Transaction 1 commits: its event (the lower timestamp) comes once the window passed.
+    lock.commit().await.expect("release the lock");
+    late_write.await.expect("the late write");
+    control.advance_clock(WINDOW);
+    assert_eq!(next(&mut live).await, (late.to_owned(), 2));
+    write(&journal, early, 2).await;
+    assert_eq!(
+        next(&mut live).await,
+        (early.to_owned(), 2),
+        "nothing repeats"
+    );
+
+    // Resuming from the offset stored after `early` 1 delivers the late event and what
+    // followed, never `early` 1 again.
+    let mut resumed: Vec<(String, u64)> = query
+        .current_events_by_slices("Late", 0, 1023, offset_after_early)
+        .map_ok(|e| (e.persistence_id, e.seq_nr))
+        .try_collect()
+        .await
+        .expect("resumed query");
+    resumed.sort();
+    assert_eq!(resumed, vec![(late.to_owned(), 2), (early.to_owned(), 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_holds_no_query_up() {
+    let Some(Setup {
+        db,
+        journal,
+        control,
+        query,
+    }) = setup().await
+    else {
+        return;
+    };
+    let (rolled_back, other) = ("Gap|rolled-back", "Gap|other");
+    let mut live = query.events_by_slices("Gap", 0, 1023, Offset::NoOffset);
+
+    // A transaction inserts an event as the journal does (a lower timestamp), and stays open.
+    let mut conn = PgConnection::connect(db.url()).await.expect("connect");
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+             serializer_id, manifest, payload, tags, db_timestamp, slice, entity_type) \
+         VALUES ($1, 1, 'w', 0, 1, '', '\\x7b7d', '{}', \
+             (extract(epoch from statement_timestamp()) * 1000000)::bigint, $2, $3)",
+    )
+    .bind(rolled_back)
+    .bind(i32::from(slice_for_persistence_id(rolled_back)))
+    .bind(entity_type_of(rolled_back))
+    .execute(&mut *tx)
+    .await
+    .expect("insert in the open transaction");
+
+    // Later events are delivered while it is open: the gap holds nothing up.
+    write(&journal, other, 1).await;
+    assert_eq!(next(&mut live).await, (other.to_owned(), 1));
+    tx.rollback().await.expect("roll back");
+    write(&journal, other, 2).await;
+    assert_eq!(next(&mut live).await, (other.to_owned(), 2));
+    // After the window, the settled pass finds nothing more; the query goes on.
+    control.advance_clock(WINDOW);
+    write(&journal, other, 3).await;
+    assert_eq!(next(&mut live).await, (other.to_owned(), 3));
+    let all: Vec<(String, u64)> = query
+        .current_events_by_slices("Gap", 0, 1023, Offset::NoOffset)
+        .map_ok(|e| (e.persistence_id, e.seq_nr))
+        .try_collect()
+        .await
+        .expect("current query");
+    let other = other.to_owned();
+    assert_eq!(
+        all,
+        vec![(other.clone(), 1), (other.clone(), 2), (other, 3)]
+    );
+}

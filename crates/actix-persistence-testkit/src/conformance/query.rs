@@ -1,0 +1,720 @@
+//! The query conformance cases Q1-Q13 (`docs/conformance.md`, "Query store"): what
+//! [`ReadJournal`] must deliver over a [`QueryStore`].
+//!
+//! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
+//! window without sleeps), writes events straight into the store, and reads them back through
+//! a [`ReadJournal`] with a 20 ms refresh interval and a one-hour late-commit window (moved
+//! past with [`QueryControl::advance_clock`] where a case needs the settled pass). Cases use
+//! fresh persistence ids, entity types and tags, so a factory may hand out a shared store.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_persistence_core::query::{
+    slice_for_persistence_id, slice_ranges, EnvelopeStream, EnvelopeStreamExt, Offset, QueryError,
+    QuerySettings, QueryStore, RawEnvelope, ReadJournal,
+};
+use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
+use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr, MAX_SEQ_NR};
+use futures::future::LocalBoxFuture;
+use futures::{FutureExt, StreamExt};
+
+use super::{within, Case};
+use crate::{ControlledQueryStore, QueryControl};
+
+/// The late-commit window of the cases: long enough that the settled pass never runs unless
+/// a case moves the clock past it.
+pub const CASE_WINDOW: Duration = Duration::from_secs(3600);
+
+/// The store under test, wrapped, with its control and a read journal over it.
+pub struct QueryUnderTest {
+    /// The wrapped store (write through it).
+    pub store: Arc<ControlledQueryStore<Arc<dyn QueryStore>>>,
+    /// Its control.
+    pub control: QueryControl,
+    /// Queries over it.
+    pub query: ReadJournal,
+}
+
+impl QueryUnderTest {
+    /// Wraps `store`.
+    pub fn new(store: Arc<dyn QueryStore>) -> Self {
+        let store = Arc::new(ControlledQueryStore::new(store));
+        let settings = QuerySettings {
+            refresh_interval: Duration::from_millis(20),
+            late_commit_window: CASE_WINDOW,
+            page_size: 7,
+        };
+        QueryUnderTest {
+            control: store.control(),
+            query: ReadJournal::from_arc(store.clone(), settings),
+            store,
+        }
+    }
+
+    /// Writes one atomic write of `events`, which must succeed.
+    pub async fn write(&self, events: Vec<PersistentRepr>) {
+        let what = format!(
+            "write of {:?} {:?}",
+            events[0].persistence_id,
+            events.iter().map(|e| e.seq_nr).collect::<Vec<_>>()
+        );
+        let write = AtomicWrite::new(events).expect("a well-shaped atomic write");
+        let results = within(&what, self.store.write_messages(vec![write]))
+            .await
+            .unwrap_or_else(|e| panic!("{what} failed: {e}"));
+        if let Some(Err(e)) = results.first() {
+            panic!("{what} failed: {e}");
+        }
+    }
+
+    /// Writes events `from..=to` of `pid`, one atomic write each.
+    pub async fn write_range(&self, pid: &str, from: u64, to: u64, tags: &[&str]) {
+        for seq_nr in from..=to {
+            self.write(vec![event(pid, seq_nr, tags)]).await;
+        }
+    }
+}
+
+/// Event `seq_nr` of `pid`: payload `{"n":seq_nr}` (JSON), tagged `tags`.
+pub fn event(pid: &str, seq_nr: u64, tags: &[&str]) -> PersistentRepr {
+    PersistentRepr {
+        persistence_id: pid.to_owned(),
+        seq_nr,
+        payload: format!("{{\"n\":{seq_nr}}}").into_bytes(),
+        serializer_id: JSON_SERIALIZER_ID,
+        manifest: String::new(),
+        writer_uuid: "query-case".to_owned(),
+        timestamp: super::now_millis(),
+        tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+    }
+}
+
+/// A fresh name: `prefix` and a uuid without dashes (safe in ids, entity types and tags).
+fn fresh(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Every element of a current query.
+async fn collect(what: &str, stream: EnvelopeStream) -> Vec<RawEnvelope> {
+    let items: Vec<_> = within(what, stream.collect()).await;
+    items
+        .into_iter()
+        .map(|item| item.unwrap_or_else(|e| panic!("{what} failed: {e}")))
+        .collect()
+}
+
+/// The next `n` elements of a live query.
+async fn take(what: &str, stream: &mut EnvelopeStream, n: usize) -> Vec<RawEnvelope> {
+    let mut taken = Vec::with_capacity(n);
+    while taken.len() < n {
+        match within(what, stream.next()).await {
+            Some(Ok(envelope)) => taken.push(envelope),
+            Some(Err(e)) => panic!("{what} failed after {} elements: {e}", taken.len()),
+            None => panic!("{what} ended after {} elements, expected {n}", taken.len()),
+        }
+    }
+    taken
+}
+
+/// `(persistence id, seq_nr)` of each envelope.
+fn keys(envelopes: &[RawEnvelope]) -> Vec<(String, u64)> {
+    envelopes
+        .iter()
+        .map(|e| (e.persistence_id.clone(), e.seq_nr))
+        .collect()
+}
+
+fn seq_nrs(envelopes: &[RawEnvelope]) -> Vec<u64> {
+    envelopes.iter().map(|e| e.seq_nr).collect()
+}
+
+/// Panics unless no (persistence id, seq_nr) repeats and each id's seq_nrs ascend.
+fn assert_distinct_and_ordered(case: &str, envelopes: &[RawEnvelope]) {
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in envelopes {
+        if let Some(previous) = last.insert(&e.persistence_id, e.seq_nr) {
+            assert!(
+                e.seq_nr > previous,
+                "{case}: {:?} delivered seq_nr {} after {previous} (repeat or out of order)",
+                e.persistence_id,
+                e.seq_nr
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases.
+
+/// Q1: `current_events_by_persistence_id` honours its bounds and yields sequence offsets.
+pub async fn q01_events_by_persistence_id_bounds(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let pid = fresh("Q1|");
+    t.write_range(&pid, 1, 5, &[]).await;
+    let read = |from, to| {
+        let what = format!("Q1 current_events_by_persistence_id({from}, {to})");
+        let stream = t.query.current_events_by_persistence_id(&pid, from, to);
+        async move { seq_nrs(&collect(&what, stream).await) }
+    };
+    assert_eq!(
+        read(1, MAX_SEQ_NR).await,
+        vec![1, 2, 3, 4, 5],
+        "Q1 (1, MAX)"
+    );
+    assert_eq!(read(2, 4).await, vec![2, 3, 4], "Q1 (2, 4)");
+    assert_eq!(read(5, 5).await, vec![5], "Q1 (5, 5)");
+    assert_eq!(read(4, 2).await, Vec::<u64>::new(), "Q1 (4, 2)");
+    assert_eq!(read(6, MAX_SEQ_NR).await, Vec::<u64>::new(), "Q1 (6, MAX)");
+    let all = collect("Q1", t.query.current_events_by_persistence_id(&pid, 1, 3)).await;
+    assert_eq!(all[2].offset, Offset::Sequence { seq_nr: 3 }, "Q1 offset");
+    assert_eq!(all[0].event.payload, b"{\"n\":1}".to_vec(), "Q1 payload");
+    assert_eq!(all[0].slice, slice_for_persistence_id(&pid), "Q1 slice");
+    assert_eq!(all[0].entity_type, "Q1", "Q1 entity type");
+}
+
+/// Q2: the slice ranges of `slice_ranges(4)` partition the ids of an entity type: every id in
+/// exactly one range, in the range of its slice; other entity types are not delivered.
+pub async fn q02_slice_ranges_partition_ids(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q2");
+    let ids: Vec<String> = (0..40).map(|i| format!("{entity_type}|{i}")).collect();
+    for id in &ids {
+        t.write_range(id, 1, 2, &[]).await;
+    }
+    t.write_range(&format!("{entity_type}x|0"), 1, 1, &[]).await;
+    let mut delivered = Vec::new();
+    for range in slice_ranges(4) {
+        let what = format!("Q2 current_events_by_slices({range:?})");
+        let stream = t.query.current_events_by_slices(
+            &entity_type,
+            *range.start(),
+            *range.end(),
+            Offset::NoOffset,
+        );
+        for e in collect(&what, stream).await {
+            assert!(
+                range.contains(&e.slice) && e.slice == slice_for_persistence_id(&e.persistence_id),
+                "Q2: {:?} (slice {}) delivered by range {range:?}",
+                e.persistence_id,
+                e.slice
+            );
+            assert_eq!(e.entity_type, entity_type, "Q2 entity type");
+            delivered.push((e.persistence_id.clone(), e.seq_nr));
+        }
+    }
+    delivered.sort();
+    let mut expected: Vec<(String, u64)> = ids
+        .iter()
+        .flat_map(|id| [(id.clone(), 1), (id.clone(), 2)])
+        .collect();
+    expected.sort();
+    assert_eq!(
+        delivered, expected,
+        "Q2: each event exactly once over the ranges"
+    );
+}
+
+/// Q3: `current_events_by_tag` delivers exactly the tagged events, each id in order.
+pub async fn q03_events_by_tag(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let tag = fresh("q3-");
+    let (a, b) = (fresh("Q3|a"), fresh("Q3|b"));
+    t.write_range(&a, 1, 2, &[&tag]).await;
+    t.write_range(&b, 1, 1, &["other"]).await;
+    t.write_range(&a, 3, 3, &["other"]).await;
+    t.write_range(&b, 2, 3, &["other", &tag]).await;
+    t.write_range(&a, 4, 4, &[&tag]).await;
+    let envelopes = collect("Q3", t.query.current_events_by_tag(&tag, Offset::NoOffset)).await;
+    assert_eq!(
+        keys(&envelopes),
+        vec![
+            (a.clone(), 1),
+            (a.clone(), 2),
+            (b.clone(), 2),
+            (b.clone(), 3),
+            (a.clone(), 4)
+        ],
+        "Q3: tagged events in write order"
+    );
+    assert!(envelopes.iter().all(|e| e.tags.contains(&tag)), "Q3 tags");
+}
+
+/// Q4: resuming from the offset of any element delivers exactly the elements after it.
+pub async fn q04_resume_from_offset_delivers_exactly_the_rest(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q4");
+    let ids: Vec<String> = (0..3).map(|i| format!("{entity_type}|{i}")).collect();
+    for seq_nr in 1..=4 {
+        for id in &ids {
+            t.write_range(id, seq_nr, seq_nr, &[]).await;
+        }
+    }
+    let all = collect(
+        "Q4 all",
+        t.query
+            .current_events_by_slices(&entity_type, 0, 1023, Offset::NoOffset),
+    )
+    .await;
+    assert_eq!(all.len(), 12, "Q4: 12 events");
+    for (i, element) in all.iter().enumerate() {
+        // The offset survives being stored as JSON.
+        let stored = serde_json::to_string(&element.offset).expect("offset to JSON");
+        let offset: Offset = serde_json::from_str(&stored).expect("offset from JSON");
+        let rest = collect(
+            "Q4 resumed",
+            t.query
+                .current_events_by_slices(&entity_type, 0, 1023, offset),
+        )
+        .await;
+        assert_eq!(
+            keys(&rest),
+            keys(&all[i + 1..]),
+            "Q4: resumed after element {i}"
+        );
+    }
+}
+
+/// Q5: a live query delivers events written after it started, and resumes without repeats.
+pub async fn q05_live_query_delivers_new_events(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q5");
+    let pid = format!("{entity_type}|1");
+    t.write_range(&pid, 1, 2, &[]).await;
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    let first = take("Q5 live", &mut live, 2).await;
+    t.write_range(&pid, 3, 4, &[]).await;
+    let next = take("Q5 live", &mut live, 2).await;
+    assert_eq!(seq_nrs(&first), vec![1, 2], "Q5 before");
+    assert_eq!(seq_nrs(&next), vec![3, 4], "Q5 after");
+    let mut by_pid = t.query.events_by_persistence_id(&pid, 3, MAX_SEQ_NR);
+    let replayed = take("Q5 by pid", &mut by_pid, 2).await;
+    t.write_range(&pid, 5, 5, &[]).await;
+    let new = take("Q5 by pid", &mut by_pid, 1).await;
+    assert_eq!(seq_nrs(&replayed), vec![3, 4], "Q5 by pid");
+    assert_eq!(seq_nrs(&new), vec![5], "Q5 by pid, live");
+    // A live query resumed from the last offset delivers only what follows.
+    let mut resumed = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, next[1].offset.clone());
+    assert_eq!(
+        seq_nrs(&take("Q5 resumed", &mut resumed, 1).await),
+        vec![5],
+        "Q5 resumed"
+    );
+}
+
+/// Q6: an event that commits after a later event was delivered is still delivered, once,
+/// when the late-commit window has passed; the offset of the earlier element resumes to it.
+pub async fn q06_late_commit_is_delivered_once(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q6");
+    let (late, early) = (
+        format!("{entity_type}|late"),
+        format!("{entity_type}|early"),
+    );
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    // `late` is inserted first (lower timestamp) but commits after `early`.
+    t.control.hold_commits_of(&late);
+    t.write_range(&late, 1, 1, &[]).await;
+    t.write_range(&early, 1, 1, &[]).await;
+    let first = take("Q6 live", &mut live, 1).await;
+    assert_eq!(
+        keys(&first),
+        vec![(early.clone(), 1)],
+        "Q6: the committed event first"
+    );
+    t.control.commit(&late);
+    t.control.advance_clock(CASE_WINDOW);
+    let second = take("Q6 live", &mut live, 1).await;
+    assert_eq!(
+        keys(&second),
+        vec![(late.clone(), 1)],
+        "Q6: the late commit"
+    );
+    t.write_range(&early, 2, 2, &[]).await;
+    let third = take("Q6 live", &mut live, 1).await;
+    assert_eq!(
+        keys(&third),
+        vec![(early.clone(), 2)],
+        "Q6: no repeat after it"
+    );
+    // From the offset stored after `early`-1, a new query delivers the late event and the
+    // rest, but not `early`-1 again.
+    let resumed = collect(
+        "Q6 resumed",
+        t.query
+            .current_events_by_slices(&entity_type, 0, 1023, first[0].offset.clone()),
+    )
+    .await;
+    let mut resumed = keys(&resumed);
+    resumed.sort();
+    assert_eq!(resumed, vec![(early, 2), (late, 1)], "Q6 resumed");
+}
+
+/// Q7: a write that never commits (rolled back) holds nothing up: later events are delivered
+/// at once, and the live query goes on after the window passed.
+pub async fn q07_rolled_back_write_holds_nothing(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q7");
+    let (rolled_back, other) = (format!("{entity_type}|rb"), format!("{entity_type}|ok"));
+    t.control.hold_commits_of(&rolled_back);
+    t.write_range(&rolled_back, 1, 1, &[]).await;
+    t.write_range(&other, 1, 1, &[]).await;
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    assert_eq!(
+        keys(&take("Q7", &mut live, 1).await),
+        vec![(other.clone(), 1)],
+        "Q7 first"
+    );
+    t.control.advance_clock(CASE_WINDOW);
+    t.write_range(&other, 2, 2, &[]).await;
+    assert_eq!(
+        keys(&take("Q7", &mut live, 1).await),
+        vec![(other, 2)],
+        "Q7 after the window"
+    );
+}
+
+/// Q8: 50 persistence ids writing 20 tagged events each, concurrently, while a live query by
+/// tag runs: exactly 1,000 distinct envelopes, each id's in order.
+pub async fn q08_concurrent_writers_give_every_event_once(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let tag = fresh("q8-");
+    let entity_type = fresh("Q8");
+    let mut live = t.query.events_by_tag(&tag, Offset::NoOffset);
+    let writers = (0..50).map(|i| {
+        let pid = format!("{entity_type}|{i}");
+        let t = &t;
+        let tag = tag.as_str();
+        async move { t.write_range(&pid, 1, 20, &[tag]).await }
+    });
+    // The live query reads while the writers write.
+    let reader = take("Q8 live", &mut live, 1000).then(|envelopes| async move { envelopes });
+    let writing = futures::future::join_all(writers).then(|_| async {
+        // Every write is acknowledged: let the settled pass run.
+        t.control.advance_clock(CASE_WINDOW);
+    });
+    let (envelopes, ()) = futures::join!(reader, writing);
+    assert_distinct_and_ordered("Q8", &envelopes);
+    let distinct: HashSet<_> = keys(&envelopes).into_iter().collect();
+    assert_eq!(distinct.len(), 1000, "Q8: 1,000 distinct envelopes");
+    let current = collect(
+        "Q8 current",
+        t.query.current_events_by_tag(&tag, Offset::NoOffset),
+    )
+    .await;
+    assert_distinct_and_ordered("Q8 current", &current);
+    assert_eq!(
+        current.len(),
+        1000,
+        "Q8: the current query gives the same 1,000"
+    );
+}
+
+/// Q9: deleted events are not delivered; the queries go on after them.
+pub async fn q09_deleted_events_are_not_delivered(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q9");
+    let pid = format!("{entity_type}|1");
+    let tag = fresh("q9-");
+    t.write_range(&pid, 1, 5, &[&tag]).await;
+    within("Q9 delete", t.store.delete_messages_to(&pid, 3))
+        .await
+        .expect("Q9 delete");
+    let by_slices = collect(
+        "Q9 slices",
+        t.query
+            .current_events_by_slices(&entity_type, 0, 1023, Offset::NoOffset),
+    )
+    .await;
+    let by_tag = collect(
+        "Q9 tag",
+        t.query.current_events_by_tag(&tag, Offset::NoOffset),
+    )
+    .await;
+    let by_pid = collect(
+        "Q9 pid",
+        t.query
+            .current_events_by_persistence_id(&pid, 1, MAX_SEQ_NR),
+    )
+    .await;
+    assert_eq!(seq_nrs(&by_slices), vec![4, 5], "Q9 by slices");
+    assert_eq!(seq_nrs(&by_tag), vec![4, 5], "Q9 by tag");
+    assert_eq!(seq_nrs(&by_pid), vec![4, 5], "Q9 by persistence id");
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    assert_eq!(
+        seq_nrs(&take("Q9 live", &mut live, 2).await),
+        vec![4, 5],
+        "Q9 live"
+    );
+    t.write_range(&pid, 6, 6, &[]).await;
+    assert_eq!(
+        seq_nrs(&take("Q9 live", &mut live, 1).await),
+        vec![6],
+        "Q9 live after"
+    );
+}
+
+/// Q10: `current_persistence_ids` lists ids in ascending order, after `after`, at most
+/// `limit`, across pages.
+pub async fn q10_current_persistence_ids_are_paged(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let prefix = fresh("Q10|");
+    let ids: Vec<String> = (0..10).map(|i| format!("{prefix}-{i}")).collect();
+    for id in &ids {
+        t.write_range(id, 1, 1, &[]).await;
+    }
+    // Ids of other cases may sort before and after: select ours.
+    let all = list_ids(&t.query, &prefix, &format!("{prefix}-"), MAX_SEQ_NR).await;
+    assert_eq!(all, ids, "Q10 all, ascending (page size 7)");
+    let after_third = list_ids(&t.query, &prefix, &ids[2], 4).await;
+    assert_eq!(
+        after_third,
+        ids[3..7].to_vec(),
+        "Q10 after the third, limit 4"
+    );
+}
+
+async fn list_ids(query: &ReadJournal, prefix: &str, after: &str, limit: u64) -> Vec<String> {
+    let items: Vec<_> = within(
+        "Q10",
+        query.current_persistence_ids(Some(after), limit).collect(),
+    )
+    .await;
+    items
+        .into_iter()
+        .map(|i| i.unwrap_or_else(|e| panic!("Q10 failed: {e}")))
+        .filter(|id: &String| id.starts_with(prefix))
+        .collect()
+}
+
+/// Q11: envelopes decode into the event type; a payload that does not decode is an error
+/// naming the event.
+pub async fn q11_envelopes_decode_into_the_event_type(store: Arc<dyn QueryStore>) {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Counted {
+        n: u64,
+    }
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Other {
+        missing: String,
+    }
+    let t = QueryUnderTest::new(store);
+    let pid = fresh("Q11|");
+    t.write_range(&pid, 1, 2, &[]).await;
+    let typed: Vec<_> = within(
+        "Q11",
+        t.query
+            .current_events_by_persistence_id(&pid, 1, MAX_SEQ_NR)
+            .decode_json::<Counted>()
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let events: Vec<_> = typed
+        .into_iter()
+        .map(|e| e.expect("Q11 decodes").event)
+        .collect();
+    assert_eq!(
+        events,
+        vec![Counted { n: 1 }, Counted { n: 2 }],
+        "Q11 typed"
+    );
+    let failed: Vec<_> = within(
+        "Q11",
+        t.query
+            .current_events_by_persistence_id(&pid, 1, MAX_SEQ_NR)
+            .decode_json::<Other>()
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(failed.len(), 1, "Q11: the stream ends at the first failure");
+    match &failed[0] {
+        Err(QueryError::Decode {
+            persistence_id,
+            seq_nr,
+            ..
+        }) => assert_eq!(
+            (persistence_id.as_str(), *seq_nr),
+            (pid.as_str(), 1),
+            "Q11 error"
+        ),
+        other => panic!("Q11: expected a decode error, got {other:?}"),
+    }
+}
+
+/// Q12: a bad slice range and an offset of another kind of query are errors.
+pub async fn q12_bad_arguments_are_errors(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let bad_range: Vec<_> = within(
+        "Q12",
+        t.query
+            .current_events_by_slices("Q12", 10, 9, Offset::NoOffset)
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert!(
+        matches!(
+            bad_range.as_slice(),
+            [Err(QueryError::InvalidSliceRange {
+                min_slice: 10,
+                max_slice: 9
+            })]
+        ),
+        "Q12: range 10..=9 is an error, got {bad_range:?}"
+    );
+    let bad_offset: Vec<_> = within(
+        "Q12",
+        t.query
+            .current_events_by_tag("q12", Offset::Sequence { seq_nr: 3 })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert!(
+        matches!(
+            bad_offset.as_slice(),
+            [Err(QueryError::InvalidOffset { .. })]
+        ),
+        "Q12: a sequence offset to a tag query is an error, got {bad_offset:?}"
+    );
+}
+
+/// Q13: when an id's event commits late and its next event is then written and seen first,
+/// the query holds the next one back and delivers both in sequence order, each once.
+pub async fn q13_late_commit_keeps_the_order_of_an_id(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q13");
+    let (id, other) = (format!("{entity_type}|id"), format!("{entity_type}|other"));
+    t.write_range(&id, 1, 1, &[]).await;
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    assert_eq!(
+        keys(&take("Q13", &mut live, 1).await),
+        vec![(id.clone(), 1)],
+        "Q13 first"
+    );
+    // `id` 2 is inserted but not yet committed while the query reads past it.
+    t.control.hold_commits_of(&id);
+    t.write_range(&id, 2, 2, &[]).await;
+    t.write_range(&other, 1, 1, &[]).await;
+    assert_eq!(
+        keys(&take("Q13", &mut live, 1).await),
+        vec![(other.clone(), 1)],
+        "Q13 other"
+    );
+    // It commits; only then is `id` 3 written (one writer per id), and the query sees 3 with 2
+    // behind its fast position.
+    t.control.commit(&id);
+    t.write_range(&id, 3, 3, &[]).await;
+    t.write_range(&other, 2, 2, &[]).await;
+    assert_eq!(
+        keys(&take("Q13", &mut live, 1).await),
+        vec![(other.clone(), 2)],
+        "Q13: `id` 3 waits for 2"
+    );
+    t.control.advance_clock(CASE_WINDOW);
+    let rest = take("Q13", &mut live, 2).await;
+    assert_eq!(
+        keys(&rest),
+        vec![(id.clone(), 2), (id, 3)],
+        "Q13: in order, once each"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The case table and runners.
+
+type RunCase = fn(Arc<dyn QueryStore>) -> LocalBoxFuture<'static, ()>;
+
+/// One query conformance case.
+pub struct QueryCase {
+    /// The case's name, e.g. `q01_events_by_persistence_id_bounds`.
+    pub name: &'static str,
+    /// The rule it checks, in one line.
+    pub rule: &'static str,
+    run: RunCase,
+}
+
+impl QueryCase {
+    /// Runs the case against `store` (inside a Tokio runtime).
+    ///
+    /// # Panics
+    /// When the store does not behave as the case requires.
+    pub async fn run(&self, store: Arc<dyn QueryStore>) {
+        (self.run)(store).await;
+    }
+}
+
+impl fmt::Debug for QueryCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueryCase")
+            .field("name", &self.name)
+            .field("rule", &self.rule)
+            .finish()
+    }
+}
+
+crate::__query_cases! {
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q13." }
+}
+
+impl Case for QueryCase {
+    type Store = dyn QueryStore;
+    const SUITE: &'static str = "query";
+
+    fn all() -> &'static [Self] {
+        CASES
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(&self, store: Arc<dyn QueryStore>) -> LocalBoxFuture<'static, ()> {
+        (self.run)(store)
+    }
+}
+
+fn shared<S: QueryStore>(store: S) -> Arc<dyn QueryStore> {
+    Arc::new(store)
+}
+
+/// Runs the case `name` in a new Actix system against a store fresh from `factory`. The
+/// expansion of [`query_conformance_tests!`](crate::query_conformance_tests) calls this.
+///
+/// # Panics
+/// When no case is called `name`, or the case fails.
+pub fn run_case<F, Fut, S>(name: &str, factory: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = S>,
+    S: QueryStore,
+{
+    super::run_named_case::<QueryCase, _, _>(name, || factory().map(|store| Some(shared(store))));
+}
+
+/// Like [`run_case`], for a factory that may have no store (`None` skips the case).
+///
+/// # Panics
+/// When no case is called `name`, or the case fails.
+pub fn run_case_if_available<F, Fut, S>(name: &str, factory: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Option<S>>,
+    S: QueryStore,
+{
+    super::run_named_case::<QueryCase, _, _>(name, || factory().map(|store| store.map(shared)));
+}

@@ -1,0 +1,146 @@
+//! `Persistence::query()`: the read side over the configured journal, with the `[query]`
+//! settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Handler, Message};
+use actix_persistence::query::QuerySettings;
+use actix_persistence::snapshot::InMemorySnapshotStore;
+use actix_persistence::{
+    EnvelopeStreamExt, EventSourced, InMemoryJournal, Offset, PersistReply, PersistResult,
+    Persistence, PersistenceState, PersistentActor, QueryError, Settings,
+};
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum AccountEvent {
+    Deposited(u64),
+}
+
+#[derive(PersistentActor)]
+struct Account {
+    persistence: PersistenceState<Self>,
+    balance: u64,
+}
+
+impl EventSourced for Account {
+    type Event = AccountEvent;
+
+    fn apply(&mut self, event: &AccountEvent) {
+        let AccountEvent::Deposited(amount) = event;
+        self.balance += amount;
+    }
+
+    fn tags(&self, _event: &AccountEvent) -> Vec<String> {
+        vec!["money".to_owned()]
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+struct Deposit(u64);
+
+impl Handler<Deposit> for Account {
+    type Result = PersistReply<u64>;
+    fn handle(&mut self, msg: Deposit, ctx: &mut Self::Context) -> Self::Result {
+        self.persist(ctx, AccountEvent::Deposited(msg.0), |account, _, _| {
+            account.balance
+        })
+    }
+}
+
+fn inmem(extra: &str) -> actix_persistence::config::SettingsLoader {
+    Settings::loader().toml_str(
+        "test",
+        &format!("[journal]\nplugin = \"inmem\"\n[snapshot-store]\nplugin = \"inmem\"\n{extra}"),
+    )
+}
+
+#[actix::test]
+async fn events_persisted_by_actors_are_read_by_slice_and_by_tag() {
+    let persistence = Persistence::start_from(inmem("")).await.expect("start");
+    let account = Account {
+        persistence: persistence.state("Account|7").expect("id"),
+        balance: 0,
+    }
+    .start();
+    for amount in [10, 20] {
+        account
+            .send(Deposit(amount))
+            .await
+            .expect("send")
+            .expect("persist");
+    }
+    let query = persistence
+        .query()
+        .expect("the in-memory journal answers queries");
+    let events: Vec<_> = query
+        .current_events_by_slices("Account", 0, 1023, Offset::NoOffset)
+        .decode_json::<AccountEvent>()
+        .map_ok(|e| (e.persistence_id, e.seq_nr, e.event, e.tags))
+        .try_collect()
+        .await
+        .expect("query");
+    let tags = vec!["money".to_owned()];
+    assert_eq!(
+        events,
+        vec![
+            (
+                "Account|7".to_owned(),
+                1,
+                AccountEvent::Deposited(10),
+                tags.clone()
+            ),
+            ("Account|7".to_owned(), 2, AccountEvent::Deposited(20), tags),
+        ]
+    );
+    // A live query by tag sees the next event as soon as it is persisted.
+    let mut live = query
+        .events_by_tag("money", Offset::NoOffset)
+        .decode_json::<AccountEvent>();
+    account
+        .send(Deposit(5))
+        .await
+        .expect("send")
+        .expect("persist");
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let envelope = tokio::time::timeout(Duration::from_secs(30), live.next())
+            .await
+            .expect("within 30 s")
+            .expect("live")
+            .expect("no error");
+        seen.push(envelope.event);
+    }
+    assert_eq!(seen[2], AccountEvent::Deposited(5));
+}
+
+#[actix::test]
+async fn query_settings_come_from_the_query_section() {
+    let loader = inmem("[query]\nrefresh-interval = \"50ms\"\npage-size = \"64\"\n");
+    let persistence = Persistence::start_from(loader).await.expect("start");
+    let query = persistence.query().expect("query");
+    assert_eq!(
+        query.settings(),
+        &QuerySettings {
+            refresh_interval: Duration::from_millis(50),
+            late_commit_window: Duration::from_secs(2),
+            page_size: 64,
+        }
+    );
+}
+
+#[actix::test]
+async fn a_store_given_without_a_query_store_answers_no_queries() {
+    let journal = InMemoryJournal::new();
+    let persistence = Persistence::start_with_stores(
+        Settings::reference(),
+        Arc::new(journal.clone()),
+        Arc::new(InMemorySnapshotStore::new()),
+    );
+    assert!(matches!(persistence.query(), Err(QueryError::Unsupported)));
+    let persistence = persistence.with_query_store(Arc::new(journal));
+    assert!(persistence.query().is_ok());
+}

@@ -1,0 +1,297 @@
+//! User code that panics while the library runs it (during recovery, in `apply` of a stored
+//! event, in a continuation) is a failure with the panic message as its reason: never a dead
+//! task whose stop reads as normal.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_persistence::actix::{Actor, Addr};
+use actix_persistence::journal::{JournalActor, JournalConfig};
+use actix_persistence::snapshot::{
+    InMemorySnapshotStore, SerializedSnapshot, SnapshotMetadata, SnapshotStore,
+};
+use actix_persistence::{
+    AtomicWrite, Backoff, BackoffSupervisor, InMemoryJournal, JournalStore, PersistError,
+    PersistenceState, PersistentRepr, RecoveryError, StopReason,
+};
+use support::ledger::*;
+use tokio::sync::{mpsc, oneshot};
+
+fn repr(pid: &str, seq_nr: u64, entry: &Entry) -> PersistentRepr {
+    PersistentRepr {
+        persistence_id: pid.to_owned(),
+        seq_nr,
+        payload: serde_json::to_vec(entry).expect("json"),
+        serializer_id: actix_persistence::serialization::JSON_SERIALIZER_ID,
+        manifest: String::new(),
+        writer_uuid: "test-writer".to_owned(),
+        timestamp: 1,
+        tags: Vec::new(),
+    }
+}
+
+async fn seed(journal: &InMemoryJournal, pid: &str, entries: &[Entry]) {
+    let writes = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| AtomicWrite::new(vec![repr(pid, i as u64 + 1, e)]).expect("shape"))
+        .collect();
+    let results = journal.write_messages(writes).await.expect("stored");
+    assert!(results.iter().all(Result::is_ok));
+}
+
+struct Started {
+    addr: Addr<Ledger>,
+    stopped: oneshot::Receiver<StopReason>,
+}
+
+fn start(
+    journal: &InMemoryJournal,
+    pid: &str,
+    script: &Arc<Script>,
+    snapshots: Option<Arc<dyn SnapshotStore>>,
+) -> Started {
+    let journal = JournalActor::start_with(Arc::new(journal.clone()), JournalConfig::default());
+    let mut state = PersistenceState::new(journal, pid).expect("valid id");
+    if let Some(store) = snapshots {
+        state = state.with_snapshot_store(store, Duration::from_secs(5));
+    }
+    let stopped = state.watch_stop();
+    let addr = Ledger::new(state, Arc::clone(script)).start();
+    Started { addr, stopped }
+}
+
+fn only_panic(failures: &[RecoveryError]) -> (&'static str, String) {
+    match failures {
+        [RecoveryError::Panicked { hook, reason, .. }] => (hook, reason.clone()),
+        other => panic!("expected one RecoveryError::Panicked, got {other:?}"),
+    }
+}
+
+#[actix::test]
+async fn a_panic_in_apply_during_replay_fails_recovery_with_the_panic_message() {
+    let journal = InMemoryJournal::new();
+    seed(
+        &journal,
+        "p-apply",
+        &[Entry::Add(1), Entry::Boom, Entry::Add(3)],
+    )
+    .await;
+    let script = Arc::new(Script::default());
+    let started = start(&journal, "p-apply", &script, None);
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::RecoveryFailure
+    );
+    assert_eq!(
+        only_panic(&script.recovery_failures()),
+        ("apply", "boom at 2".to_owned())
+    );
+    assert!(script.recovered.lock().expect("lock").is_empty());
+    assert_eq!(
+        script.seq_nrs_in_apply(),
+        vec![1, 2],
+        "nothing applied after the panic"
+    );
+}
+
+#[actix::test]
+async fn a_panic_in_restore_snapshot_fails_recovery_with_the_panic_message() {
+    let journal = InMemoryJournal::new();
+    seed(&journal, "p-restore", &[Entry::Add(1), Entry::Add(2)]).await;
+    let snapshots: Arc<dyn SnapshotStore> = Arc::new(InMemorySnapshotStore::new());
+    let metadata = SnapshotMetadata {
+        persistence_id: "p-restore".into(),
+        seq_nr: 1,
+        timestamp: 1,
+    };
+    snapshots
+        .save(metadata, SerializedSnapshot::json(&1i64).expect("json"))
+        .await
+        .expect("saved");
+    let script = Arc::new(Script {
+        panic_in_restore: true,
+        ..Script::default()
+    });
+    let started = start(&journal, "p-restore", &script, Some(snapshots));
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::RecoveryFailure
+    );
+    assert_eq!(
+        only_panic(&script.recovery_failures()),
+        ("restore_snapshot", "restore exploded".to_owned())
+    );
+    assert!(script.seq_nrs_in_apply().is_empty());
+}
+
+#[actix::test]
+async fn a_panic_in_on_recovery_completed_fails_recovery_with_the_panic_message() {
+    let journal = InMemoryJournal::new();
+    seed(&journal, "p-completed", &[Entry::Add(1)]).await;
+    let script = Arc::new(Script {
+        panic_in_recovery_completed: true,
+        ..Script::default()
+    });
+    let started = start(&journal, "p-completed", &script, None);
+    let reply = started.addr.send(Record(vec![Entry::Add(5)]));
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::RecoveryFailure
+    );
+    assert_eq!(
+        only_panic(&script.recovery_failures()),
+        ("on_recovery_completed", "completion exploded".to_owned())
+    );
+    assert!(
+        reply.await.is_err(),
+        "no command is handled after the failure"
+    );
+    assert_eq!(
+        journal
+            .read_highest_sequence_nr("p-completed", 0)
+            .await
+            .ok(),
+        Some(1)
+    );
+}
+
+#[actix::test]
+async fn a_panic_in_apply_after_a_write_stops_the_actor_and_reports_what_was_stored() {
+    let journal = InMemoryJournal::new();
+    let script = Arc::new(Script::default());
+    let started = start(&journal, "p-live", &script, None);
+    let boom = started.addr.send(Record(vec![Entry::Boom]));
+    match boom.await.expect("mailbox") {
+        Err(PersistError::Panicked { reason }) => assert_eq!(reason, "boom at 1"),
+        other => panic!("expected PersistError::Panicked, got {other:?}"),
+    }
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::Panicked {
+            reason: "boom at 1".into()
+        }
+    );
+    assert_eq!(
+        journal.read_highest_sequence_nr("p-live", 0).await.ok(),
+        Some(1)
+    );
+}
+
+#[actix::test]
+async fn a_stored_write_after_a_panicking_one_in_the_same_batch_is_reported_stored() {
+    let journal = InMemoryJournal::new();
+    let script = Arc::new(Script::default());
+    let started = start(&journal, "p-batch", &script, None);
+    // One command, two atomic writes in one batch: Boom (its apply panics), then Add(5).
+    let last = started
+        .addr
+        .send(Record(vec![Entry::Boom, Entry::Add(5)]))
+        .await
+        .expect("mailbox");
+    assert!(
+        matches!(last, Err(PersistError::StoppedAfterStore)),
+        "the second write was stored: never ActorStopped for it, got {last:?}"
+    );
+    assert!(matches!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::Panicked { .. }
+    ));
+    assert_eq!(
+        journal.read_highest_sequence_nr("p-batch", 0).await.ok(),
+        Some(2)
+    );
+}
+
+#[actix::test]
+async fn a_panicking_continuation_is_reported_and_stops_the_actor() {
+    let journal = InMemoryJournal::new();
+    let script = Arc::new(Script::default());
+    let started = start(&journal, "p-then", &script, None);
+    let answer = started
+        .addr
+        .send(RecordThenPanic(Entry::Add(2)))
+        .await
+        .expect("mailbox");
+    match answer {
+        Err(PersistError::Panicked { reason }) => assert_eq!(reason, "continuation exploded"),
+        other => panic!("expected PersistError::Panicked, got {other:?}"),
+    }
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::Panicked {
+            reason: "continuation exploded".into()
+        }
+    );
+    assert_eq!(
+        script.seq_nrs_in_apply(),
+        vec![1],
+        "the event was applied first"
+    );
+}
+
+#[actix::test]
+async fn backoff_supervisor_restarts_after_a_panic_during_recovery() {
+    let journal = InMemoryJournal::new();
+    seed(&journal, "p-supervised", &[Entry::Boom]).await;
+    let journal_actor =
+        JournalActor::start_with(Arc::new(journal.clone()), JournalConfig::default());
+    let script = Arc::new(Script::default());
+    let built = Arc::new(AtomicUsize::new(0));
+    let (incarnations, mut started) = mpsc::unbounded_channel();
+    let factory = {
+        let (script, built) = (Arc::clone(&script), Arc::clone(&built));
+        move || {
+            let n = built.fetch_add(1, Ordering::SeqCst) + 1;
+            let _ = incarnations.send(n);
+            let state =
+                PersistenceState::new(journal_actor.clone(), "p-supervised").expect("valid id");
+            Ledger::new(state, Arc::clone(&script))
+        }
+    };
+    let backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(1),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(60),
+    };
+    let _supervisor = BackoffSupervisor::new(backoff, factory).start();
+    for expected in 1..=3 {
+        let n = tokio::time::timeout(Duration::from_secs(10), started.recv())
+            .await
+            .expect("the supervisor starts a new incarnation after each failed recovery");
+        assert_eq!(n, Some(expected));
+    }
+    let failures = script.recovery_failures();
+    assert!(failures.len() >= 2, "{failures:?}");
+    assert!(failures
+        .iter()
+        .all(|f| matches!(f, RecoveryError::Panicked { hook: "apply", .. })));
+}
+
+#[actix::test]
+async fn a_panic_in_a_snapshot_hook_stops_the_actor_with_the_panic_as_reason() {
+    let journal = InMemoryJournal::new();
+    let script = Arc::new(Script {
+        panic_in_snapshot_saved: true,
+        ..Script::default()
+    });
+    let snapshots: Arc<dyn SnapshotStore> = Arc::new(InMemorySnapshotStore::new());
+    let started = start(&journal, "p-snapshot", &script, Some(snapshots));
+    started
+        .addr
+        .send(Record(vec![Entry::Add(1)]))
+        .await
+        .expect("mailbox")
+        .expect("stored");
+    started.addr.send(Snap).await.expect("mailbox");
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::Panicked {
+            reason: "snapshot hook exploded".into()
+        }
+    );
+}
