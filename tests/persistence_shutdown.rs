@@ -39,7 +39,10 @@ async fn shutdown_waits_for_the_background_snapshot_and_deletes_then_closes_sqli
     let file = dir.path().join("events.db");
     let persistence = start_on(&file).await;
     let h = Harness::new(1);
-    let policy = SnapshotPolicy::every(NonZeroU64::new(2).expect("2")).delete_events(true);
+    // Keeping one snapshot, the events up to it are deleted after it is saved.
+    let policy = SnapshotPolicy::every(NonZeroU64::new(2).expect("2"))
+        .keep(1)
+        .delete_events(true);
     let probe = h
         .probe(
             persistence

@@ -23,7 +23,7 @@ pub enum Entry {
 /// arbiters), so only atomics and mutexes.
 #[derive(Default)]
 pub struct Script {
-    /// Panic in `restore_snapshot`.
+    /// Panic in the restore half of `snapshotting`.
     pub panic_in_restore: bool,
     /// Panic in `on_recovery_completed`.
     pub panic_in_recovery_completed: bool,
@@ -37,7 +37,7 @@ pub struct Script {
     pub applied_at_stop: AtomicU64,
     /// `last_seq_nr()` as `apply` saw it, per applied event.
     pub seq_nrs_in_apply: Mutex<Vec<u64>>,
-    /// `last_seq_nr()` as `restore_snapshot` saw it.
+    /// `last_seq_nr()` as the restore half of `snapshotting` saw it.
     pub seq_nr_in_restore: Mutex<Option<u64>>,
     /// The recovery failures reported to `on_recovery_failure`.
     pub recovery_failures: Mutex<Vec<RecoveryError>>,

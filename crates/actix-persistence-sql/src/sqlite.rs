@@ -207,13 +207,21 @@ impl SqlitePools {
     pub(crate) async fn close(&self) {
         // The writer last, after it moved every page of the WAL into the database file and
         // removed the `-wal` and `-shm` files (WAL mode is turned on again at the next open).
-        // Best effort: with another process still using the file, the WAL stays, as it must.
+        // A reader connection returned just before the close is closed by a task of sqlx's
+        // own, so the switch is retried briefly while the file is still locked. Best effort:
+        // with another process still using the file, the WAL stays, as it must.
         self.readers.close().await;
-        if let Err(error) = sqlx::raw_sql("PRAGMA journal_mode = DELETE")
-            .execute(&self.writer)
-            .await
-        {
-            tracing::debug!(%error, "SQLite journal: WAL not removed on close");
+        for attempt in 1..=50 {
+            match sqlx::query_scalar::<_, String>("PRAGMA journal_mode = DELETE")
+                .fetch_one(&self.writer)
+                .await
+            {
+                Ok(_) => break,
+                Err(error) if attempt == 50 => {
+                    tracing::debug!(%error, "SQLite journal: WAL not removed on close");
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
         }
         self.writer.close().await;
     }

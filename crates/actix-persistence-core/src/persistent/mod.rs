@@ -137,7 +137,7 @@ pub enum RecoveryError {
         /// Last missing sequence number.
         to: u64,
     },
-    /// User code panicked while recovering: `hook` is `"restore_snapshot"`,
+    /// User code panicked while recovering: `hook` is `"Snapshotting::restore"`,
     /// `"deserialize_event"`, `"apply"` or `"on_recovery_completed"`. Handled exactly as an
     /// error return: [`EventSourced::on_recovery_failure`] runs, the actor stops with
     /// [`StopReason::RecoveryFailure`].

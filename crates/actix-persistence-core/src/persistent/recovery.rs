@@ -283,7 +283,7 @@ fn poll_recovery_steps<A: PersistentActor>(
             act.persistence_mut().set_recovered_seq_nr(last);
             let restored = match A::snapshotting() {
                 Some(snapshotting) => catch_user(|| snapshotting.restore(act, &snapshot))
-                    .map_err(|reason| panicked(act, "snapshotting().restore", reason))?,
+                    .map_err(|reason| panicked(act, "Snapshotting::restore", reason))?,
                 None => Err(SerializationError::SnapshotDeserialize {
                     seq_nr: last,
                     reason: "this actor restores no snapshots: EventSourced::snapshotting \

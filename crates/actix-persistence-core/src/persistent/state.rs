@@ -243,7 +243,8 @@ impl<A: EventSourced> PersistenceState<A> {
     /// Inside [`EventSourced::apply`] it is the sequence number of the event being applied,
     /// live and during replay alike (as Akka's `lastSequenceNr` inside the event handler):
     /// `persist_all` of three events at 2..=4 applies them with 2, 3, 4. Inside
-    /// [`EventSourced::restore_snapshot`] it is the snapshot's sequence number; inside a
+    /// the restore half of [`EventSourced::snapshotting`] it is the snapshot's sequence
+    /// number; inside a
     /// continuation, the sequence number of the continuation's last event.
     pub fn last_seq_nr(&self) -> u64 {
         self.last_seq_nr
