@@ -1,19 +1,31 @@
-//! Bank accounts as persistent actors on the embedded SQLite journal.
+//! Bank accounts as persistent actors on the embedded SQLite journal, and a read model
+//! (`account_balance` table) kept by an exactly-once projection in the same database.
 //!
 //! Run it twice in the same folder: the second run recovers every account where the first
-//! ended. `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=0` (or `four`) makes it
-//! exit non-zero with the configuration error. The library logs through `tracing`: this
-//! example prints its warnings and errors, `RUST_LOG=actix_persistence=debug` shows every
-//! recovery and write.
+//! ended, and the projection resumes from its stored offset.
+//! `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=0` (or `four`) makes it exit
+//! non-zero with the configuration error. The library logs through `tracing`: this example
+//! prints its warnings and errors, `RUST_LOG=actix_persistence=debug` shows every recovery
+//! and write.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use actix_persistence::actix::{Addr, Context, Handler, Message};
+use actix_persistence::config::JournalPlugin;
+use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
+use actix_persistence::projection::{
+    HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
+    TransactionalHandler,
+};
 use actix_persistence::{
     EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
 };
+use actix_persistence::{SqliteJournal, SqliteJournalOptions};
+use async_trait::async_trait;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
+use sqlx::{Sqlite, Transaction};
 use tracing_subscriber::EnvFilter;
 
 const ACCOUNTS: usize = 5;
@@ -133,8 +145,113 @@ fn command(i: usize) -> (usize, Command) {
     }
 }
 
+/// The read model: one row per account, updated by the projection in the same transaction
+/// that saves its offset, so balances and offset never disagree.
+struct AccountBalances;
+
+#[async_trait]
+impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqlite>>
+    for AccountBalances
+{
+    async fn process(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        envelope: &EventEnvelope<AccountEvent>,
+    ) -> Result<(), HandlerError> {
+        let change = match envelope.event {
+            AccountEvent::Deposited { amount } => amount as i64,
+            AccountEvent::Withdrawn { amount } => -(amount as i64),
+        };
+        sqlx::query(
+            "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
+             ON CONFLICT (persistence_id) DO UPDATE SET balance = balance + excluded.balance",
+        )
+        .bind(&envelope.persistence_id)
+        .bind(change)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+}
+
+/// The read model's projection over every account's events (ids without `|` have the entity
+/// type ""), on the journal's SQLite database.
+async fn start_read_model(
+    persistence: &Persistence,
+) -> Result<Option<(SqliteJournal, ProjectionHandle<Offset>)>, Box<dyn std::error::Error>> {
+    if persistence.settings().journal.plugin != JournalPlugin::Sqlite {
+        return Ok(None);
+    }
+    let url = persistence.settings().journal.sqlite.url.clone();
+    // A second handle on the same database file: its queries and its writer connection.
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS account_balance \
+         (persistence_id TEXT PRIMARY KEY, balance INTEGER NOT NULL)",
+    )
+    .execute(journal.writer_pool())
+    .await?;
+    let query = ReadJournal::new(
+        journal.clone(),
+        QuerySettings {
+            refresh_interval: Duration::from_millis(50),
+            ..Default::default()
+        },
+    );
+    let projection = Projection::exactly_once(
+        ProjectionId::for_slices("account-balance", 0, 1023),
+        QuerySource::<AccountEvent>::events_by_slices(query, "", 0, 1023),
+        SqliteOffsetStore::new(journal.writer_pool().clone()),
+        AccountBalances,
+    );
+    Ok(Some((journal, projection.start())))
+}
+
+/// Waits until the projection has handled every stored event, then compares the read model
+/// with the actors' balances; the number of accounts that agree.
+async fn read_model_agrees(
+    journal: &SqliteJournal,
+    projection: ProjectionHandle<Offset>,
+    end: &[Summary],
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while projection
+        .lag()
+        .await
+        .map_err(|e| e as Box<dyn std::error::Error>)?
+        .events
+        > 0
+    {
+        if tokio::time::Instant::now() > deadline {
+            return Err("the read model did not catch up within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    projection.stop().await;
+    let mut agree = 0;
+    for s in end {
+        let balance: Option<i64> =
+            sqlx::query_scalar("SELECT balance FROM account_balance WHERE persistence_id = ?")
+                .bind(&s.persistence_id)
+                .fetch_optional(journal.writer_pool())
+                .await?;
+        let balance = balance.unwrap_or(0);
+        println!("read model: {} balance {balance}", s.persistence_id);
+        if balance != s.balance as i64 {
+            return Err(format!(
+                "read model disagrees for {}: {balance}, the actor has {}",
+                s.persistence_id, s.balance
+            )
+            .into());
+        }
+        agree += 1;
+    }
+    Ok(agree)
+}
+
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let persistence = Persistence::start().await?;
+    let read_model = start_read_model(&persistence).await?;
 
     let mut accounts = Vec::with_capacity(ACCOUNTS);
     for n in 1..=ACCOUNTS {
@@ -170,6 +287,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "quickstart: {COMMANDS} commands, {refused} withdrawals refused for insufficient funds \
          (they persist no event)"
     );
+    if let Some((journal, projection)) = read_model {
+        let agree = read_model_agrees(&journal, projection, &end).await?;
+        println!("quickstart: read model agrees for {agree} accounts");
+        journal.close().await;
+    }
     // Waits for background snapshot saves and deletes, then closes the SQLite file cleanly.
     persistence.shutdown().await;
     let recovered_events: u64 = recovered.iter().map(|s| s.recovered_events).sum();

@@ -126,6 +126,8 @@
 //!   `postgres`) journals and snapshot stores, both on by default;
 //! - `actix-persistence-derive`: `#[derive(PersistentActor)]`, `#[derive(Message)]` and
 //!   `#[actix_persistence::main]`;
+//! - `actix-persistence-projection`: projections ([`projection`]): a query applied to a read
+//!   model or another service, with a stored offset, exactly-once or at-least-once;
 //! - `actix-persistence-testkit`: a controlled store for deterministic tests.
 #![warn(missing_docs)]
 
@@ -156,9 +158,9 @@ pub use actix_persistence_core::query::{
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, metrics, persistent, serialization, snapshot, store, AtomicWrite, AtomicWriteError,
-    InMemoryJournal, InvalidPersistenceId, JournalError, JournalStore, PersistentRepr,
-    WriteRejection, MAX_SEQ_NR,
+    journal, limits, metrics, persistent, serialization, snapshot, store, AtomicWrite,
+    AtomicWriteError, FencingToken, InMemoryJournal, InvalidPersistenceId, JournalError,
+    JournalStore, Ownership, PersistentRepr, WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
@@ -177,6 +179,8 @@ pub use actix_persistence_derive::main;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[doc(inline)]
+pub use actix_persistence_projection as projection;
 #[doc(inline)]
 pub use actix_persistence_sql::WriteStats;
 #[doc(inline)]

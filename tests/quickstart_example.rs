@@ -35,6 +35,17 @@ fn run_in(dir: &std::path::Path, env: &[(&str, &str)]) -> Output {
     command.output().expect("run the quickstart")
 }
 
+/// The line before the last: the read model's agreement with the actors.
+fn read_model_line(output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    lines
+        .len()
+        .checked_sub(2)
+        .map(|i| lines[i].to_owned())
+        .unwrap_or_default()
+}
+
 fn last_line(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout)
         .lines()
@@ -65,6 +76,10 @@ fn second_run_recovers_exactly_what_the_first_persisted() {
         .and_then(|n| n.parse().ok())
         .expect("a count of persisted events");
     assert!(persisted > 0);
+    assert_eq!(
+        read_model_line(&first),
+        "quickstart: read model agrees for 5 accounts"
+    );
     assert!(
         dir.path().join("actix-persistence.db").exists(),
         "the default SQLite file"
@@ -92,6 +107,10 @@ fn second_run_recovers_exactly_what_the_first_persisted() {
         .collect();
     assert_eq!(ends.len(), 5);
     assert_eq!(ends, recovered);
+    assert_eq!(
+        read_model_line(&second),
+        "quickstart: read model agrees for 5 accounts"
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! - [`postgres`]: the open loop on PostgreSQL behind a TCP latency fault ([`proxy`]).
 //! - [`group_commit`]: group commit against one transaction per write, next to pgbench.
 //! - [`chart`]: an SVG of ask-latency percentiles per group count.
+//! - [`projection`]: a projection catching up on stored events, by `max_concurrency` and
+//!   group size, with [`projection_chart`] (issue 9, seed 003's shape).
 #![warn(missing_docs)]
 
 pub mod actor;
@@ -17,6 +19,8 @@ pub mod group_commit;
 pub mod open_loop;
 pub mod pg;
 pub mod postgres;
+pub mod projection;
+pub mod projection_chart;
 pub mod proxy;
 pub mod report;
 pub mod runner;

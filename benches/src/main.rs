@@ -15,6 +15,8 @@ use actix_persistence_bench::group_commit::{self, GroupCommitOptions};
 use actix_persistence_bench::open_loop::{self, Arrivals, OpenLoopOptions};
 use actix_persistence_bench::pg::PgServer;
 use actix_persistence_bench::postgres::{self, CommitMode, PostgresOptions};
+use actix_persistence_bench::projection::{self, ProjectionOptions};
+use actix_persistence_bench::projection_chart;
 use actix_persistence_bench::proxy::Fault;
 use actix_persistence_bench::report::{self, Row};
 use actix_persistence_bench::runner::{block_on_system, Progress};
@@ -59,8 +61,47 @@ enum Scenario {
     Chart(ChartArgs),
     /// Prints the markdown tables of a JSON file (as in docs/benchmarks.md).
     Table(TableArgs),
+    /// A projection catching up on 100,000 stored events: events/s by `max_concurrency`
+    /// (1 ms handler) and by group size (exactly-once read model), on SQLite and PostgreSQL.
+    Projection(ProjectionArgs),
     /// Prints the machine description (nproc, lscpu, memory, rustc, date).
     Machine,
+}
+
+#[derive(Debug, Args)]
+struct ProjectionArgs {
+    #[command(flatten)]
+    pg: PgArgs,
+    /// Persistence ids [default: 1000; quick: 100].
+    #[arg(long)]
+    ids: Option<usize>,
+    /// Events stored, spread over the ids [default: 100000; quick: 5000].
+    #[arg(long)]
+    events: Option<u64>,
+    /// max_concurrency values [default: 1,2,4,...,128].
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Option<Vec<usize>>,
+    /// Group sizes of the grouped exactly-once runs [default: 1,10,100,1000].
+    #[arg(long, value_delimiter = ',')]
+    group_sizes: Option<Vec<usize>>,
+    /// Runs per configuration (median reported) [default: 3; quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Envelopes measured per unit of max_concurrency [default: 2000; quick: 200].
+    #[arg(long)]
+    per_slot: Option<u64>,
+    /// Envelopes measured per envelope of group size [default: 5000; quick: 200].
+    #[arg(long)]
+    per_group: Option<u64>,
+    /// Skip SQLite.
+    #[arg(long)]
+    no_sqlite: bool,
+    /// Skip PostgreSQL.
+    #[arg(long)]
+    no_postgres: bool,
+    /// Also draw the chart into this SVG.
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -296,7 +337,12 @@ fn main() {
             return;
         }
         Scenario::Chart(args) => {
-            if let Err(error) = chart::draw(&args.input, &args.output, &args.scenario) {
+            let drawn = if args.scenario == "projection" {
+                projection_chart::draw(&args.input, &args.output)
+            } else {
+                chart::draw(&args.input, &args.output, &args.scenario)
+            };
+            if let Err(error) = drawn {
                 eprintln!("chart failed: {error}");
                 std::process::exit(1);
             }
@@ -397,6 +443,35 @@ fn main() {
             progress.println(format!("postgres: {options:?}"));
             let rows = postgres::run(&options, &progress);
             println!("{}", report::latency_table(&rows));
+            rows
+        }
+        Scenario::Projection(args) => {
+            let options = ProjectionOptions {
+                server: (!args.no_postgres).then(|| args.pg.server()),
+                sqlite: !args.no_sqlite,
+                ids: args.ids.unwrap_or(if quick { 100 } else { 1000 }),
+                events: args.events.unwrap_or(if quick { 5_000 } else { 100_000 }),
+                concurrency: args
+                    .concurrency
+                    .clone()
+                    .unwrap_or_else(|| (0..8).map(|i| 1usize << i).collect()),
+                groups: args
+                    .group_sizes
+                    .clone()
+                    .unwrap_or_else(|| vec![1, 10, 100, 1000]),
+                runs: args.runs.unwrap_or(if quick { 1 } else { 3 }),
+                per_slot: args.per_slot.unwrap_or(if quick { 200 } else { 2_000 }),
+                per_group: args.per_group.unwrap_or(if quick { 200 } else { 5_000 }),
+                handler_delay: Duration::from_millis(1),
+            };
+            let rows = projection::run(&options, &progress);
+            print!("{}", projection::table(&rows));
+            if let Some(out) = &args.chart {
+                match projection_chart::draw_rows(&rows, out) {
+                    Ok(()) => println!("wrote {}", out.display()),
+                    Err(error) => eprintln!("chart failed: {error}"),
+                }
+            }
             rows
         }
         Scenario::GroupCommit(args) => {

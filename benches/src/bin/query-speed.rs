@@ -2,8 +2,9 @@
 //! live latency from a write's acknowledgement to a live query delivering it, on SQLite and on
 //! PostgreSQL (through DATABASE_URL; a throwaway database is created and dropped).
 //!
-//! `cargo run --release -p actix-persistence-bench --bin query-speed -- [events] [ids] [live-seconds]`
-//! (defaults 1,000,000 events in 10,000 ids; 10 s of live load at 1,000 events/s from 100 ids).
+//! `cargo run --release -p actix-persistence-bench --bin query-speed -- [events] [ids] [live-seconds] [sqlite|postgres|both]`
+//! (defaults 1,000,000 events in 10,000 ids; 10 s of live load at 1,000 events/s from 100 ids;
+//! both stores).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -242,24 +243,30 @@ fn main() {
     let events = args.next().flatten().unwrap_or(1_000_000);
     let ids = args.next().flatten().unwrap_or(10_000).max(1);
     let live_seconds = args.next().flatten().unwrap_or(10).max(1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let stores = std::env::args().nth(4).unwrap_or_else(|| "both".to_owned());
+    let (run_sqlite, run_postgres) = (stores != "postgres", stores != "sqlite");
+    // One thread, as the actix system of the other benchmarks.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async move {
         println!("| store | measurement | events | time / p50 | events/s / p99 | max |");
         println!("|---|---|---|---|---|---|");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
-        let sqlite: Arc<dyn QueryStore> = Arc::new(
-            SqliteJournal::connect(&SqliteJournalOptions::new(url))
-                .await
-                .expect("open SQLite"),
-        );
-        catch_up("SQLite", Arc::clone(&sqlite), events, ids).await;
-        live_rows("SQLite", sqlite, live_seconds).await;
-
+        if run_sqlite {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+            let sqlite: Arc<dyn QueryStore> = Arc::new(
+                SqliteJournal::connect(&SqliteJournalOptions::new(url))
+                    .await
+                    .expect("open SQLite"),
+            );
+            catch_up("SQLite", Arc::clone(&sqlite), events, ids).await;
+            live_rows("SQLite", sqlite, live_seconds).await;
+        }
+        if !run_postgres {
+            return;
+        }
         if let Some(db) = TestDatabase::create().await {
             let postgres: Arc<dyn QueryStore> = Arc::new(
                 PostgresJournal::connect(&PostgresJournalOptions::new(db.url()))

@@ -29,6 +29,21 @@ pub enum JournalError {
         /// The sequence number that was already taken.
         seq_nr: u64,
     },
+    /// A newer incarnation of this persistence id took ownership of it (its recovery raised
+    /// the id's owner epoch above this writer's fencing token): the write was refused and
+    /// nothing of it was stored. The writing incarnation is stale and must stop; the newer one
+    /// (in this process or another one sharing the database) owns the id. Not a store failure.
+    #[error(
+        "persistence id {persistence_id:?} is owned by a newer incarnation (this writer's \
+         fencing token {fencing_token} is older): nothing was stored; stop this incarnation, \
+         route the id to one node at a time"
+    )]
+    Fenced {
+        /// The persistence id written to.
+        persistence_id: String,
+        /// The stale writer's fencing token.
+        fencing_token: u64,
+    },
     /// The store failed (connection lost, disk full, constraint other than a concurrent write).
     #[error("journal store failed during {operation}: {source}")]
     Storage {
@@ -68,6 +83,17 @@ pub enum JournalError {
 }
 
 impl JournalError {
+    /// Whether this error is a failure of the store itself (unreachable, timed out, failed
+    /// commit, broken answer), which the circuit breaker counts; `false` for a refusal of one
+    /// write that leaves the store healthy ([`JournalError::ConcurrentWrite`],
+    /// [`JournalError::Fenced`]).
+    pub fn is_store_failure(&self) -> bool {
+        !matches!(
+            self,
+            JournalError::ConcurrentWrite { .. } | JournalError::Fenced { .. }
+        )
+    }
+
     /// Wraps a store's own error as [`JournalError::Storage`].
     pub fn storage<E>(operation: &'static str, source: E) -> Self
     where
@@ -115,18 +141,39 @@ pub enum InvalidPersistenceId {
     /// It holds a NUL character, which PostgreSQL text cannot store.
     #[error("persistence id {0:?} holds a NUL character")]
     HoldsNul(String),
+    /// It is longer than every store can index ([`crate::limits::MAX_PERSISTENCE_ID_BYTES`]).
+    #[error(
+        "persistence id {persistence_id:?} is {bytes} bytes long, above the limit of {max} bytes"
+    )]
+    TooLong {
+        /// The id.
+        persistence_id: String,
+        /// Its length in bytes of UTF-8.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Checks that `persistence_id` can be stored byte-exact by every journal.
 ///
-/// Any non-empty UTF-8 string without NUL is valid, including `/`, `\`, quotes and non-ASCII;
-/// ids are compared byte for byte (case matters).
+/// Any non-empty UTF-8 string of at most [`crate::limits::MAX_PERSISTENCE_ID_BYTES`] bytes
+/// without NUL is valid, including `/`, `\`, quotes and non-ASCII; ids are compared byte for
+/// byte (case matters).
 ///
 /// # Errors
-/// [`InvalidPersistenceId`] for the empty string or a string holding `\0`.
+/// [`InvalidPersistenceId`] for the empty string, a string over the length limit or a string
+/// holding `\0`.
 pub fn validate_persistence_id(persistence_id: &str) -> Result<(), InvalidPersistenceId> {
+    let max = crate::limits::MAX_PERSISTENCE_ID_BYTES;
     if persistence_id.is_empty() {
         Err(InvalidPersistenceId::Empty)
+    } else if persistence_id.len() > max {
+        Err(InvalidPersistenceId::TooLong {
+            persistence_id: persistence_id.to_owned(),
+            bytes: persistence_id.len(),
+            max,
+        })
     } else if persistence_id.contains('\0') {
         Err(InvalidPersistenceId::HoldsNul(persistence_id.to_owned()))
     } else {

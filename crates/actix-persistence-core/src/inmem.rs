@@ -12,13 +12,20 @@ use crate::query::{
     slice_for_persistence_id, wall_clock_micros, EventKey, EventsRequest, QueryStore, StoredEvent,
     WriteNotifications, WriteNotifier,
 };
-use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream};
+use crate::store::{
+    AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
+    ReplayStream,
+};
 
 #[derive(Debug, Default)]
 struct Events {
     /// Per sequence number: the event and its timestamp (microseconds, see [`Journal::clock`]).
     stored: BTreeMap<u64, (PersistentRepr, i64)>,
     highest: u64,
+    /// The owner epoch: raised by every `take_ownership`.
+    owner: FencingToken,
+    /// Highest sequence number deleted so far.
+    deleted_to: u64,
 }
 
 #[derive(Debug, Default)]
@@ -42,9 +49,11 @@ impl Journal {
 /// events.
 ///
 /// Behaves as the SQL stores do: atomic writes are all or nothing, a sequence number that is
-/// already stored fails with [`JournalError::ConcurrentWrite`], and deletes keep the highest
-/// sequence number. Every write is committed under one lock, with a timestamp that never
-/// goes down, and notifies the live queries.
+/// already stored fails with [`JournalError::ConcurrentWrite`], a write with a fencing token
+/// older than the id's owner epoch fails with [`JournalError::Fenced`], writes over the
+/// [limits](crate::limits) are rejected, and deletes keep the highest sequence number. Every
+/// write is committed under one lock, with a timestamp that never goes down, and notifies the
+/// live queries.
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryJournal {
     inner: Arc<Mutex<Journal>>,
@@ -67,7 +76,7 @@ impl InMemoryJournal {
 
     /// Stores one atomic write all or nothing.
     fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
-        write.check_shape()?;
+        write.check()?;
         let mut journal = self.lock();
         let timestamp = journal.clock();
         let journal = &mut *journal;
@@ -75,6 +84,13 @@ impl InMemoryJournal {
             .ids
             .entry(write.persistence_id().to_owned())
             .or_default();
+        if write.fencing_token < events.owner {
+            return Err(JournalError::Fenced {
+                persistence_id: write.persistence_id().to_owned(),
+                fencing_token: write.fencing_token.get(),
+            }
+            .into());
+        }
         if let Some(taken) = write
             .events
             .iter()
@@ -147,8 +163,26 @@ impl JournalStore for InMemoryJournal {
                     seq_nr,
                 });
             }
+            events.deleted_to = events.deleted_to.max(to.min(events.highest));
         }
         Ok(())
+    }
+
+    /// Raises the id's owner epoch and reads its highest sequence number under one lock.
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        let mut journal = self.lock();
+        let events = journal.ids.entry(pid.to_owned()).or_default();
+        events.owner = FencingToken(events.owner.get().saturating_add(1));
+        Ok(Ownership {
+            fencing_token: events.owner,
+            highest_seq_nr: events.highest,
+        })
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        Ok(Some(
+            self.lock().ids.get(pid).map(|e| e.deleted_to).unwrap_or(0),
+        ))
     }
 }
 

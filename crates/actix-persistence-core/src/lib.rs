@@ -13,6 +13,7 @@
 
 pub mod error;
 pub mod inmem;
+pub mod limits;
 pub mod query;
 pub mod serialization;
 pub mod snapshot;
@@ -34,5 +35,6 @@ pub use snapshot::{
     SnapshotSelectionCriteria, SnapshotStore,
 };
 pub use store::{
-    AtomicWrite, AtomicWriteResult, JournalStore, PersistentRepr, ReplayStream, MAX_SEQ_NR,
+    AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
+    ReplayStream, MAX_SEQ_NR,
 };

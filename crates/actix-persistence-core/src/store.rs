@@ -34,24 +34,87 @@ pub struct PersistentRepr {
     pub tags: Vec<String>,
 }
 
+/// The fencing token of a writer of one persistence id: the owner epoch its incarnation got
+/// when its recovery took ownership of the id ([`JournalStore::take_ownership`]).
+///
+/// Every recovery raises the id's epoch by one, so a later incarnation (in this process or
+/// another one sharing the database) always holds a higher token. A store refuses a write whose
+/// token is lower than the id's current epoch with [`JournalError::Fenced`], storing nothing:
+/// only the newest incarnation can write. [`FencingToken::UNOWNED`] (0) is the token of a write
+/// made without taking ownership (tools, tests): it is accepted only while nobody has taken
+/// ownership of the id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token of a writer that never took ownership: older than every owner.
+    pub const UNOWNED: FencingToken = FencingToken(0);
+
+    /// The epoch as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What [`JournalStore::take_ownership`] answers: the new owner's token and the highest
+/// sequence number, read in the same atomic step that raised the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ownership {
+    /// The fencing token the new incarnation writes with.
+    pub fencing_token: FencingToken,
+    /// The highest sequence number ever stored for the id (0 if none), deleted events
+    /// included. Every write committed before ownership was taken is at or below it.
+    pub highest_seq_nr: u64,
+}
+
 /// Events that are stored all together or not at all (as Akka's `AtomicWrite`): one `persist`
 /// gives an atomic write of one event, one `persist_all` an atomic write of all its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AtomicWrite {
     /// Events of one persistence id with consecutive, ascending sequence numbers. Never empty.
     pub events: Vec<PersistentRepr>,
+    /// The writer's fencing token ([`FencingToken::UNOWNED`] when it never took ownership).
+    /// A store fails the write with [`JournalError::Fenced`] when the persistence id's owner
+    /// epoch is higher.
+    pub fencing_token: FencingToken,
 }
 
 impl AtomicWrite {
-    /// Builds an atomic write, checking its shape.
+    /// Builds an atomic write without a fencing token ([`FencingToken::UNOWNED`]), checking its
+    /// shape.
     ///
     /// # Errors
     /// A [`WriteRejection`] when `events` is empty, mixes persistence ids, or has sequence
     /// numbers that are not consecutive and ascending.
     pub fn new(events: Vec<PersistentRepr>) -> Result<Self, WriteRejection> {
-        let write = AtomicWrite { events };
+        let write = AtomicWrite {
+            events,
+            fencing_token: FencingToken::UNOWNED,
+        };
         write.check_shape()?;
         Ok(write)
+    }
+
+    /// The same write with the fencing token of an owner.
+    pub fn with_fencing_token(mut self, fencing_token: FencingToken) -> Self {
+        self.fencing_token = fencing_token;
+        self
+    }
+
+    /// Checks the shape ([`check_shape`](Self::check_shape)) and the limits every store can
+    /// hold ([`crate::limits`]): what a store calls before it stores anything.
+    ///
+    /// # Errors
+    /// A [`WriteRejection`] naming the broken invariant, or the limit, the field and its size.
+    pub fn check(&self) -> Result<(), WriteRejection> {
+        self.check_shape()?;
+        crate::limits::check_limits(self)
     }
 
     /// The persistence id all events belong to (empty if there are no events).
@@ -120,6 +183,12 @@ pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>
 /// - the highest sequence number of a persistence id never decreases, not even after a delete;
 /// - a write of a sequence number that is already stored fails with
 ///   [`JournalError::ConcurrentWrite`] and never overwrites;
+/// - single writer (fencing): [`take_ownership`](Self::take_ownership) raises the id's owner
+///   epoch in the same atomic step that reads its highest sequence number, and a write whose
+///   [`AtomicWrite::fencing_token`] is below the epoch fails with [`JournalError::Fenced`] and
+///   stores nothing; a write committed before ownership was taken is at or below the highest
+///   sequence number it returned;
+/// - a write over the [limits](crate::limits) is rejected ([`AtomicWrite::check`]);
 /// - once `write_messages` returned `Ok` for a write, the events are durable and visible to
 ///   every later replay.
 #[async_trait]
@@ -168,6 +237,45 @@ pub trait JournalStore: Send + Sync + 'static {
         persistence_id: &str,
         to_seq_nr: u64,
     ) -> Result<(), JournalError>;
+
+    /// Takes ownership of `persistence_id` for a new incarnation (every recovery calls it
+    /// before it replays): raises the id's owner epoch by one and reads its highest sequence
+    /// number, in one atomic step (one transaction) that is durable when this returns. From
+    /// then on a write carrying an older [`FencingToken`] fails with [`JournalError::Fenced`].
+    ///
+    /// Ordering: a write of an older owner is either committed before this step (then its
+    /// events are at or below the returned highest sequence number and the new owner replays
+    /// them) or fenced after it; never stored after it.
+    ///
+    /// The default implementation, kept so that stores written before fencing existed still
+    /// compile, reads the highest sequence number and returns [`FencingToken::UNOWNED`]: it
+    /// does **not** fence, and the journal conformance suite's fencing cases (F1-F4) fail for
+    /// such a store. Override it (see `docs/conformance.md`).
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be written.
+    async fn take_ownership(&self, persistence_id: &str) -> Result<Ownership, JournalError> {
+        Ok(Ownership {
+            fencing_token: FencingToken::UNOWNED,
+            highest_seq_nr: self.read_highest_sequence_nr(persistence_id, 0).await?,
+        })
+    }
+
+    /// How far [`delete_messages_to`](Self::delete_messages_to) deleted the events of
+    /// `persistence_id`: the highest sequence number deleted (at most the highest stored at
+    /// the time, 0 when nothing was ever deleted), or `None` when the store does not keep it
+    /// (the default).
+    ///
+    /// Recovery uses it to tell events deleted under a snapshot that is gone (a hole: recovery
+    /// fails) from sequence numbers no write ever stored (a rejected write: nothing is
+    /// missing). Without it, recovery cannot tell them apart and does not check.
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be read.
+    async fn read_deleted_to(&self, persistence_id: &str) -> Result<Option<u64>, JournalError> {
+        let _ = persistence_id;
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -189,5 +297,13 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
 
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         (**self).delete_messages_to(pid, to).await
+    }
+
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        (**self).take_ownership(pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        (**self).read_deleted_to(pid).await
     }
 }

@@ -9,6 +9,11 @@
 //! [`SqlBackend`](crate::journal_common::SqlBackend)) and answers every request once the
 //! transaction has committed or failed.
 //!
+//! Ownership takes of recoveries ([`Writer::take_ownership`]) queue in the same line and share
+//! the same transactions: within one transaction the atomic writes are stored first, then the
+//! owner epochs are raised, so a recovering incarnation sees every write of the batch. A
+//! thousand actors recovering at once thus cost a few commits, not a thousand.
+//!
 //! A request is never split across transactions, except a single request holding more than
 //! `max_batch_size` atomic writes, which is stored in consecutive transactions of
 //! `max_batch_size`. Requests are served in the order they were queued, so the atomic writes of
@@ -20,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, WriteRejection,
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, Ownership, WriteRejection,
 };
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -87,19 +92,52 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Checks an atomic write and converts it, or says why it is rejected.
     fn prepare(write: AtomicWrite) -> Result<Self::Write, WriteRejection>;
 
-    /// Stores `writes` in one transaction and records it in `counters` if it commits: one
-    /// result per write, in order; a success only once the transaction has committed.
+    /// Stores `writes`, then takes ownership of each of `owners`, in one transaction, and
+    /// records it in `counters` if it commits: one result per write and one per owner, in
+    /// order; a success only once the transaction has committed.
     fn commit_batch<'a>(
         &'a self,
         writes: &'a [Self::Write],
+        owners: &'a [String],
         counters: &'a WriteCounters,
-    ) -> impl Future<Output = Vec<AtomicWriteResult>> + Send + 'a;
+    ) -> impl Future<Output = BatchOutcome> + Send + 'a;
 }
 
-/// One queued `write_messages` call.
-struct Request<W> {
-    writes: Vec<W>,
-    reply: oneshot::Sender<Vec<AtomicWriteResult>>,
+/// What one transaction of [`Backend::commit_batch`] answers: one result per atomic write and
+/// one per ownership take, in order.
+pub(crate) type BatchOutcome = (Vec<AtomicWriteResult>, Vec<OwnershipResult>);
+
+/// The result of one ownership take.
+pub(crate) type OwnershipResult = Result<Ownership, JournalError>;
+
+/// One queued call: a `write_messages` or a `take_ownership`.
+enum Request<W> {
+    Write {
+        writes: Vec<W>,
+        reply: oneshot::Sender<Vec<AtomicWriteResult>>,
+    },
+    Own {
+        persistence_id: String,
+        reply: oneshot::Sender<OwnershipResult>,
+    },
+}
+
+impl<W> Request<W> {
+    /// Atomic writes (or 1 for an ownership take) the request adds to a batch.
+    fn size(&self) -> usize {
+        match self {
+            Request::Write { writes, .. } => writes.len(),
+            Request::Own { .. } => 1,
+        }
+    }
+
+    /// Whether its caller gave up.
+    fn abandoned(&self) -> bool {
+        match self {
+            Request::Write { reply, .. } => reply.is_closed(),
+            Request::Own { reply, .. } => reply.is_closed(),
+        }
+    }
 }
 
 /// The write path of a SQL journal: group commit through a writer task, or one transaction per
@@ -191,14 +229,16 @@ impl<B: Backend> Writer<B> {
                     let mut stored = Vec::with_capacity(prepared.len());
                     for write in &prepared {
                         let one = std::slice::from_ref(write);
-                        stored.extend(self.backend.commit_batch(one, &self.counters).await);
+                        let (results, _) =
+                            self.backend.commit_batch(one, &[], &self.counters).await;
+                        stored.extend(results);
                     }
                     stored
                 }
                 Some(queue) => {
                     let count = prepared.len();
                     let (reply, answer) = oneshot::channel();
-                    let request = Request {
+                    let request = Request::Write {
                         writes: prepared,
                         reply,
                     };
@@ -217,6 +257,36 @@ impl<B: Backend> Writer<B> {
                     .unwrap_or_else(|| stored.next().unwrap_or_else(|| Err(stopped_error().into())))
             })
             .collect()
+    }
+}
+
+impl<B: Backend> Writer<B> {
+    /// Takes ownership of `persistence_id` (raises its owner epoch, reads its highest sequence
+    /// number) in a transaction shared with the writes and ownership takes queued with it, or
+    /// in a transaction of its own without group commit.
+    pub(crate) async fn take_ownership(&self, persistence_id: &str) -> OwnershipResult {
+        let owners = [persistence_id.to_owned()];
+        match &self.queue {
+            None => {
+                let (_, mut owned) = self
+                    .backend
+                    .commit_batch(&[], &owners, &self.counters)
+                    .await;
+                owned.pop().unwrap_or_else(|| Err(stopped_error()))
+            }
+            Some(queue) => {
+                let [persistence_id] = owners;
+                let (reply, answer) = oneshot::channel();
+                let request = Request::Own {
+                    persistence_id,
+                    reply,
+                };
+                match queue.send(request) {
+                    Ok(()) => answer.await.unwrap_or_else(|_| Err(stopped_error())),
+                    Err(_) => Err(stopped_error()),
+                }
+            }
+        }
     }
 }
 
@@ -252,12 +322,12 @@ async fn run_writer<B: Backend>(
                     None => return,
                 },
             };
-            let mut size = first.writes.len();
+            let mut size = first.size();
             let mut batch = vec![first];
             while size < max_batch_size {
                 match requests.try_recv() {
-                    Ok(request) if size + request.writes.len() <= max_batch_size => {
-                        size += request.writes.len();
+                    Ok(request) if size + request.size() <= max_batch_size => {
+                        size += request.size();
                         batch.push(request);
                     }
                     Ok(request) => {
@@ -270,16 +340,16 @@ async fn run_writer<B: Backend>(
             batch
         };
         // A caller that gave up (its future was dropped) gets nothing written.
-        let batch: Vec<_> = batch.into_iter().filter(|r| !r.reply.is_closed()).collect();
+        let batch: Vec<_> = batch.into_iter().filter(|r| !r.abandoned()).collect();
         if !batch.is_empty() {
             store_batch(&*backend, batch, max_batch_size, &counters).await;
         }
     }
 }
 
-/// Stores the writes of the batched requests (in consecutive transactions of at most
-/// `max_batch_size` writes, which only a lone oversized request needs) and answers each
-/// request.
+/// Stores the writes of the batched requests and takes the ownerships they ask for (in
+/// consecutive transactions of at most `max_batch_size` writes, which only a lone oversized
+/// request needs; the ownership takes go with the last) and answers each request.
 async fn store_batch<B: Backend>(
     backend: &B,
     batch: Vec<Request<B::Write>>,
@@ -287,19 +357,48 @@ async fn store_batch<B: Backend>(
     counters: &WriteCounters,
 ) {
     let mut writes = Vec::new();
-    let mut replies = Vec::with_capacity(batch.len());
+    let mut owners = Vec::new();
+    let mut write_replies = Vec::with_capacity(batch.len());
+    let mut own_replies = Vec::new();
     for request in batch {
-        replies.push((request.reply, request.writes.len()));
-        writes.extend(request.writes);
+        match request {
+            Request::Write {
+                writes: these,
+                reply,
+            } => {
+                write_replies.push((reply, these.len()));
+                writes.extend(these);
+            }
+            Request::Own {
+                persistence_id,
+                reply,
+            } => {
+                owners.push(persistence_id);
+                own_replies.push(reply);
+            }
+        }
     }
     let mut results = Vec::with_capacity(writes.len());
-    for chunk in writes.chunks(max_batch_size) {
-        results.extend(backend.commit_batch(chunk, counters).await);
+    let mut owned = Vec::new();
+    let chunks: Vec<&[B::Write]> = if writes.is_empty() {
+        vec![&[]]
+    } else {
+        writes.chunks(max_batch_size).collect()
+    };
+    let last = chunks.len() - 1;
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let chunk_owners: &[String] = if i == last { &owners } else { &[] };
+        let (stored, taken) = backend.commit_batch(chunk, chunk_owners, counters).await;
+        results.extend(stored);
+        owned.extend(taken);
     }
     let mut results = results.into_iter();
-    for (reply, count) in replies {
+    for (reply, count) in write_replies {
         // A caller that is gone no longer needs its answer.
         let _ = reply.send(results.by_ref().take(count).collect());
+    }
+    for (reply, result) in own_replies.into_iter().zip(owned) {
+        let _ = reply.send(result);
     }
 }
 

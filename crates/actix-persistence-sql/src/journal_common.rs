@@ -8,13 +8,15 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
 use actix_persistence_core::query::{
-    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
-    StoredEvent,
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventKey,
+    EventsRequest, StoredEvent,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, PersistentRepr, ReplayStream, WriteRejection,
+    AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
+    WriteRejection,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
@@ -41,7 +43,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 }
 
 use crate::error::SqlStoreError;
-use crate::group_commit::{fail_all, settle, Backend, WriteCounters};
+use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, WriteCounters};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -80,20 +82,33 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         conn: &mut <Self::Db as Database>::Connection,
     ) -> BoxFuture<'_, Result<Transaction<'_, Self::Db>, sqlx::Error>>;
 
-    /// Inserts the events of one atomic write and raises its persistence id's highest sequence
-    /// number, inside a transaction the caller opened and will commit or roll back.
+    /// Checks the write's fencing token against its persistence id's owner epoch, then inserts
+    /// the events of one atomic write and raises the id's highest sequence number, inside a
+    /// transaction the caller opened and will commit or roll back.
     ///
     /// On error some of the events may already be inserted: the caller must roll back (the
     /// whole transaction, or the savepoint around this call when several atomic writes share
     /// one).
     ///
     /// # Errors
+    /// [`JournalError::Fenced`] when the id's owner epoch is above the write's token;
     /// [`JournalError::ConcurrentWrite`] with the first sequence number that is already stored;
     /// [`JournalError::Storage`] for any other database error.
     fn insert_atomic_write<'c>(
         conn: &'c mut <Self::Db as Database>::Connection,
         write: &'c Self::Write,
     ) -> impl Future<Output = Result<(), JournalError>> + Send + 'c;
+
+    /// Raises the owner epoch of `persistence_id` by one (creating its row with epoch 1 when
+    /// it has none) and returns the new epoch with the highest sequence number, in one
+    /// statement, inside a transaction the caller opened and will commit.
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`] for a database error.
+    fn take_ownership<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        persistence_id: &'c str,
+    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c;
 
     /// Inserts every event of a whole batch in one statement, when the dialect can. `None`
     /// when it cannot (then each atomic write goes in a savepoint of its own);
@@ -184,6 +199,41 @@ pub(crate) fn clamp_seq_nr(seq_nr: u64) -> i64 {
     i64::try_from(seq_nr).unwrap_or(i64::MAX)
 }
 
+/// [`Dialect::take_ownership`] of both databases: one statement, which locks the row.
+pub(crate) const TAKE_OWNERSHIP: &str = "\
+    INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES ($1, 0, 1) \
+    ON CONFLICT (persistence_id) DO UPDATE SET owner_epoch = journal_highest.owner_epoch + 1 \
+    RETURNING highest_seq_nr, owner_epoch";
+
+/// Turns the row [`TAKE_OWNERSHIP`] returned into an [`Ownership`].
+pub(crate) fn ownership_from_row(
+    persistence_id: &str,
+    (highest, epoch): (i64, i64),
+) -> Result<Ownership, JournalError> {
+    let corrupt = |seq_nr, reason: &str| {
+        JournalError::storage(
+            "take ownership",
+            SqlStoreError::CorruptRow {
+                persistence_id: persistence_id.to_owned(),
+                seq_nr,
+                reason: reason.to_owned(),
+            },
+        )
+    };
+    Ok(Ownership {
+        highest_seq_nr: u64::try_from(highest)
+            .map_err(|_| corrupt(highest, "negative highest sequence number"))?,
+        fencing_token: FencingToken(
+            u64::try_from(epoch).map_err(|_| corrupt(highest, "negative owner epoch"))?,
+        ),
+    })
+}
+
+/// A fencing token as the signed 64-bit column stores it.
+pub(crate) fn token_to_sql(token: FencingToken) -> i64 {
+    i64::try_from(token.get()).unwrap_or(i64::MAX)
+}
+
 /// The rejection of `write` for `reason`.
 pub(crate) fn rejection(write: &AtomicWrite, reason: String) -> WriteRejection {
     WriteRejection {
@@ -209,10 +259,10 @@ impl<D: Dialect> SqlBackend<D> {
 impl<D: Dialect> Backend for SqlBackend<D> {
     type Write = D::Write;
 
-    /// Checks the shape of `write` and that its sequence numbers fit, then what the dialect
-    /// checks, or says why it is rejected.
+    /// Checks the shape of `write`, the [limits](actix_persistence_core::limits) and that its
+    /// sequence numbers fit, then what the dialect checks, or says why it is rejected.
     fn prepare(write: AtomicWrite) -> Result<D::Write, WriteRejection> {
-        write.check_shape()?;
+        write.check()?;
         let highest_seq_nr = i64::try_from(write.highest_seq_nr()).map_err(|_| {
             let reason = format!(
                 "sequence number {} is above {}, {}",
@@ -228,63 +278,79 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     async fn commit_batch(
         &self,
         writes: &[D::Write],
+        owners: &[String],
         counters: &WriteCounters,
-    ) -> Vec<AtomicWriteResult> {
+    ) -> BatchOutcome {
         let storage = |e| JournalError::storage("write", e);
+        let fail = |error: JournalError| -> BatchOutcome {
+            let owned = owners.iter().map(|_| Err(error.clone())).collect();
+            (fail_all(writes, &error), owned)
+        };
         let mut conn = match self.writer.acquire().await {
             Ok(conn) => conn,
-            Err(e) => return fail_all(writes, &storage(e)),
+            Err(e) => return fail(storage(e)),
         };
         let mut tx = match D::begin(&mut conn).await {
             Ok(tx) => tx,
-            Err(e) => return fail_all(writes, &storage(e)),
+            Err(e) => return fail(storage(e)),
         };
+        let size = writes.len() + owners.len();
         // Fast path: the whole batch in one statement. Rare conflicts fall back to savepoints.
+        let mut outcomes = None;
         if writes.len() > 1 {
             match D::insert_batch(&mut tx, writes).await {
                 None => {}
-                Some(Ok(true)) => {
-                    let outcomes = vec![Ok(()); writes.len()];
-                    return match tx.commit().await {
-                        Ok(()) => {
-                            counters.committed(writes.len());
-                            record_batch_size::<D>(writes.len());
-                            settle(outcomes, None)
-                        }
-                        Err(e) => settle(outcomes, Some(storage(e))),
-                    };
-                }
+                Some(Ok(true)) => outcomes = Some(vec![Ok(()); writes.len()]),
                 // A conflict or an error in some write: find out which, one savepoint each.
                 Some(Ok(false)) | Some(Err(_)) => {
-                    rollback(tx, writes.len()).await;
+                    rollback(tx, size).await;
                     tx = match D::begin(&mut conn).await {
                         Ok(tx) => tx,
-                        Err(e) => return fail_all(writes, &storage(e)),
+                        Err(e) => return fail(storage(e)),
                     };
                 }
             }
         }
-        let outcomes = match insert_in_savepoints::<D>(&mut tx, writes).await {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                rollback(tx, writes.len()).await;
-                return fail_all(writes, &error);
-            }
+        let outcomes = match outcomes {
+            Some(outcomes) => outcomes,
+            None => match insert_in_savepoints::<D>(&mut tx, writes, !owners.is_empty()).await {
+                Ok(outcomes) => outcomes,
+                Err(error) => {
+                    rollback(tx, size).await;
+                    return fail(error);
+                }
+            },
         };
+        let mut owned = Vec::with_capacity(owners.len());
+        for persistence_id in owners {
+            match D::take_ownership(&mut tx, persistence_id).await {
+                Ok(ownership) => owned.push(ownership),
+                Err(error) => {
+                    rollback(tx, size).await;
+                    return fail(error);
+                }
+            }
+        }
         let stored = outcomes.iter().filter(|o| o.is_ok()).count();
-        if stored == 0 {
-            rollback(tx, writes.len()).await;
-            return settle(outcomes, None);
+        if stored == 0 && owners.is_empty() {
+            rollback(tx, size).await;
+            return (settle(outcomes, None), Vec::new());
         }
         match tx.commit().await {
             Ok(()) => {
-                counters.committed(stored);
-                record_batch_size::<D>(stored);
-                settle(outcomes, None)
+                if stored > 0 {
+                    counters.committed(stored);
+                    record_batch_size::<D>(stored);
+                }
+                (settle(outcomes, None), owned.into_iter().map(Ok).collect())
             }
             // Nothing of the transaction is stored: PostgreSQL has ended it; SQLite's is rolled
             // back when its connection goes back to the pool.
-            Err(e) => settle(outcomes, Some(storage(e))),
+            Err(e) => {
+                let error = storage(e);
+                let owned = owners.iter().map(|_| Err(error.clone())).collect();
+                (settle(outcomes, Some(error)), owned)
+            }
         }
     }
 }
@@ -301,8 +367,9 @@ async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
 }
 
 /// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
-/// own (a batch of one needs none: the transaction is rolled back instead), so one that fails
-/// is rolled back alone. Returns the outcome of each write.
+/// own (a batch of one needs none unless `shared` says other work commits with it: the
+/// transaction is rolled back instead), so one that fails is rolled back alone. Returns the
+/// outcome of each write.
 ///
 /// # Errors
 /// When a savepoint cannot be opened, released or rolled back: the transaction can then no
@@ -310,8 +377,9 @@ async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
 async fn insert_in_savepoints<D: Dialect>(
     conn: &mut <D::Db as Database>::Connection,
     writes: &[D::Write],
+    shared: bool,
 ) -> Result<Vec<Result<(), JournalError>>, JournalError> {
-    if let [single] = writes {
+    if let ([single], false) = (writes, shared) {
         return Ok(vec![D::insert_atomic_write(conn, single).await]);
     }
     let storage = |e| JournalError::storage("write", e);
@@ -340,7 +408,15 @@ pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) writer: &'a Pool<D::Db>,
     /// How many events a replay reads per query.
     pub(crate) page_size: u32,
+    /// `Some` (PostgreSQL): query pages in timestamp windows, starting from this width
+    /// (microseconds) and keeping the last width that filled a page (see
+    /// [`read_events`](Self::read_events)). `None` (SQLite): one query per page.
+    pub(crate) query_window: Option<&'a AtomicI64>,
 }
+
+/// The narrowest and widest timestamp window of one query page, microseconds.
+const MIN_QUERY_WINDOW: i64 = 1_000;
+const MAX_QUERY_WINDOW: i64 = 3_600_000_000;
 
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
@@ -373,6 +449,7 @@ where
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> (String,): FromRow<'r, <D::Db as Database>::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> Option<i64>: Decode<'r, D::Db>,
 {
     /// The events of `pid` from `from` to `to`, at most `max`, page by page (`page_size` per
@@ -525,6 +602,66 @@ where
 
     /// One page of a query by offset (see `QueryStore::read_events`).
     pub(crate) async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let Some(hint) = self.query_window else {
+            return self.read_events_once(request).await;
+        };
+        // Each query is bounded to a window of timestamps: a planner without statistics (a
+        // table filled a moment ago) would otherwise scan and sort every later event for one
+        // page. A window that does not fill the page is followed by a wider one starting at
+        // the next stored timestamp; half the width that filled a page is kept for the next.
+        let mut window = hint
+            .load(AtomicOrdering::Relaxed)
+            .clamp(MIN_QUERY_WINDOW, MAX_QUERY_WINDOW);
+        let mut after = request.after.clone();
+        let mut page: Vec<StoredEvent> = Vec::new();
+        let limit = request.limit as usize;
+        loop {
+            let upper = after
+                .timestamp
+                .saturating_add(window)
+                .min(request.before_timestamp);
+            let rows = self
+                .read_events_once(EventsRequest {
+                    after: &after,
+                    before_timestamp: upper,
+                    limit: u32::try_from(limit - page.len()).unwrap_or(u32::MAX),
+                    ..request.clone()
+                })
+                .await?;
+            page.extend(rows);
+            if page.len() >= limit {
+                // Filled within this window: a narrower one would do next time.
+                hint.store((window / 2).max(MIN_QUERY_WINDOW), AtomicOrdering::Relaxed);
+                return Ok(page);
+            }
+            if upper >= request.before_timestamp {
+                return Ok(page);
+            }
+            // Go on from the next stored timestamp (an index lookup that skips empty spans at
+            // once), in a wider window.
+            let next: Option<i64> = sqlx::query_scalar::<D::Db, Option<i64>>(
+                "SELECT min(db_timestamp) FROM journal \
+                 WHERE db_timestamp >= $1 AND db_timestamp < $2",
+            )
+            .bind(upper)
+            .bind(request.before_timestamp)
+            .fetch_one(self.readers)
+            .await
+            .map_err(|e| JournalError::storage("query", e))?;
+            let Some(next) = next else {
+                return Ok(page);
+            };
+            after = EventKey::start_of(next);
+            window = window.saturating_mul(2).min(MAX_QUERY_WINDOW);
+            hint.store(window, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// One query of [`read_events`](Self::read_events).
+    async fn read_events_once(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
@@ -681,13 +818,13 @@ where
         if !D::stores_text(pid) {
             return Ok(0);
         }
-        let highest: Option<i64> = sqlx::query_scalar::<D::Db, i64>(
-            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
-        )
-        .bind(pid)
-        .fetch_optional(self.readers)
-        .await
-        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        let highest = self
+            .read_column(
+                "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+                pid,
+            )
+            .await
+            .map_err(|e| JournalError::storage("read highest sequence number", e))?;
         match highest {
             None => Ok(0),
             Some(highest) => u64::try_from(highest).map_err(|_| {
@@ -703,19 +840,61 @@ where
         }
     }
 
-    /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) in one
-    /// statement on the writer; the highest sequence number is kept.
+    /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) and
+    /// raises how far they were deleted (`journal_highest.deleted_to`, at most the highest
+    /// sequence number) in one transaction on the writer; the highest sequence number is kept.
     pub(crate) async fn delete_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         if !D::stores_text(pid) {
             return Ok(());
         }
+        let storage = |e| JournalError::storage("delete", e);
+        let mut tx = self.writer.begin().await.map_err(storage)?;
         sqlx::query::<D::Db>("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
             .bind(pid)
             .bind(clamp_seq_nr(to))
-            .execute(self.writer)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| JournalError::storage("delete", e))?;
+            .map_err(storage)?;
+        sqlx::query::<D::Db>(
+            "UPDATE journal_highest \
+             SET deleted_to = CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
+             WHERE persistence_id = $1 \
+               AND deleted_to < CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END",
+        )
+        .bind(pid)
+        .bind(clamp_seq_nr(to))
+        .execute(&mut *tx)
+        .await
+        .map_err(storage)?;
+        tx.commit().await.map_err(storage)?;
         Ok(())
+    }
+
+    /// How far the events of `pid` were deleted (0 when never, or for an id that never wrote).
+    pub(crate) async fn read_deleted_to(&self, pid: &str) -> Result<u64, JournalError> {
+        if !D::stores_text(pid) {
+            return Ok(0);
+        }
+        let deleted_to = self
+            .read_column(
+                "SELECT deleted_to FROM journal_highest WHERE persistence_id = $1",
+                pid,
+            )
+            .await
+            .map_err(|e| JournalError::storage("read how far events were deleted", e))?;
+        Ok(deleted_to.map_or(0, |d| u64::try_from(d).unwrap_or(0)))
+    }
+
+    /// The integer `sql` selects for `pid` (`$1`), if a row matched, read on a reader
+    /// connection that is back in the pool when this returns (see [`Self::next_page`]).
+    async fn read_column(&self, sql: &'static str, pid: &str) -> Result<Option<i64>, sqlx::Error> {
+        let mut conn = self.readers.acquire().await?;
+        let value = sqlx::query_scalar::<D::Db, i64>(sql)
+            .bind(pid)
+            .fetch_optional(&mut *conn)
+            .await;
+        conn.return_to_pool().await;
+        value
     }
 }
 

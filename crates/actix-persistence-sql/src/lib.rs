@@ -94,11 +94,11 @@ pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
 pub use journal_common::ConnectionsInUse;
 pub use migrate::MIGRATIONS_TABLE;
 #[cfg(feature = "postgres")]
-pub use postgres::{connection_budgets, PostgresJournal, PostgresJournalOptions};
+pub use postgres::{connection_budgets, migrate_postgres, PostgresJournal, PostgresJournalOptions};
 #[cfg(feature = "postgres")]
 pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL};
+pub use sqlite::{migrate_sqlite, SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL};
 #[cfg(feature = "sqlite")]
 pub use sqlite_snapshot::SqliteSnapshotStore;
 

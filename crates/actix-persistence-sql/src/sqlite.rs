@@ -9,7 +9,8 @@ use actix_persistence_core::query::{
     StoredEvent, WriteNotifications, WriteNotifier,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, WriteRejection,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, Ownership, ReplayStream,
+    WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -22,8 +23,8 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, rejection, ConnectionsInUse,
-    Dialect, JournalTables, SqlBackend,
+    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
+    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -137,8 +138,11 @@ impl Default for SqliteJournalOptions {
 /// - **Order**: the atomic writes of one call are stored in the order given, calls in the order
 ///   they were made, and the results come back in call order, one per atomic write.
 /// - **No overwrite**: a sequence number that is stored for the persistence id makes its atomic
-///   write fail with [`JournalError::ConcurrentWrite`]; the stored event is kept. (As in the
-///   in-memory journal, a sequence number whose event was deleted can be written again.)
+///   write fail with [`JournalError::ConcurrentWrite`]; the stored event is kept.
+/// - **Single writer (fencing)**: [`take_ownership`](JournalStore::take_ownership) raises the
+///   id's owner epoch; a write with an older fencing token fails with [`JournalError::Fenced`]
+///   and stores nothing. The check and the write hold SQLite's write lock together, across
+///   processes sharing the file.
 /// - **Highest sequence number**: kept per persistence id in its own table, updated in the
 ///   write's transaction, never lowered, not even by deletes.
 /// - **Persistence ids** are byte-exact: SQLite's default `BINARY` collation compares them byte
@@ -193,9 +197,7 @@ impl SqlitePools {
             )
             .await
             .map_err(connect_error)?;
-        crate::migrate::sqlite::run(&writer, &MIGRATOR)
-            .await
-            .map_err(|source| SqlStoreError::Migrate { source })?;
+        migrate_sqlite(&writer).await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .connect_with(base)
@@ -225,6 +227,19 @@ impl SqlitePools {
         }
         self.writer.close().await;
     }
+}
+
+/// Brings the schema of the SQLite database behind `pool` up to date with the migrations
+/// embedded in this crate (journal, snapshots, queries, projection offsets).
+/// [`SqliteJournal::connect`] runs it; other users of the same database file (a projection's
+/// offset store on a pool of its own) call it to make sure the tables exist.
+///
+/// # Errors
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
+    crate::migrate::sqlite::run(pool, &MIGRATOR)
+        .await
+        .map_err(|source| SqlStoreError::Migrate { source })
 }
 
 impl SqliteJournal {
@@ -313,6 +328,13 @@ impl SqliteJournal {
         self.writer.stats()
     }
 
+    /// The pool of the journal's one writer connection, for other writers in the same database
+    /// (a projection's offset store and read model): their transactions then take turns with
+    /// the journal's on that connection instead of waiting for SQLite's file lock.
+    pub fn writer_pool(&self) -> &SqlitePool {
+        &self.pools.writer
+    }
+
     /// Connections checked out of the reader pool and of the writer connection right now.
     pub fn connections_in_use(&self) -> ConnectionsInUse {
         ConnectionsInUse {
@@ -333,6 +355,7 @@ impl SqliteJournal {
             readers: &self.pools.readers,
             writer: &self.pools.writer,
             page_size: self.replay_batch_size,
+            query_window: None,
         }
     }
 }
@@ -396,6 +419,13 @@ impl Dialect for SqliteDialect {
         insert_atomic_write(conn, write)
     }
 
+    fn take_ownership<'c>(
+        conn: &'c mut SqliteConnection,
+        persistence_id: &'c str,
+    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c {
+        take_ownership(conn, persistence_id)
+    }
+
     fn serializer_id_to_sql(id: u32) -> i64 {
         i64::from(id)
     }
@@ -422,14 +452,48 @@ impl Dialect for SqliteDialect {
         "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";
 }
 
-/// [`Dialect::insert_atomic_write`] for SQLite: one statement per event, then one raising the
-/// highest sequence number. An event whose sequence number is taken is skipped (`DO NOTHING`)
-/// and reported as [`JournalError::ConcurrentWrite`].
+async fn take_ownership(
+    conn: &mut SqliteConnection,
+    persistence_id: &str,
+) -> Result<Ownership, JournalError> {
+    let row: (i64, i64) = sqlx::query_as(TAKE_OWNERSHIP)
+        .bind(persistence_id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| JournalError::storage("take ownership", e))?;
+    ownership_from_row(persistence_id, row)
+}
+
+/// [`Dialect::insert_atomic_write`] for SQLite: first the fencing check, raising the highest
+/// sequence number only if the id's owner epoch is not above the write's token (no row back:
+/// [`JournalError::Fenced`]); then one statement per event. An event whose sequence number is
+/// taken is skipped (`DO NOTHING`) and reported as [`JournalError::ConcurrentWrite`]; the
+/// caller rolls back, which undoes the raise.
 async fn insert_atomic_write(
     conn: &mut SqliteConnection,
     write: &PreparedWrite,
 ) -> Result<(), JournalError> {
     let persistence_id = write.write.persistence_id();
+    let owned = sqlx::query(
+        "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+         VALUES (?1, ?2, ?3) \
+         ON CONFLICT (persistence_id) \
+         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
+         WHERE owner_epoch <= excluded.owner_epoch \
+         RETURNING 1",
+    )
+    .bind(persistence_id)
+    .bind(write.highest_seq_nr)
+    .bind(token_to_sql(write.write.fencing_token))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| JournalError::storage("write", e))?;
+    if owned.is_none() {
+        return Err(JournalError::Fenced {
+            persistence_id: persistence_id.to_owned(),
+            fencing_token: write.write.fencing_token.get(),
+        });
+    }
     for (event, tags) in write.write.events.iter().zip(&write.tags) {
         let inserted = sqlx::query(
             "INSERT INTO journal \
@@ -466,16 +530,6 @@ async fn insert_atomic_write(
             Err(e) => return Err(JournalError::storage("write", e)),
         }
     }
-    sqlx::query(
-        "INSERT INTO journal_highest (persistence_id, highest_seq_nr) VALUES (?1, ?2) \
-         ON CONFLICT (persistence_id) \
-         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr)",
-    )
-    .bind(persistence_id)
-    .bind(write.highest_seq_nr)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| JournalError::storage("write", e))?;
     Ok(())
 }
 
@@ -528,6 +582,18 @@ impl JournalStore for SqliteJournal {
     /// the writer connection; the highest sequence number is kept.
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.tables().delete_to(pid, to).await
+    }
+
+    /// Raises the id's owner epoch in `journal_highest` and reads its highest sequence number
+    /// in one statement, in a transaction on the writer connection shared with the writes and
+    /// ownership takes queued with it (group commit; the writes first). Durable when it returns.
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        self.writer.take_ownership(pid).await
+    }
+
+    /// Reads how far the events were deleted from `journal_highest` (0 when never).
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.tables().read_deleted_to(pid).await.map(Some)
     }
 }
 

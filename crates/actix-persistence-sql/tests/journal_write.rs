@@ -46,6 +46,7 @@ async fn rejected_write_is_not_stored_and_its_neighbours_are<B: TestBackend>(db:
     // checking constructor, as a buggy caller could).
     let bad = AtomicWrite {
         events: vec![event("p-1", 7), event("p-2", 8)],
+        fencing_token: Default::default(),
     };
     let results = journal
         .write_messages(vec![atomic("p-1", 6..=6), bad, atomic("p-1", 8..=8)])
@@ -71,15 +72,21 @@ async fn rejected_write_is_not_stored_and_its_neighbours_are<B: TestBackend>(db:
 async fn malformed_writes_are_rejected_not_failed<B: TestBackend>(db: B) {
     let journal = db.journal().await;
     let malformed = vec![
-        AtomicWrite { events: vec![] },
+        AtomicWrite {
+            events: vec![],
+            fencing_token: Default::default(),
+        },
         AtomicWrite {
             events: vec![event("p-1", 0)],
+            fencing_token: Default::default(),
         },
         AtomicWrite {
             events: vec![event("p-1", 1), event("p-1", 3)],
+            fencing_token: Default::default(),
         },
         AtomicWrite {
             events: vec![event("p-1", 2), event("p-1", 1)],
+            fencing_token: Default::default(),
         },
     ];
     let results = journal.write_messages(malformed).await.unwrap();
@@ -363,7 +370,10 @@ async fn results_come_back_in_batch_order_across_persistence_ids<B: TestBackend>
     let results = journal
         .write_messages(vec![
             atomic("a", 1..=2),
-            AtomicWrite { events: vec![] },
+            AtomicWrite {
+                events: vec![],
+                fencing_token: Default::default(),
+            },
             atomic("b", 1..=2),
             atomic("c", 1..=1),
             atomic("a", 3..=3),

@@ -100,7 +100,7 @@ mod on_a_server {
                 other => panic!("expected a rejection, got {other:?}"),
             }
             assert!(results[1].is_ok(), "{:?}", results[1]);
-            for (result, field) in results[2..].iter().zip(["writer id", "manifest", "a tag"]) {
+            for (result, field) in results[2..].iter().zip(["writer id", "manifest", "tag"]) {
                 match result {
                     Err(AtomicWriteError::Rejected(rejection)) => {
                         assert!(rejection.reason.contains(field), "{}", rejection.reason);

@@ -14,8 +14,9 @@ use tokio::sync::{mpsc, oneshot};
 const WAIT_FOR_WRITE: Duration = Duration::from_secs(10);
 
 /// A [`JournalStore`] whose writes wait until the test completes them through its
-/// [`WriteController`]. Replays, highest sequence numbers and deletes go straight to the
-/// wrapped store (in memory by default), where completed writes are stored *before* they are
+/// [`WriteController`]. Replays, highest sequence numbers, deletes and ownership takes
+/// (`take_ownership`, so a recovery takes over at once while a held write waits) go straight to
+/// the wrapped store (in memory by default), where completed writes are stored *before* they are
 /// acknowledged.
 #[derive(Clone)]
 pub struct ControlledJournal {
@@ -189,6 +190,16 @@ impl JournalStore for ControlledJournal {
 
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.inner.delete_messages_to(pid, to).await
+    }
+    async fn take_ownership(
+        &self,
+        pid: &str,
+    ) -> Result<actix_persistence_core::Ownership, JournalError> {
+        self.inner.take_ownership(pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
     }
 }
 

@@ -97,6 +97,10 @@ impl<S: QueryStore> JournalStore for ControlledQueryStore<S> {
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.store.delete_messages_to(pid, to).await
     }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.store.read_deleted_to(pid).await
+    }
 }
 
 #[async_trait]

@@ -199,6 +199,16 @@ impl<S: JournalStore> JournalStore for DelayingJournal<S> {
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.inner.delete_messages_to(pid, to).await
     }
+    async fn take_ownership(
+        &self,
+        pid: &str,
+    ) -> Result<actix_persistence_core::Ownership, JournalError> {
+        self.inner.take_ownership(pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }
 
 impl<S> fmt::Debug for DelayingJournal<S> {

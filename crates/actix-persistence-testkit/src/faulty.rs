@@ -300,6 +300,20 @@ impl<S: JournalStore> JournalStore for FaultyJournal<S> {
         }
         self.inner.delete_messages_to(pid, to).await
     }
+
+    async fn take_ownership(
+        &self,
+        pid: &str,
+    ) -> Result<actix_persistence_core::Ownership, JournalError> {
+        if let Err(arrival) = self.arrive(false) {
+            return arrival.answer("take ownership").await;
+        }
+        self.inner.take_ownership(pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
 }
 
 impl FaultHandle {

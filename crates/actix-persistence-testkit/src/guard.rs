@@ -73,6 +73,16 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.store.delete_messages_to(pid, to).await
     }
+    async fn take_ownership(
+        &self,
+        pid: &str,
+    ) -> Result<actix_persistence_core::Ownership, JournalError> {
+        self.store.take_ownership(pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.store.read_deleted_to(pid).await
+    }
 }
 
 #[async_trait]

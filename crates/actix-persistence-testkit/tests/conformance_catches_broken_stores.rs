@@ -8,9 +8,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, AtomicWriteResult, InMemoryJournal, InMemorySnapshotStore,
-    JournalError, JournalStore, ReplayStream, SelectedSnapshot, SerializedSnapshot, SnapshotError,
-    SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore, MAX_SEQ_NR,
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, FencingToken, InMemoryJournal,
+    InMemorySnapshotStore, JournalError, JournalStore, Ownership, ReplayStream, SelectedSnapshot,
+    SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
+    MAX_SEQ_NR,
 };
 use actix_persistence_testkit::conformance::{
     check_journal_against_model, journal, snapshot, ModelCheckConfig,
@@ -35,6 +36,10 @@ enum Mutation {
     IgnoresReplayMax,
     /// Loses the tags of every event.
     DropsTags,
+    /// Keeps the default `take_ownership`: no owner epoch, no fencing.
+    TakesNoOwnership,
+    /// Takes ownership but stores writes whatever their fencing token.
+    AcceptsStaleTokens,
 }
 
 struct Mutant {
@@ -70,6 +75,11 @@ impl JournalStore for Mutant {
                 event.tags.clear();
             }
         }
+        if self.mutation == Mutation::AcceptsStaleTokens {
+            for write in &mut writes {
+                write.fencing_token = FencingToken(u64::MAX);
+            }
+        }
         match self.mutation {
             Mutation::NotAtomic => {
                 let mut results = Vec::new();
@@ -77,7 +87,10 @@ impl JournalStore for Mutant {
                     let singles = write
                         .events
                         .into_iter()
-                        .map(|e| AtomicWrite { events: vec![e] })
+                        .map(|e| AtomicWrite {
+                            events: vec![e],
+                            fencing_token: write.fencing_token,
+                        })
                         .collect();
                     let outcome = self.inner.write_messages(singles).await?;
                     results.push(outcome.into_iter().find(|r| r.is_err()).unwrap_or(Ok(())));
@@ -130,6 +143,18 @@ impl JournalStore for Mutant {
 
     async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
         self.inner.delete_messages_to(&self.pid(pid), to).await
+    }
+
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        let pid = self.pid(pid);
+        if self.mutation == Mutation::TakesNoOwnership {
+            // What the trait's default does.
+            return Ok(Ownership {
+                fencing_token: FencingToken::UNOWNED,
+                highest_seq_nr: self.inner.read_highest_sequence_nr(&pid, 0).await?,
+            });
+        }
+        self.inner.take_ownership(&pid).await
     }
 }
 
@@ -251,6 +276,26 @@ async fn suite_catches_a_store_that_ignores_the_replay_max() {
 async fn suite_catches_a_store_that_loses_tags() {
     let message = journal_failure("j26_metadata_round_trip", Mutation::DropsTags).await;
     assert_mentions(&message, &["J26: tags of 6"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_takes_no_ownership() {
+    let message =
+        journal_failure("f01_ownership_raises_the_epoch", Mutation::TakesNoOwnership).await;
+    assert_mentions(&message, &["F1", "token above UNOWNED"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_accepts_stale_fencing_tokens() {
+    let message = journal_failure(
+        "f02_older_token_is_fenced_and_stores_nothing",
+        Mutation::AcceptsStaleTokens,
+    )
+    .await;
+    assert_mentions(
+        &message,
+        &["F2", "must fail, but the store reported success"],
+    );
 }
 
 #[actix::test]

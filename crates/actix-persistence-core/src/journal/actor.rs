@@ -11,11 +11,12 @@ use tracing::Instrument;
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use super::{
     write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
-    ReplayMessages, Resequence, Resequencer, Unhealthy, WriteMessages, WriteMessagesReply,
+    ReplayMessages, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
+    WriteMessagesReply,
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
-use crate::store::{AtomicWrite, JournalStore};
+use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, Ownership};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
@@ -163,36 +164,83 @@ impl Handler<WriteMessages> for JournalActor {
     }
 }
 
-/// Runs one batch against the store and turns every way it can end into a reply.
+/// Runs one batch against the store and turns every way it can end into a reply. Writes over
+/// the [limits](crate::limits) (or of a broken shape) are rejected here, before the store sees
+/// them, so every store gives them the same answer and they never reach the breaker.
 async fn write_batch(
     store: &dyn JournalStore,
     breaker: &CircuitBreaker,
     writes: Vec<AtomicWrite>,
     timeout: Duration,
 ) -> WriteMessagesReply {
-    if writes.is_empty() {
-        return WriteMessagesReply::Completed(Vec::new());
+    let (checked, accepted) = check_writes(writes);
+    if accepted.is_empty() {
+        return WriteMessagesReply::Completed(checked.into_iter().flatten().collect());
     }
     let generation = match breaker.permit() {
         Ok(generation) => generation,
         Err(open) => return WriteMessagesReply::Failed(open),
     };
-    let reply = call_store(store, writes, timeout).await;
+    let reply = call_store(store, accepted, timeout).await;
     breaker.record(generation, store_was_healthy(&reply));
-    reply
+    merge_rejections(checked, reply)
 }
 
-/// A batch counts as a store failure for the circuit breaker when it failed as a whole or a
-/// write failed for another reason than a concurrent writer; rejections are not failures.
+/// Splits a batch into the writes that pass [`AtomicWrite::check`] and, per position, the
+/// rejection of those that do not (`None` where a write was accepted).
+fn check_writes(writes: Vec<AtomicWrite>) -> (Vec<Option<AtomicWriteResult>>, Vec<AtomicWrite>) {
+    let mut checked = Vec::with_capacity(writes.len());
+    let mut accepted = Vec::with_capacity(writes.len());
+    for write in writes {
+        match write.check() {
+            Ok(()) => {
+                checked.push(None);
+                accepted.push(write);
+            }
+            Err(rejection) => checked.push(Some(Err(rejection.into()))),
+        }
+    }
+    (checked, accepted)
+}
+
+/// The store's reply for the accepted writes, with the rejections put back at their places.
+fn merge_rejections(
+    checked: Vec<Option<AtomicWriteResult>>,
+    reply: WriteMessagesReply,
+) -> WriteMessagesReply {
+    if checked.iter().all(Option::is_none) {
+        return reply;
+    }
+    let accepted = checked.iter().filter(|c| c.is_none()).count();
+    let mut stored = reply.into_results(accepted).into_iter();
+    WriteMessagesReply::Completed(
+        checked
+            .into_iter()
+            .map(|c| {
+                c.unwrap_or_else(|| {
+                    stored
+                        .next()
+                        .unwrap_or(Err(AtomicWriteError::Failed(JournalError::JournalStopped)))
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Whether a batch's outcome shows a healthy store, for the circuit breaker: only failures of
+/// the store itself count against it. A batch that failed as a whole is a store failure. A
+/// completed batch is healthy when any of its writes was stored (the store works; the others
+/// failed for what they hold), or when none failed as a store failure (rejections, concurrent
+/// writers and fenced writers are answers of a healthy store).
 fn store_was_healthy(reply: &WriteMessagesReply) -> bool {
     match reply {
         WriteMessagesReply::Failed(_) => false,
-        WriteMessagesReply::Completed(results) => results.iter().all(|r| {
-            !matches!(
-                r,
-                Err(AtomicWriteError::Failed(e)) if !matches!(e, JournalError::ConcurrentWrite { .. })
-            )
-        }),
+        WriteMessagesReply::Completed(results) => {
+            results.iter().any(Result::is_ok)
+                || results
+                    .iter()
+                    .all(|r| !matches!(r, Err(AtomicWriteError::Failed(e)) if e.is_store_failure()))
+        }
     }
 }
 
@@ -296,10 +344,18 @@ impl Handler<ReplayMessages> for JournalActor {
                 store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr),
             )
             .await?;
+            let deleted_to = with_timeout(
+                &breaker,
+                "read how far events were deleted",
+                timeout,
+                store.read_deleted_to(&msg.persistence_id),
+            )
+            .await?;
             let to = msg.to_seq_nr.min(highest);
             let events = store.replay_messages(&msg.persistence_id, msg.from_seq_nr, to, msg.max);
             Ok(Replay {
                 highest_seq_nr: highest,
+                deleted_to,
                 events,
             })
         })
@@ -316,6 +372,20 @@ impl Handler<ReadHighestSequenceNr> for JournalActor {
         Box::pin(async move {
             let call = store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr);
             with_timeout(&breaker, "read highest sequence number", timeout, call).await
+        })
+    }
+}
+
+impl Handler<TakeOwnership> for JournalActor {
+    type Result = ResponseFuture<Result<Ownership, JournalError>>;
+
+    fn handle(&mut self, msg: TakeOwnership, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
+        let timeout = self.call_timeout();
+        Box::pin(async move {
+            let call = store.take_ownership(&msg.persistence_id);
+            with_timeout(&breaker, "take ownership", timeout, call).await
         })
     }
 }

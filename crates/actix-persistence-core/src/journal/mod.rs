@@ -19,7 +19,7 @@ pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
-    Unhealthy, WriteMessages, WriteMessagesReply,
+    TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;

@@ -7,7 +7,7 @@ use actix::Message;
 use tokio::sync::oneshot;
 
 use crate::error::{AtomicWriteError, JournalError};
-use crate::store::{AtomicWrite, AtomicWriteResult, ReplayStream};
+use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream};
 
 /// The identity of one incarnation of a persistent actor: unique within the process, so two
 /// incarnations of the same persistence id compare unequal. The journal routes write replies
@@ -131,6 +131,11 @@ impl Message for ReplayMessages {
 pub struct Replay {
     /// Highest sequence number ever stored for the persistence id (0 if none).
     pub highest_seq_nr: u64,
+    /// How far the id's events were deleted ([`JournalStore::read_deleted_to`]), `None` when
+    /// the store does not keep it.
+    ///
+    /// [`JournalStore::read_deleted_to`]: crate::store::JournalStore::read_deleted_to
+    pub deleted_to: Option<u64>,
     /// The replayed events, ascending.
     pub events: ReplayStream,
 }
@@ -139,6 +144,7 @@ impl fmt::Debug for Replay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Replay")
             .field("highest_seq_nr", &self.highest_seq_nr)
+            .field("deleted_to", &self.deleted_to)
             .finish_non_exhaustive()
     }
 }
@@ -192,4 +198,18 @@ pub enum Unhealthy {
     /// The store did not answer a read.
     #[error("journal store does not answer: {0}")]
     StoreUnreachable(JournalError),
+}
+
+/// Take ownership of a persistence id for a new incarnation before replaying it: the store
+/// raises the id's owner epoch and reads its highest sequence number in one atomic step
+/// ([`crate::JournalStore::take_ownership`]). Writes of older incarnations fail with
+/// [`JournalError::Fenced`] from then on.
+#[derive(Debug, Clone)]
+pub struct TakeOwnership {
+    /// The persistence id the new incarnation owns.
+    pub persistence_id: String,
+}
+
+impl Message for TakeOwnership {
+    type Result = Result<Ownership, JournalError>;
 }

@@ -299,11 +299,6 @@ fn deliver<A: PersistentActor>(
                 }
             }
             Err(AtomicWriteError::Rejected(rejection)) => {
-                if !events.is_empty() {
-                    let lowest = highest_seq_nr + 1 - events.len() as u64;
-                    act.persistence_mut()
-                        .release_rejected_seq_nrs(lowest, highest_seq_nr);
-                }
                 let hook = catch_user(|| act.on_persist_rejected(&rejection, ctx));
                 let _ = then(Some((act, ctx)), Err(PersistError::Rejected(rejection)));
                 if let Err(reason) = hook {
@@ -312,11 +307,13 @@ fn deliver<A: PersistentActor>(
                 }
             }
             Err(AtomicWriteError::Failed(cause)) => {
+                let fenced = matches!(cause, JournalError::Fenced { .. });
                 act.persistence()
                     .record_failure(ActorFailure::Persist(cause.clone()));
                 let hook = catch_user(|| act.on_persist_failure(&cause, ctx));
                 let _ = then(None, Err(PersistError::Failed(cause)));
                 let reason = match hook {
+                    Ok(()) if fenced => StopReason::Fenced,
                     Ok(()) => StopReason::PersistFailure,
                     Err(reason) => StopReason::Panicked { reason },
                 };

@@ -16,10 +16,10 @@ use tracing::Span;
 use super::panics::catch_user;
 use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
-use crate::journal::{JournalActor, ReplayMessages};
+use crate::journal::{JournalActor, ReplayMessages, TakeOwnership};
 use crate::serialization::SerializationError;
 use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
-use crate::store::{ReplayStream, MAX_SEQ_NR};
+use crate::store::{FencingToken, ReplayStream, MAX_SEQ_NR};
 
 /// Replayed events applied in one poll at most before the driver yields to other tasks.
 pub const REPLAY_EVENTS_PER_POLL: usize = 64;
@@ -98,7 +98,9 @@ pub(crate) struct RecoveryPlan {
 /// What the asynchronous first part of recovery found.
 struct Start {
     snapshot: Option<SelectedSnapshot>,
+    fencing_token: FencingToken,
     highest_seq_nr: u64,
+    deleted_to: Option<u64>,
     events: ReplayStream,
     permit: Option<OwnedSemaphorePermit>,
     /// When the recovery got its permit, for [`crate::metrics::RECOVERY_DURATION`].
@@ -111,6 +113,8 @@ pub(crate) struct Recovering {
     replay: Option<(u64, ReplayStream)>,
     /// The sequence number of the loaded snapshot (0 without one).
     snapshot_seq_nr: Option<u64>,
+    /// How far the journal deleted events (`None`: the store does not say).
+    deleted_to: Option<u64>,
     /// Whether the replay stream ended (it is not polled again).
     ended: bool,
     _permit: Option<OwnedSemaphorePermit>,
@@ -148,6 +152,7 @@ impl Recovering {
             start: Some(Box::pin(start(plan))),
             replay: None,
             snapshot_seq_nr: None,
+            deleted_to: None,
             ended: false,
             _permit: None,
             idle: None,
@@ -210,6 +215,7 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         }
         _ => None,
     };
+    let fencing_token = take_ownership(&plan).await?;
     let from = snapshot.as_ref().map(|s| s.metadata.seq_nr).unwrap_or(0) + 1;
     let request = plan.journal.send(ReplayMessages {
         persistence_id: plan.persistence_id.clone(),
@@ -227,11 +233,33 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         })?;
     Ok(Start {
         snapshot,
+        fencing_token,
         highest_seq_nr: replay.highest_seq_nr,
+        deleted_to: replay.deleted_to,
         events: replay.events,
         permit,
         started,
     })
+}
+
+/// Takes ownership of the persistence id before the replay (within the recovery timeout), so
+/// that every write of an older incarnation is either replayed or fenced.
+async fn take_ownership(plan: &RecoveryPlan) -> Result<FencingToken, RecoveryError> {
+    let request = plan.journal.send(TakeOwnership {
+        persistence_id: plan.persistence_id.clone(),
+    });
+    let ownership = tokio::time::timeout(plan.timeout, request)
+        .await
+        .map_err(|_| RecoveryError::Timeout {
+            persistence_id: plan.persistence_id.clone(),
+            timeout: plan.timeout,
+        })?
+        .unwrap_or(Err(JournalError::JournalStopped))
+        .map_err(|source| RecoveryError::Journal {
+            persistence_id: plan.persistence_id.clone(),
+            source,
+        })?;
+    Ok(ownership.fencing_token)
 }
 
 /// Drives recovery one step; yields the last sequence number when done, and reports its
@@ -275,6 +303,8 @@ fn poll_recovery_steps<A: PersistentActor>(
         recovery.start = None;
         recovery._permit = found.permit;
         recovery.started = Some(found.started);
+        act.persistence_mut().set_fencing_token(found.fencing_token);
+        recovery.deleted_to = found.deleted_to;
         let mut last = 0;
         if let Some(snapshot) = found.snapshot {
             last = snapshot.metadata.seq_nr;
@@ -311,6 +341,7 @@ fn poll_recovery_steps<A: PersistentActor>(
     if recovery.ended {
         return Poll::Ready(complete(recovery, act, highest));
     }
+    let covered = (recovery.snapshot_seq_nr, recovery.deleted_to);
     let started = Instant::now();
     let mut applied = 0;
     loop {
@@ -336,7 +367,7 @@ fn poll_recovery_steps<A: PersistentActor>(
             }
             Poll::Ready(Some(Ok(repr))) => {
                 if recovery.replayed == 0 {
-                    check_follows_snapshot(recovery.snapshot_seq_nr, repr.seq_nr, act)?;
+                    check_not_deleted(covered, repr.seq_nr - 1, act)?;
                 }
                 let event = catch_user(|| act.deserialize_event(&repr))
                     .map_err(|reason| panicked(act, "deserialize_event", reason))?
@@ -378,18 +409,14 @@ fn complete<A: PersistentActor>(
     highest: u64,
 ) -> Result<Recovered, RecoveryError> {
     let applied_up_to = act.last_seq_nr();
-    let expected_to = highest.min(recovery.bounds.to_seq_nr);
-    if let Some(snapshot_seq_nr) = recovery.snapshot_seq_nr {
-        // Events after the snapshot are stored, yet none was replayed: they were deleted.
-        if recovery.replayed == 0 && recovery.bounds.max_events > 0 && snapshot_seq_nr < expected_to
-        {
-            return Err(RecoveryError::MissingEvents {
-                persistence_id: act.persistence_id().to_owned(),
-                snapshot_seq_nr: Some(snapshot_seq_nr),
-                from: snapshot_seq_nr + 1,
-                to: expected_to,
-            });
-        }
+    // Events after a loaded snapshot were stored, yet none was replayed. (Without a snapshot,
+    // nothing left is a full cleanup: recovery starts empty and continues the sequence.)
+    if recovery.snapshot_seq_nr.is_some()
+        && recovery.replayed == 0
+        && recovery.bounds.max_events > 0
+    {
+        let covered = (recovery.snapshot_seq_nr, recovery.deleted_to);
+        check_not_deleted(covered, highest.min(recovery.bounds.to_seq_nr), act)?;
     }
     let last = highest.max(applied_up_to);
     let bounded = applied_up_to < highest
@@ -406,26 +433,28 @@ fn complete<A: PersistentActor>(
     })
 }
 
-/// The first replayed event must directly follow the loaded snapshot (or be the first event):
-/// anything else means the events in between were deleted and nothing covers them.
-///
-/// Without a snapshot and without any event left, recovery starts empty and continues the
-/// sequence (a full cleanup, as Akka's): nothing is replayed, so nothing is checked.
-fn check_follows_snapshot<A: PersistentActor>(
-    snapshot_seq_nr: Option<u64>,
-    first_seq_nr: u64,
+/// The events from the loaded snapshot (or the start) up to `before` were not replayed: fails
+/// recovery when the journal deleted some of them, since no snapshot covers them then. Sequence
+/// numbers never stored (a write the journal rejected) are no hole. A store that does not say
+/// how far it deleted ([`JournalStore::read_deleted_to`](crate::store::JournalStore::read_deleted_to)
+/// is `None`) cannot be checked.
+fn check_not_deleted<A: PersistentActor>(
+    (snapshot_seq_nr, deleted_to): (Option<u64>, Option<u64>),
+    before: u64,
     act: &A,
 ) -> Result<(), RecoveryError> {
-    let expected = snapshot_seq_nr.unwrap_or(0) + 1;
-    if first_seq_nr <= expected {
-        return Ok(());
+    let after = snapshot_seq_nr.unwrap_or(0);
+    match deleted_to {
+        Some(deleted_to) if before > after && deleted_to > after => {
+            Err(RecoveryError::MissingEvents {
+                persistence_id: act.persistence_id().to_owned(),
+                snapshot_seq_nr,
+                from: after + 1,
+                to: deleted_to.min(before),
+            })
+        }
+        _ => Ok(()),
     }
-    Err(RecoveryError::MissingEvents {
-        persistence_id: act.persistence_id().to_owned(),
-        snapshot_seq_nr,
-        from: expected,
-        to: first_seq_nr - 1,
-    })
 }
 
 fn panicked<A: PersistentActor>(act: &A, hook: &'static str, reason: String) -> RecoveryError {

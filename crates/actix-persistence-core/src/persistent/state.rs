@@ -20,7 +20,7 @@ use crate::error::{
 use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
-use crate::store::{AtomicWrite, PersistentRepr};
+use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
 
 /// A continuation: runs once with the stored events, or with why they were not stored.
 ///
@@ -69,6 +69,8 @@ pub struct PersistenceState<A: EventSourced> {
     journal: Addr<JournalActor>,
     incarnation: Incarnation,
     writer_uuid: String,
+    /// The token recovery got when it took ownership of the id; every write carries it.
+    fencing_token: FencingToken,
     /// Highest sequence number recovered or stored and applied.
     last_seq_nr: u64,
     /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
@@ -110,6 +112,10 @@ pub enum StopReason {
     /// Recovery failed (`on_recovery_failure` ran), also when user code panicked during
     /// recovery ([`RecoveryError::Panicked`](super::RecoveryError::Panicked)).
     RecoveryFailure,
+    /// A write was fenced ([`crate::JournalError::Fenced`]): a newer incarnation of the
+    /// persistence id owns it, here or in another process. A [`super::BackoffSupervisor`]
+    /// does not restart it (a restart would take the id back from its new owner).
+    Fenced,
     /// User code the library ran after recovery panicked: [`EventSourced::apply`] of a stored
     /// event, a `persist`/`persist_all`/`defer` continuation, or a hook. The state may be
     /// half-updated, so the actor stopped; `reason` is the panic message.
@@ -144,6 +150,7 @@ impl<A: EventSourced> PersistenceState<A> {
             journal,
             incarnation: Incarnation::next(),
             writer_uuid: uuid::Uuid::new_v4().to_string(),
+            fencing_token: FencingToken::UNOWNED,
             last_seq_nr: 0,
             assigned_seq_nr: 0,
             recovered: false,
@@ -232,6 +239,16 @@ impl<A: EventSourced> PersistenceState<A> {
         &self.writer_uuid
     }
 
+    /// The fencing token this incarnation writes with: the owner epoch its recovery got when
+    /// it took ownership of the persistence id ([`FencingToken::UNOWNED`] before recovery).
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    pub(crate) fn set_fencing_token(&mut self, token: FencingToken) {
+        self.fencing_token = token;
+    }
+
     /// The journal this actor writes to.
     pub fn journal(&self) -> &Addr<JournalActor> {
         &self.journal
@@ -297,15 +314,6 @@ impl<A: EventSourced> PersistenceState<A> {
         self.assigned_seq_nr = seq_nr;
     }
 
-    /// Gives back the sequence numbers of an atomic write the journal rejected (nothing was
-    /// stored) when no later write took numbers after it, so a rejection leaves no gap in the
-    /// sequence (a gap right after a snapshot would read as deleted events in recovery).
-    pub(crate) fn release_rejected_seq_nrs(&mut self, lowest: u64, highest: u64) {
-        if lowest > 0 && self.assigned_seq_nr == highest {
-            self.assigned_seq_nr = lowest - 1;
-        }
-    }
-
     pub(crate) fn confirm_seq_nr(&mut self, seq_nr: u64) {
         self.last_seq_nr = self.last_seq_nr.max(seq_nr);
     }
@@ -332,7 +340,8 @@ impl<A: EventSourced> PersistenceState<A> {
     }
 
     /// Assigns sequence numbers to serialized events and builds their atomic write; the first
-    /// serialization error rejects the whole atomic write.
+    /// serialization error, or a field over the [limits](crate::limits), rejects the whole
+    /// atomic write before it is sent.
     pub(crate) fn prepare_write(
         &mut self,
         serialized: Vec<Result<SerializedEvent, SerializationError>>,
@@ -349,13 +358,9 @@ impl<A: EventSourced> PersistenceState<A> {
             return (PendingWrite::Rejected(rejection), 0);
         }
         let first = self.assigned_seq_nr + 1;
-        let highest = self.assigned_seq_nr + serialized.len() as u64;
-        let write = self.build_write(first, serialized, tags);
-        // A write rejected before it is sent takes no sequence numbers: no gap.
-        if matches!(write, PendingWrite::Ready(_)) {
-            self.assigned_seq_nr = highest;
-        }
-        (write, highest)
+        self.assigned_seq_nr += serialized.len() as u64;
+        let highest = self.assigned_seq_nr;
+        (self.build_write(first, serialized, tags), highest)
     }
 
     fn build_write(
@@ -387,7 +392,10 @@ impl<A: EventSourced> PersistenceState<A> {
                 }
             }
         }
-        match AtomicWrite::new(reprs) {
+        let write = AtomicWrite::new(reprs)
+            .map(|write| write.with_fencing_token(self.fencing_token))
+            .and_then(|write| write.check().map(|()| write));
+        match write {
             Ok(write) => PendingWrite::Ready(write),
             Err(rejection) => PendingWrite::Rejected(rejection),
         }

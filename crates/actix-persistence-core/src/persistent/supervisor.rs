@@ -70,7 +70,9 @@ type Forward<A> = Box<dyn FnOnce(&Addr<A>)>;
 
 /// Runs a persistent actor built by a factory, and builds and starts a new incarnation after
 /// the old one stopped on a journal failure (a failed persist or recovery), after a backoff.
-/// The new incarnation recovers from the store. A normal stop stops the supervisor too.
+/// The new incarnation recovers from the store. A normal stop stops the supervisor too, and so
+/// does a fenced child ([`StopReason::Fenced`]): another incarnation owns the persistence id,
+/// and restarting would fight it for the id.
 ///
 /// Send commands to the supervisor: it forwards each command whose result is a
 /// [`PersistResult`] to the current child, and keeps them (up to
@@ -124,6 +126,17 @@ impl<A: PersistentActor> BackoffSupervisor<A> {
     fn child_stopped(&mut self, reason: StopReason, ctx: &mut Context<Self>) {
         self.child = None;
         if reason == StopReason::Normal {
+            ctx.stop();
+            return;
+        }
+        if reason == StopReason::Fenced {
+            // A newer incarnation owns the id; restarting would take it back and fence that
+            // one in turn. Stop: commands kept or sent later get `ActorStopped`.
+            tracing::warn!(
+                "persistent actor fenced by a newer incarnation of its persistence id; \
+                 the supervisor stops instead of restarting it"
+            );
+            self.buffer.clear();
             ctx.stop();
             return;
         }

@@ -1,4 +1,4 @@
-//! The journal conformance cases J1-J26 of `conformance/journal.md`, plus the model check.
+//! The journal conformance cases J1-J26 of `conformance/journal.md`, the fencing cases F1-F4, and the model check.
 //!
 //! Every case drives the store through the real [`JournalActor`]: writes as
 //! [`WriteMessages`] (checking the batch-level answer and one result per atomic write, routed
@@ -21,13 +21,13 @@ use std::sync::Arc;
 use actix::{Actor, Addr};
 use actix_persistence_core::journal::{
     DeleteMessagesTo, Incarnation, JournalActor, JournalConfig, ReadHighestSequenceNr,
-    ReplayMessages, WriteMessages, WriteMessagesReply,
+    ReplayMessages, TakeOwnership, WriteMessages, WriteMessagesReply,
 };
 use actix_persistence_core::persistent::{PersistError, PersistenceState};
 use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, JournalError, JournalStore, PersistentRepr, WriteRejection,
-    MAX_SEQ_NR,
+    AtomicWrite, AtomicWriteError, FencingToken, JournalError, JournalStore, Ownership,
+    PersistentRepr, WriteRejection, MAX_SEQ_NR,
 };
 use futures::future::LocalBoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -123,6 +123,23 @@ impl JournalUnderTest {
             Ok(Err(e)) => panic!("{what} failed: {e}"),
             Err(e) => panic!("{what}: the journal actor is gone: {e}"),
         }
+    }
+
+    /// Takes ownership of `pid` through [`TakeOwnership`], expecting success.
+    pub(crate) async fn take_ownership(&self, pid: &str) -> Ownership {
+        let what = format!("take ownership of {pid:?}");
+        match within(&what, self.send_take_ownership(pid)).await {
+            Ok(Ok(ownership)) => ownership,
+            Ok(Err(e)) => panic!("{what} failed: {e}"),
+            Err(e) => panic!("{what}: the journal actor is gone: {e}"),
+        }
+    }
+
+    /// Sends [`TakeOwnership`] for `pid` without waiting.
+    fn send_take_ownership(&self, pid: &str) -> actix::dev::Request<JournalActor, TakeOwnership> {
+        self.actor.send(TakeOwnership {
+            persistence_id: pid.to_owned(),
+        })
     }
 
     /// Deletes up to `to` through [`DeleteMessagesTo`], expecting success.
@@ -982,6 +999,227 @@ pub async fn j26_metadata_round_trip(store: Arc<dyn JournalStore>) {
     assert_eq!(got.highest, 8, "J26: highest sequence number");
 }
 
+// ---------------------------------------------------------------------------------------------
+// F1-F4: one writer per persistence id, enforced by the store (fencing).
+
+/// An atomic write of `events` carrying `token`.
+fn fenced_write(events: Vec<PersistentRepr>, token: FencingToken) -> AtomicWrite {
+    atomic(events).with_fencing_token(token)
+}
+
+/// Checks the one atomic write of a reply failed with [`JournalError::Fenced`] for `pid`.
+fn expect_fenced(what: &str, reply: WriteMessagesReply, pid: &str) {
+    match expect_failed(what, reply) {
+        JournalError::Fenced { persistence_id, .. } => assert_eq!(
+            persistence_id, pid,
+            "{what}: the fenced error must name the persistence id written to"
+        ),
+        other => panic!(
+            "{what}: a write with a fencing token older than the owner epoch must fail with \
+             JournalError::Fenced (whatever its sequence numbers), got: {other}"
+        ),
+    }
+}
+
+/// F1: taking ownership raises the owner epoch every time (the new token is above every
+/// earlier one, and above [`FencingToken::UNOWNED`]) and reads the highest sequence number (5
+/// after the setup, 0 for an id that never wrote); it never lowers the highest.
+pub async fn f01_ownership_raises_the_epoch(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let first = f.journal.take_ownership(f.pid()).await;
+    assert!(
+        first.fencing_token > FencingToken::UNOWNED,
+        "F1: ownership must give a token above UNOWNED (0), got {} (a store that does not \
+         override JournalStore::take_ownership does not fence)",
+        first.fencing_token
+    );
+    assert_eq!(
+        first.highest_seq_nr, 5,
+        "F1: highest sequence number with ownership"
+    );
+    let second = f.journal.take_ownership(f.pid()).await;
+    assert!(
+        second.fencing_token > first.fencing_token,
+        "F1: every ownership take raises the epoch: {} then {}",
+        first.fencing_token,
+        second.fencing_token
+    );
+    assert_eq!(second.highest_seq_nr, 5, "F1: the highest is unchanged");
+    let fresh = f.journal.take_ownership(&fresh_pid()).await;
+    assert_eq!(
+        fresh.highest_seq_nr, 0,
+        "F1: an id that never wrote has highest 0"
+    );
+    assert!(
+        fresh.fencing_token > FencingToken::UNOWNED,
+        "F1: token of a fresh id"
+    );
+    f.expect_replay("F1 after ownership", (1, MAX, MAX), 1..=5, 5)
+        .await;
+}
+
+/// F2: after B took ownership over A, A's writes fail with [`JournalError::Fenced`] and store
+/// nothing, whether their sequence number is free (6, 100) or taken (5); so does a write
+/// without a token; B's write of 6 then succeeds.
+pub async fn f02_older_token_is_fenced_and_stores_nothing(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let a = f.journal.take_ownership(f.pid()).await.fencing_token;
+    let b = f.journal.take_ownership(f.pid()).await.fencing_token;
+    let stale = Writer::new(f.pid());
+    for (seq_nr, what) in [
+        (6, "F2 stale owner's write of 6 (free)"),
+        (100, "F2 stale owner's write of 100 (free, with a gap)"),
+        (5, "F2 stale owner's write of 5 (taken)"),
+    ] {
+        let write = fenced_write(stale.events("stale", [seq_nr]), a);
+        let reply = f.journal.write(what, stale.incarnation, vec![write]).await;
+        expect_fenced(what, reply, f.pid());
+    }
+    let unowned = atomic(stale.events("unowned", [6]));
+    let reply = f
+        .journal
+        .write("F2 write without a token", stale.incarnation, vec![unowned])
+        .await;
+    expect_fenced("F2 a write without a token to an owned id", reply, f.pid());
+    f.expect_replay("F2 nothing of the fenced writes", (1, MAX, MAX), 1..=5, 5)
+        .await;
+
+    let owner = Writer::new(f.pid());
+    let six = owner.events("b", [6]);
+    let reply = f
+        .journal
+        .write(
+            "F2 owner's 6",
+            owner.incarnation,
+            vec![fenced_write(six.clone(), b)],
+        )
+        .await;
+    expect_all_stored("F2 the owner's write of 6", reply, 1);
+    check_replay("F2 the owner's 6", &f.replay(6, MAX, MAX).await, &six, 6);
+}
+
+/// F3: a write of the old owner committed before the new owner took over is at or below the
+/// new owner's highest sequence number and replayed by it; the new owner continues after it,
+/// and the old owner is fenced from then on. A write racing with the takeover ends either way,
+/// never in between: stored and seen by the new owner, or fenced and not stored.
+pub async fn f03_write_before_takeover_is_replayed(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let old = Writer::new(f.pid());
+    let a = f.journal.take_ownership(f.pid()).await.fencing_token;
+    let six = old.events("old", [6]);
+    let reply = f
+        .journal
+        .write(
+            "F3 old owner's 6",
+            old.incarnation,
+            vec![fenced_write(six.clone(), a)],
+        )
+        .await;
+    expect_all_stored("F3 the old owner's 6 before the takeover", reply, 1);
+
+    let b = f.journal.take_ownership(f.pid()).await;
+    assert_eq!(
+        b.highest_seq_nr, 6,
+        "F3: the new owner's highest includes the old 6"
+    );
+    check_replay(
+        "F3 the new owner replays 6",
+        &f.replay(6, MAX, MAX).await,
+        &six,
+        6,
+    );
+    let new = Writer::new(f.pid());
+    let seven = new.events("new", [7]);
+    let reply = f
+        .journal
+        .write(
+            "F3 new owner's 7",
+            new.incarnation,
+            vec![fenced_write(seven.clone(), b.fencing_token)],
+        )
+        .await;
+    expect_all_stored("F3 the new owner's first write after the old 6", reply, 1);
+    let reply = f
+        .journal
+        .write(
+            "F3 old owner's 8",
+            old.incarnation,
+            vec![fenced_write(old.events("old", [8]), a)],
+        )
+        .await;
+    expect_fenced("F3 the old owner after the takeover", reply, f.pid());
+
+    // The race: the current owner's 8 and a third takeover sent together.
+    let c_writer = Writer::new(f.pid());
+    let eight = c_writer.events("racing", [8]);
+    let racing = f.journal.send_write(
+        c_writer.incarnation,
+        vec![fenced_write(eight.clone(), b.fencing_token)],
+    );
+    let takeover = f.journal.send_take_ownership(f.pid());
+    let raced = outcomes("F3 race", await_reply("F3 racing write", racing).await, 1);
+    let c = match within("F3 racing takeover", takeover).await {
+        Ok(Ok(ownership)) => ownership,
+        other => panic!("F3 racing takeover failed: {other:?}"),
+    };
+    let replayed = f.replay(8, MAX, MAX).await;
+    match &raced[0] {
+        WriteOutcome::Stored => {
+            assert_eq!(
+                c.highest_seq_nr, 8,
+                "F3 race: a stored 8 is seen by the takeover"
+            );
+            check_replay("F3 race: stored 8", &replayed, &eight, 8);
+        }
+        WriteOutcome::Failed(JournalError::Fenced { .. }) => {
+            assert_eq!(c.highest_seq_nr, 7, "F3 race: a fenced 8 is not counted");
+            check_replay("F3 race: fenced 8", &replayed, &[], 7);
+        }
+        other => panic!("F3 race: the racing write must be stored or fenced, got {other:?}"),
+    }
+}
+
+/// F4: in one batch, a stale owner's write fails alone with [`JournalError::Fenced`] while
+/// the current owner's write of the same id and a write of another id are stored.
+pub async fn f04_fenced_write_fails_alone_in_a_batch(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let a = f.journal.take_ownership(f.pid()).await.fencing_token;
+    let b = f.journal.take_ownership(f.pid()).await.fencing_token;
+    let stale = Writer::new(f.pid());
+    let owner = Writer::new(f.pid());
+    let other = Writer::new(fresh_pid());
+    let six = owner.events("b", [6]);
+    let theirs = other.events("o", [1, 2]);
+    let writes = vec![
+        fenced_write(stale.events("stale", [6]), a),
+        fenced_write(six.clone(), b),
+        atomic(theirs.clone()),
+    ];
+    let reply = f
+        .journal
+        .write("F4 mixed batch", owner.incarnation, writes)
+        .await;
+    let got = outcomes("F4 mixed batch", reply, 3);
+    assert!(
+        matches!(&got[0], WriteOutcome::Failed(JournalError::Fenced { .. })),
+        "F4: the stale owner's write must be fenced, got {:?}",
+        got[0]
+    );
+    assert!(
+        matches!(got[1], WriteOutcome::Stored),
+        "F4: the owner's write in the same batch must be stored, got {:?}",
+        got[1]
+    );
+    assert!(
+        matches!(got[2], WriteOutcome::Stored),
+        "F4: another id's write in the same batch must be stored, got {:?}",
+        got[2]
+    );
+    check_replay("F4 the owner's 6", &f.replay(6, MAX, MAX).await, &six, 6);
+    let other_replay = f.journal.replay(&other.pid, 1, MAX, MAX).await;
+    check_replay("F4 the other id", &other_replay, &theirs, 2);
+}
+
 /// The model check as a case: [`super::check_journal_against_model`] with
 /// [`super::ModelCheckConfig::from_env`], panicking on a mismatch.
 pub async fn journal_agrees_with_model(store: Arc<dyn JournalStore>) {
@@ -1050,7 +1288,7 @@ fn shared<S: JournalStore>(store: S) -> Arc<dyn JournalStore> {
 }
 
 crate::__journal_cases! {
-    __case_table { JournalCase, "Every journal conformance case, in order: J1-J26, then the model check." }
+    __case_table { JournalCase, "Every journal conformance case, in order: J1-J26, F1-F4, then the model check." }
 }
 
 /// The journal case called `name` (as listed in [`CASES`]).
@@ -1087,7 +1325,7 @@ where
     super::run_named_case::<JournalCase, _, _>(name, || factory().map(|store| store.map(shared)));
 }
 
-/// Runs every journal conformance case (J1-J26 and the model check), each against a store
+/// Runs every journal conformance case (J1-J26, F1-F4 and the model check), each against a store
 /// fresh from `factory`, and reports all failures at once.
 ///
 /// Call it inside an Actix system (e.g. from an `#[actix::test]`). To see each case as a test

@@ -1,0 +1,136 @@
+//! What every journal store can hold: the one place the limits on persistence ids, events and
+//! tags are written down, and the checks that turn a write over them into a rejection before
+//! it reaches a store.
+//!
+//! The limits are those all three stores (in memory, SQLite, PostgreSQL) can honour, so the
+//! same input gets the same answer on each: PostgreSQL text cannot hold NUL, a PostgreSQL
+//! B-tree index entry holds at most about 2,700 bytes (the persistence id is indexed), a
+//! PostgreSQL bind message at most 1 GiB, and sequence numbers are stored as signed 64-bit
+//! integers.
+//!
+//! | what | limit |
+//! |---|---|
+//! | persistence id | 1 to [`MAX_PERSISTENCE_ID_BYTES`] bytes of UTF-8, no NUL |
+//! | sequence number | 1 to [`MAX_STORABLE_SEQ_NR`] (`i64::MAX`) |
+//! | payload | at most [`MAX_PAYLOAD_BYTES`] bytes per event |
+//! | manifest | at most [`MAX_MANIFEST_BYTES`] bytes, no NUL |
+//! | writer id | at most [`MAX_WRITER_UUID_BYTES`] bytes, no NUL |
+//! | tags | at most [`MAX_TAGS`] per event, each at most [`MAX_TAG_BYTES`] bytes, no NUL |
+//! | events per atomic write | at most [`MAX_EVENTS_PER_ATOMIC_WRITE`] |
+//!
+//! A persistent actor checks its writes against them before sending (a write over a limit is
+//! rejected: `on_persist_rejected` runs and the actor goes on), the journal actor checks every
+//! batch before its store sees it, and the built-in stores check again, so a direct caller of a
+//! store gets the same rejection.
+
+use crate::error::WriteRejection;
+use crate::store::AtomicWrite;
+
+/// Longest persistence id, in bytes of UTF-8 (an index entry every store can hold).
+pub const MAX_PERSISTENCE_ID_BYTES: usize = 255;
+/// Largest payload of one event, in bytes (10 MiB).
+pub const MAX_PAYLOAD_BYTES: usize = 10 * 1024 * 1024;
+/// Longest manifest, in bytes.
+pub const MAX_MANIFEST_BYTES: usize = 255;
+/// Longest writer id, in bytes.
+pub const MAX_WRITER_UUID_BYTES: usize = 255;
+/// Most tags on one event.
+pub const MAX_TAGS: usize = 64;
+/// Longest tag, in bytes.
+pub const MAX_TAG_BYTES: usize = 255;
+/// Most events in one atomic write.
+pub const MAX_EVENTS_PER_ATOMIC_WRITE: usize = 10_000;
+/// Highest sequence number a store can hold (`i64::MAX`, the SQL stores' `BIGINT`/`INTEGER`).
+pub const MAX_STORABLE_SEQ_NR: u64 = i64::MAX as u64;
+
+/// Checks that `persistence_id` is within the limits; returns what is wrong otherwise.
+pub(crate) fn persistence_id_problem(persistence_id: &str) -> Option<String> {
+    if persistence_id.is_empty() {
+        Some("the persistence id is empty".to_owned())
+    } else if persistence_id.len() > MAX_PERSISTENCE_ID_BYTES {
+        Some(format!(
+            "the persistence id is {} bytes long, above the limit of {MAX_PERSISTENCE_ID_BYTES} bytes",
+            persistence_id.len()
+        ))
+    } else if persistence_id.contains('\0') {
+        Some("the persistence id holds a NUL character, which no store can hold".to_owned())
+    } else {
+        None
+    }
+}
+
+/// Checks every event of `write` against the limits (not its shape: see
+/// [`AtomicWrite::check_shape`]).
+///
+/// # Errors
+/// A [`WriteRejection`] naming the first limit a field is over, the field, its value's size and
+/// the limit.
+pub fn check_limits(write: &AtomicWrite) -> Result<(), WriteRejection> {
+    let reject = |reason: String| WriteRejection {
+        persistence_id: write.persistence_id().to_owned(),
+        seq_nr: write.lowest_seq_nr(),
+        reason,
+    };
+    if write.events.len() > MAX_EVENTS_PER_ATOMIC_WRITE {
+        return Err(reject(format!(
+            "the atomic write holds {} events, above the limit of {MAX_EVENTS_PER_ATOMIC_WRITE}",
+            write.events.len()
+        )));
+    }
+    if let Some(problem) = persistence_id_problem(write.persistence_id()) {
+        return Err(reject(problem));
+    }
+    if write.highest_seq_nr() > MAX_STORABLE_SEQ_NR {
+        return Err(reject(format!(
+            "sequence number {} is above the limit of {MAX_STORABLE_SEQ_NR} (i64::MAX)",
+            write.highest_seq_nr()
+        )));
+    }
+    for event in &write.events {
+        let seq_nr = event.seq_nr;
+        if event.payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(reject(format!(
+                "the payload of the event at sequence number {seq_nr} is {} bytes, above the \
+                 limit of {MAX_PAYLOAD_BYTES} bytes",
+                event.payload.len()
+            )));
+        }
+        text_problem("manifest", &event.manifest, MAX_MANIFEST_BYTES, seq_nr)
+            .map_or(Ok(()), |p| Err(reject(p)))?;
+        text_problem(
+            "writer id",
+            &event.writer_uuid,
+            MAX_WRITER_UUID_BYTES,
+            seq_nr,
+        )
+        .map_or(Ok(()), |p| Err(reject(p)))?;
+        if event.tags.len() > MAX_TAGS {
+            return Err(reject(format!(
+                "the event at sequence number {seq_nr} has {} tags, above the limit of {MAX_TAGS}",
+                event.tags.len()
+            )));
+        }
+        for tag in &event.tags {
+            text_problem("tag", tag, MAX_TAG_BYTES, seq_nr).map_or(Ok(()), |p| Err(reject(p)))?;
+        }
+    }
+    Ok(())
+}
+
+/// What is wrong with a text field of the event at `seq_nr`, if anything.
+fn text_problem(field: &str, value: &str, max_bytes: usize, seq_nr: u64) -> Option<String> {
+    if value.len() > max_bytes {
+        Some(format!(
+            "the {field} of the event at sequence number {seq_nr} is {} bytes, above the limit \
+             of {max_bytes} bytes",
+            value.len()
+        ))
+    } else if value.contains('\0') {
+        Some(format!(
+            "the {field} of the event at sequence number {seq_nr} holds a NUL character, which \
+             no store can hold"
+        ))
+    } else {
+        None
+    }
+}

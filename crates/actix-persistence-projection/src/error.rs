@@ -1,0 +1,95 @@
+//! Errors of projections and offset stores.
+
+use crate::ProjectionId;
+
+/// Any error, boxed: what handlers and sources return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a handler returns when it could not handle an envelope (any error converts with `?`).
+/// The projection retries it, then applies its [`HandlerRecovery`](crate::HandlerRecovery).
+pub type HandlerError = BoxError;
+
+/// Why an offset store could not read or write a projection's offset.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OffsetStoreError {
+    /// The database failed (connection lost, timeout, constraint, ...).
+    #[error("offset store of projection {id}: the database failed: {source}; the projection restarts from its stored offset")]
+    Database {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The database could not be opened or its schema brought up to date.
+    #[error("could not open the offset store: {source}")]
+    Open {
+        /// The SQL store's error.
+        #[source]
+        source: actix_persistence_sql::SqlStoreError,
+    },
+    /// A stored offset does not deserialize into the source's offset type (the projection's
+    /// source changed, or the row was edited): reset the projection to rebuild it.
+    #[error("stored offset {stored:?} of projection {id} does not fit the source's offset type: {source}; reset the projection to rebuild it")]
+    CorruptOffset {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The stored JSON.
+        stored: String,
+        /// The deserializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An offset could not be serialized to JSON.
+    #[error("offset of projection {id} cannot be stored as JSON: {source}")]
+    Unserializable {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A sequence number above `i64::MAX`, which SQL databases cannot store.
+    #[error("sequence number {seq_nr} of persistence id {persistence_id:?} is above i64::MAX and cannot be stored")]
+    SeqNrOutOfRange {
+        /// The persistence id.
+        persistence_id: String,
+        /// The sequence number.
+        seq_nr: u64,
+    },
+}
+
+/// Why a projection run ended in failure (reported in its
+/// [`Progress`](crate::Progress) and logged; the projection restarts with backoff).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectionError {
+    /// The offset store failed.
+    #[error(transparent)]
+    OffsetStore(#[from] OffsetStoreError),
+    /// The source could not be opened or its stream failed.
+    #[error("source of projection {id} failed: {source}")]
+    Source {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The source's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The handler failed on an envelope after every retry, and the recovery strategy is
+    /// [`HandlerRecovery::Fail`](crate::HandlerRecovery::Fail).
+    #[error("handler of projection {id} failed on persistence id {persistence_id:?} seq_nr {seq_nr} after {attempts} attempts: {message}")]
+    Handler {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The persistence id of the (first) envelope that failed.
+        persistence_id: String,
+        /// Its sequence number.
+        seq_nr: u64,
+        /// Attempts made (1 + retries).
+        attempts: u32,
+        /// The handler's error, or the panic message.
+        message: String,
+    },
+}

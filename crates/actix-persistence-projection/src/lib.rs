@@ -1,0 +1,62 @@
+//! Projections for actix-persistence: consume a persistence query and apply each event to
+//! something else (a read-model table, a search index, another service), resuming from a
+//! stored offset after a restart or a crash (as Akka Projections).
+//!
+//! A [`Projection`] has a [`ProjectionId`] (name and key), a source ([`SourceProvider`]: the
+//! events of a slice range or a tag, see [`query`]), a handler and an [`OffsetStore`]:
+//!
+//! - delivery **exactly-once** ([`Projection::exactly_once`]): the handler receives the
+//!   database transaction, and the offset is saved in that same transaction;
+//! - or **at-least-once** ([`Projection::at_least_once`]): the offset is saved after the
+//!   handler, every N envelopes or T ms ([`SaveOffset`]);
+//! - handler forms: one envelope at a time ([`Handler`], [`TransactionalHandler`]), **grouped**
+//!   ([`GroupedHandler`], [`TransactionalGroupedHandler`], [`Grouping`]), and
+//!   **`max_concurrency`** ([`Projection::with_max_concurrency`]) with each persistence id
+//!   still handled in seq_nr order;
+//! - errors: retried with backoff, then skipped or failing the projection, which restarts from
+//!   its stored offset ([`HandlerRecovery`], [`RestartBackoff`]);
+//! - scale-out: one instance per slice range ([`slice_ranges`]), in as many processes as
+//!   wanted, sharing the offset store;
+//! - control: [`Projection::start`] runs it as a task on the Actix (Tokio) runtime and returns
+//!   a [`ProjectionHandle`] (pause, resume, stop, reset, [`Progress`], [`Lag`]);
+//!   [`ProjectionActor`] wraps the handle in an actor.
+//!
+//! See `docs/projections.md` for when to choose which delivery and how to split by slices.
+//!
+//! # Feature flags
+//! - `sqlite` (default): [`SqliteOffsetStore`];
+//! - `postgres` (default): [`PostgresOffsetStore`].
+#![warn(missing_docs)]
+
+mod actor;
+mod error;
+mod handle;
+mod handler;
+mod id;
+pub mod offset_store;
+mod processor;
+mod progress;
+mod projection;
+pub mod query;
+mod settings;
+mod source;
+
+#[doc(inline)]
+pub use actix_persistence_core::query::{slice_for_persistence_id, slice_ranges, NUMBER_OF_SLICES};
+pub use actor::{GetProgress, PauseProjection, ProjectionActor, ResumeProjection};
+pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
+pub use handle::{ProjectionHandle, ResetError};
+pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
+pub use id::ProjectionId;
+#[cfg(feature = "postgres")]
+pub use offset_store::PostgresOffsetStore;
+#[cfg(feature = "sqlite")]
+pub use offset_store::SqliteOffsetStore;
+pub use offset_store::{
+    InMemoryOffsetStore, InMemoryTransaction, OffsetStore, TransactionalOffsetStore,
+};
+pub use progress::{Lag, Progress, ProjectionState};
+pub use projection::Projection;
+pub use query::QuerySource;
+pub use settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
+pub use source::{Envelope, EnvelopeStream, SourceLag, SourceProvider};

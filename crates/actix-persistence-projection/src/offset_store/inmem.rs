@@ -1,0 +1,135 @@
+//! The in-memory offset store, for tests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use super::{OffsetStore, SeenSeqNrs, TransactionalOffsetStore};
+use crate::error::OffsetStoreError;
+use crate::ProjectionId;
+
+#[derive(Debug, Default, Clone)]
+struct Entry {
+    offset: Option<String>,
+    seen: SeenSeqNrs,
+}
+
+/// Offsets kept in the process, for tests: lost with the process, shared by clones.
+///
+/// Exactly-once works as with a database: the handler stages its effects on the
+/// [`InMemoryTransaction`] with [`on_commit`](InMemoryTransaction::on_commit), and the commit
+/// applies them and the offset together, under the store's lock; a transaction that is dropped
+/// (the handler failed) applies nothing.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryOffsetStore {
+    entries: Arc<Mutex<HashMap<ProjectionId, Entry>>>,
+}
+
+impl InMemoryOffsetStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<ProjectionId, Entry>> {
+        // A panic while holding the lock leaves the map consistent (every update is one
+        // assignment), so a poisoned lock is still usable.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A transaction of the [`InMemoryOffsetStore`]: the offset and the handler's effects, applied
+/// together by the commit.
+#[derive(Default)]
+pub struct InMemoryTransaction {
+    offset: Option<String>,
+    seen: Vec<(String, u64)>,
+    effects: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for InMemoryTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryTransaction")
+            .field("offset", &self.offset)
+            .field("seen", &self.seen)
+            .field("effects", &self.effects.len())
+            .finish()
+    }
+}
+
+impl InMemoryTransaction {
+    /// Stages `effect` (e.g. an update of an in-memory read model): it runs when the
+    /// transaction commits, together with saving the offset, and never when it is dropped.
+    pub fn on_commit(&mut self, effect: impl FnOnce() + Send + 'static) {
+        self.effects.push(Box::new(effect));
+    }
+}
+
+#[async_trait]
+impl OffsetStore for InMemoryOffsetStore {
+    async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
+        Ok(self.entries().get(id).and_then(|e| e.offset.clone()))
+    }
+
+    async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError> {
+        Ok(self
+            .entries()
+            .get(id)
+            .map(|e| e.seen.clone())
+            .unwrap_or_default())
+    }
+
+    async fn save_offset(&self, id: &ProjectionId, offset: &str) -> Result<(), OffsetStoreError> {
+        self.entries().entry(id.clone()).or_default().offset = Some(offset.to_owned());
+        Ok(())
+    }
+
+    async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
+        self.entries().remove(id);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TransactionalOffsetStore for InMemoryOffsetStore {
+    type Transaction = InMemoryTransaction;
+
+    async fn begin(&self, _id: &ProjectionId) -> Result<InMemoryTransaction, OffsetStoreError> {
+        Ok(InMemoryTransaction::default())
+    }
+
+    async fn save_in(
+        &self,
+        tx: &mut InMemoryTransaction,
+        _id: &ProjectionId,
+        offset: Option<&str>,
+        seen: &[(String, u64)],
+    ) -> Result<(), OffsetStoreError> {
+        if let Some(offset) = offset {
+            tx.offset = Some(offset.to_owned());
+        }
+        tx.seen.extend_from_slice(seen);
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        tx: InMemoryTransaction,
+        id: &ProjectionId,
+    ) -> Result<(), OffsetStoreError> {
+        let mut entries = self.entries();
+        for effect in tx.effects {
+            effect();
+        }
+        let entry = entries.entry(id.clone()).or_default();
+        if let Some(offset) = tx.offset {
+            entry.offset = Some(offset);
+        }
+        for (pid, seq_nr) in tx.seen {
+            let slot = entry.seen.entry(pid).or_insert(0);
+            *slot = (*slot).max(seq_nr);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,932 @@
+//! A projection: its definition (builder) and its runner.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::error::{OffsetStoreError, ProjectionError};
+use crate::handle::{Command, ProjectionHandle, ResetError};
+use crate::handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
+use crate::offset_store::{OffsetStore, SeenSeqNrs, TransactionalOffsetStore};
+use crate::processor::{
+    AsGroup, AttemptError, Commit, Grouped, OneAtATime, Processor, Single, Transactional,
+};
+use crate::progress::{Progress, ProjectionState};
+use crate::settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
+use crate::source::{Envelope, EnvelopeStream, SourceProvider};
+use crate::ProjectionId;
+
+/// A projection instance: a source, a handler and an offset store under one [`ProjectionId`]
+/// (as Akka Projections' `Projection`). Build it with one of the four constructors, adjust it
+/// with the `with_*` methods, then [`start`](Self::start) it.
+///
+/// # Delivery
+/// - **At-least-once** ([`at_least_once`](Self::at_least_once),
+///   [`grouped_at_least_once`](Self::grouped_at_least_once)): the offset is saved after the
+///   handler, per [`SaveOffset`]; after a crash the envelopes after the saved offset are handled
+///   again, none is skipped.
+/// - **Exactly-once** ([`exactly_once`](Self::exactly_once),
+///   [`grouped_exactly_once`](Self::grouped_exactly_once)): the handler gets the offset store's
+///   transaction; the offset (with `max_concurrency` 1) or the persistence id's handled
+///   sequence number (above 1) is saved in that same transaction. A crash loses nothing and
+///   repeats nothing.
+///
+/// # Ordering and concurrency
+/// [`with_max_concurrency`](Self::with_max_concurrency) lets up to N calls run at once (seed
+/// 003's `max_concurrency`); the envelopes of one persistence id are still handled one after
+/// another in sequence-number order, and the saved offset never passes an envelope that was
+/// not handled yet: a slow envelope holds the offset back, not the other envelopes.
+pub struct Projection<E: Envelope> {
+    id: ProjectionId,
+    source: Arc<dyn SourceProvider<Envelope = E>>,
+    store: Arc<dyn OffsetStore>,
+    processor: Arc<dyn Processor<E>>,
+    grouping: Option<Grouping>,
+    max_concurrency: usize,
+    save_offset: SaveOffset,
+    recovery: HandlerRecovery,
+    restart: RestartBackoff,
+}
+
+impl<E: Envelope> std::fmt::Debug for Projection<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projection")
+            .field("id", &self.id)
+            .field("exactly_once", &self.processor.exactly_once())
+            .field("grouping", &self.grouping)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("save_offset", &self.save_offset)
+            .field("recovery", &self.recovery)
+            .field("restart", &self.restart)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: Envelope> Projection<E> {
+    fn new(
+        id: ProjectionId,
+        source: Arc<dyn SourceProvider<Envelope = E>>,
+        store: Arc<dyn OffsetStore>,
+        processor: Arc<dyn Processor<E>>,
+        grouping: Option<Grouping>,
+    ) -> Self {
+        Projection {
+            id,
+            source,
+            store,
+            processor,
+            grouping,
+            max_concurrency: 1,
+            save_offset: SaveOffset::default(),
+            recovery: HandlerRecovery::default(),
+            restart: RestartBackoff::default(),
+        }
+    }
+
+    /// At-least-once, one envelope per handler call.
+    pub fn at_least_once<S, St, H>(id: ProjectionId, source: S, store: St, handler: H) -> Self
+    where
+        S: SourceProvider<Envelope = E>,
+        St: OffsetStore,
+        H: Handler<E>,
+    {
+        Self::new(
+            id,
+            Arc::new(source),
+            Arc::new(store),
+            Arc::new(Single(handler)),
+            None,
+        )
+    }
+
+    /// At-least-once, a group of envelopes per handler call ([`Grouping`]).
+    pub fn grouped_at_least_once<S, St, H>(
+        id: ProjectionId,
+        source: S,
+        store: St,
+        grouping: Grouping,
+        handler: H,
+    ) -> Self
+    where
+        S: SourceProvider<Envelope = E>,
+        St: OffsetStore,
+        H: GroupedHandler<E>,
+    {
+        Self::new(
+            id,
+            Arc::new(source),
+            Arc::new(store),
+            Arc::new(Grouped(handler)),
+            Some(checked(grouping)),
+        )
+    }
+
+    /// Exactly-once, one envelope per handler call, in a transaction of `store`.
+    pub fn exactly_once<S, St, H>(id: ProjectionId, source: S, store: St, handler: H) -> Self
+    where
+        S: SourceProvider<Envelope = E>,
+        St: TransactionalOffsetStore,
+        H: TransactionalHandler<E, St::Transaction>,
+    {
+        let store = Arc::new(store);
+        let processor = Transactional::<St, H, OneAtATime> {
+            id: id.clone(),
+            store: Arc::clone(&store),
+            handler,
+            _grouped: PhantomData,
+        };
+        Self::new(id, Arc::new(source), store, Arc::new(processor), None)
+    }
+
+    /// Exactly-once, a group of envelopes per handler call, all in one transaction of `store`.
+    pub fn grouped_exactly_once<S, St, H>(
+        id: ProjectionId,
+        source: S,
+        store: St,
+        grouping: Grouping,
+        handler: H,
+    ) -> Self
+    where
+        S: SourceProvider<Envelope = E>,
+        St: TransactionalOffsetStore,
+        H: TransactionalGroupedHandler<E, St::Transaction>,
+    {
+        let store = Arc::new(store);
+        let processor = Transactional::<St, H, AsGroup> {
+            id: id.clone(),
+            store: Arc::clone(&store),
+            handler,
+            _grouped: PhantomData,
+        };
+        Self::new(
+            id,
+            Arc::new(source),
+            store,
+            Arc::new(processor),
+            Some(checked(grouping)),
+        )
+    }
+
+    /// Up to `max_concurrency` handler calls at once (default 1; 0 counts as 1). Envelopes (or
+    /// groups) of one persistence id still run one after another, in order.
+    pub fn with_max_concurrency(mut self, max_concurrency: usize) -> Self {
+        self.max_concurrency = max_concurrency.max(1);
+        self
+    }
+
+    /// When offsets are saved outside the handler's transaction (see [`SaveOffset`]).
+    pub fn with_save_offset(mut self, save_offset: SaveOffset) -> Self {
+        self.save_offset = SaveOffset {
+            after_envelopes: save_offset.after_envelopes.max(1),
+            ..save_offset
+        };
+        self
+    }
+
+    /// Retries of a failing handler and what follows them.
+    pub fn with_handler_recovery(mut self, recovery: HandlerRecovery) -> Self {
+        self.recovery = recovery;
+        self
+    }
+
+    /// Restarts after a failure.
+    pub fn with_restart_backoff(mut self, restart: RestartBackoff) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// The projection instance's id.
+    pub fn id(&self) -> &ProjectionId {
+        &self.id
+    }
+
+    /// Starts the projection as a task on the current Tokio runtime (inside an Actix system:
+    /// the Actix runtime), and returns the handle that pauses, resumes, stops and resets it and
+    /// reads its progress.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn start(self) -> ProjectionHandle<E::Offset> {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let (progress, watcher) = watch::channel(Progress::default());
+        let id = self.id.clone();
+        let source = Arc::clone(&self.source);
+        let task = tokio::spawn(self.run(receiver, progress));
+        ProjectionHandle::new(id, commands, watcher, source, task)
+    }
+
+    /// Runs until stopped, completed or failed for good, restarting after failures.
+    async fn run(
+        self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        progress: watch::Sender<Progress<E::Offset>>,
+    ) {
+        let random = std::collections::hash_map::RandomState::new();
+        let mut restarts_in_a_row = 0u32;
+        loop {
+            progress.send_modify(|p| p.state = ProjectionState::Starting);
+            let before = progress.borrow().handled;
+            let end = Run::new(&self, &progress).execute(&mut commands).await;
+            let made_progress = progress.borrow().handled > before;
+            match end {
+                Ok(RunEnd::Stopped) => {
+                    progress.send_modify(|p| p.state = ProjectionState::Stopped);
+                    return;
+                }
+                Ok(RunEnd::Completed) => {
+                    progress.send_modify(|p| p.state = ProjectionState::Completed);
+                    return;
+                }
+                Ok(RunEnd::Reset(ack)) => {
+                    let result = self.store.reset(&self.id).await.map_err(ResetError::Store);
+                    if result.is_ok() {
+                        progress.send_modify(|p| {
+                            p.offset = None;
+                            p.last_handled_timestamp_ms = None;
+                        });
+                    }
+                    let _ = ack.send(result);
+                    restarts_in_a_row = 0;
+                }
+                Err(error) => {
+                    if made_progress {
+                        restarts_in_a_row = 0;
+                    }
+                    tracing::error!(projection = %self.id, %error, "projection failed; restarting from its stored offset");
+                    let give_up = self
+                        .restart
+                        .max_restarts
+                        .is_some_and(|max| restarts_in_a_row >= max);
+                    progress.send_modify(|p| {
+                        p.last_error = Some(error.to_string());
+                        p.state = if give_up {
+                            ProjectionState::Failed
+                        } else {
+                            ProjectionState::Restarting
+                        };
+                    });
+                    if give_up {
+                        return;
+                    }
+                    let jitter = random.build_hasher().finish() as f64 / u64::MAX as f64;
+                    let delay = self.restart.delay(restarts_in_a_row, jitter);
+                    restarts_in_a_row += 1;
+                    progress.send_modify(|p| p.restarts += 1);
+                    if wait_or_stop(delay, &mut commands).await {
+                        progress.send_modify(|p| p.state = ProjectionState::Stopped);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn checked(grouping: Grouping) -> Grouping {
+    Grouping {
+        size: grouping.size.max(1),
+        ..grouping
+    }
+}
+
+/// Waits `delay`; `true` when a stop came meanwhile (pause and resume wait for the restart).
+async fn wait_or_stop(
+    delay: std::time::Duration,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return false,
+            command = commands.recv() => match command {
+                None | Some(Command::Stop) => return true,
+                Some(Command::Reset(ack)) => {
+                    let _ = ack.send(Err(ResetError::Restarting));
+                }
+                Some(Command::Pause | Command::Resume) => {}
+            },
+        }
+    }
+}
+
+/// Envelopes handled between two publications of the progress, at most.
+const PUBLISH_AFTER: u64 = 256;
+/// Longest delay of a publication of the progress.
+const PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Progress of a run not yet published.
+struct Unpublished<O> {
+    handled: u64,
+    skipped: u64,
+    offset: Option<(O, i64)>,
+}
+
+impl<O> Default for Unpublished<O> {
+    fn default() -> Self {
+        Unpublished {
+            handled: 0,
+            skipped: 0,
+            offset: None,
+        }
+    }
+}
+
+/// How one run ended without failing.
+enum RunEnd {
+    Stopped,
+    Completed,
+    Reset(oneshot::Sender<Result<(), ResetError>>),
+}
+
+/// One envelope of the window: handled yet, and where it resumes.
+struct Slot<O> {
+    done: bool,
+    offset: O,
+    timestamp_ms: i64,
+}
+
+/// Envelopes (or a group) handled by one handler call.
+struct Unit<E> {
+    idxs: Vec<u64>,
+    envelopes: Vec<E>,
+    pids: Vec<String>,
+}
+
+/// What a unit's future reports.
+struct Outcome {
+    idxs: Vec<u64>,
+    pids: Vec<String>,
+    result: Result<Handled, ProjectionError>,
+}
+
+enum Handled {
+    /// Handled; exactly-once: committed, with the offset when `offset_saved`.
+    Done { offset_saved: bool },
+    /// Skipped after its retries.
+    Skipped { offset_saved: bool },
+}
+
+/// What woke the run loop.
+enum Event<E> {
+    Command(Option<Command>),
+    Finished(Outcome),
+    Envelope(Option<Result<E, crate::error::BoxError>>),
+    GroupDue,
+    SaveDue,
+    PublishDue,
+}
+
+/// The state of one run, from reading the stored offset to its end.
+struct Run<'p, E: Envelope> {
+    projection: &'p Projection<E>,
+    progress: &'p watch::Sender<Progress<E::Offset>>,
+    /// Envelopes pulled and not yet part of the handled prefix, from index `base`.
+    window: VecDeque<Slot<E::Offset>>,
+    base: u64,
+    next_idx: u64,
+    /// Index through which every envelope is handled, and through which the offset is saved.
+    handled_through: Option<u64>,
+    saved_through: Option<u64>,
+    handled_offset: Option<E::Offset>,
+    unsaved: usize,
+    save_due: Option<Instant>,
+    /// Progress not yet published to the handle: published every `PUBLISH_AFTER` envelopes or
+    /// 1 ms after the first, so watchers are not woken once per envelope.
+    unpublished: Unpublished<E::Offset>,
+    publish_due: Option<Instant>,
+    /// Units waiting for their turn (a persistence id in flight, or no free slot).
+    waiting: VecDeque<Unit<E>>,
+    busy: HashSet<String>,
+    in_flight: FuturesUnordered<BoxFuture<'static, Outcome>>,
+    group: Unit<E>,
+    group_due: Option<Instant>,
+    seen: SeenSeqNrs,
+    paused: bool,
+    stopping: bool,
+    reset: Option<oneshot::Sender<Result<(), ResetError>>>,
+}
+
+impl<'p, E: Envelope> Run<'p, E> {
+    fn new(
+        projection: &'p Projection<E>,
+        progress: &'p watch::Sender<Progress<E::Offset>>,
+    ) -> Self {
+        Run {
+            projection,
+            progress,
+            window: VecDeque::new(),
+            base: 0,
+            next_idx: 0,
+            handled_through: None,
+            saved_through: None,
+            handled_offset: None,
+            unsaved: 0,
+            save_due: None,
+            unpublished: Unpublished::default(),
+            publish_due: None,
+            waiting: VecDeque::new(),
+            busy: HashSet::new(),
+            in_flight: FuturesUnordered::new(),
+            group: Unit::empty(),
+            group_due: None,
+            seen: SeenSeqNrs::new(),
+            paused: false,
+            stopping: false,
+            reset: None,
+        }
+    }
+
+    fn id(&self) -> &ProjectionId {
+        &self.projection.id
+    }
+
+    fn exactly_once(&self) -> bool {
+        self.projection.processor.exactly_once()
+    }
+
+    /// Exactly-once with one call at a time: each transaction saves the offset.
+    fn offset_in_transaction(&self) -> bool {
+        self.exactly_once() && self.projection.max_concurrency == 1
+    }
+
+    /// Most envelopes pulled and not yet handled: bounds memory and how far ahead of the
+    /// slowest envelope the projection reads.
+    fn window_limit(&self) -> usize {
+        let unit = self.projection.grouping.map_or(1, |g| g.size);
+        2 * self.projection.max_concurrency * unit
+    }
+
+    async fn execute(
+        mut self,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Result<RunEnd, ProjectionError> {
+        let end = self.run_loop(commands).await;
+        self.publish();
+        end
+    }
+
+    async fn run_loop(
+        &mut self,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Result<RunEnd, ProjectionError> {
+        let projection = self.projection;
+        let stored = read_offset(projection).await?;
+        if self.exactly_once() {
+            self.seen = projection.store.read_seen(&projection.id).await?;
+        }
+        self.handled_offset = stored.clone();
+        self.progress.send_modify(|p| {
+            p.offset = stored.clone();
+            p.state = ProjectionState::Running;
+        });
+        let mut stream: EnvelopeStream<E> =
+            projection
+                .source
+                .source(stored)
+                .await
+                .map_err(|source| ProjectionError::Source {
+                    id: projection.id.clone(),
+                    source,
+                })?;
+        let mut stream_done = false;
+        loop {
+            self.start_runnable();
+            if self.stopping && self.in_flight.is_empty() {
+                self.save_handled().await?;
+                return Ok(match self.reset.take() {
+                    Some(ack) => RunEnd::Reset(ack),
+                    None => RunEnd::Stopped,
+                });
+            }
+            if stream_done
+                && self.group.envelopes.is_empty()
+                && self.waiting.is_empty()
+                && self.in_flight.is_empty()
+            {
+                self.save_handled().await?;
+                return Ok(RunEnd::Completed);
+            }
+            let can_pull = !self.paused
+                && !self.stopping
+                && !stream_done
+                && self.window.len() < self.window_limit();
+            let group_due = self.group_due;
+            let save_due = self.save_due;
+            let publish_due = self.publish_due;
+            let event = tokio::select! {
+                biased;
+                command = commands.recv() => Event::Command(command),
+                Some(outcome) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    Event::Finished(outcome)
+                }
+                _ = sleep_until(group_due), if group_due.is_some() => Event::GroupDue,
+                _ = sleep_until(save_due), if save_due.is_some() => Event::SaveDue,
+                _ = sleep_until(publish_due), if publish_due.is_some() => Event::PublishDue,
+                next = stream.next(), if can_pull => Event::Envelope(next),
+            };
+            match event {
+                Event::Command(command) => self.command(command).await?,
+                Event::Finished(outcome) => self.finished(outcome).await?,
+                Event::GroupDue => self.close_group(),
+                Event::SaveDue => self.save_handled().await?,
+                Event::PublishDue => self.publish(),
+                Event::Envelope(Some(Ok(envelope))) => self.accept(envelope),
+                Event::Envelope(Some(Err(source))) => {
+                    self.save_handled_after_failure().await;
+                    return Err(ProjectionError::Source {
+                        id: self.id().clone(),
+                        source,
+                    });
+                }
+                Event::Envelope(None) => {
+                    stream_done = true;
+                    self.close_group();
+                }
+            }
+        }
+    }
+
+    async fn command(&mut self, command: Option<Command>) -> Result<(), ProjectionError> {
+        match command {
+            Some(Command::Pause) => {
+                self.publish();
+                self.paused = true;
+                self.progress
+                    .send_modify(|p| p.state = ProjectionState::Paused);
+                // What was handled so far is saved while paused.
+                self.save_due = Some(Instant::now());
+            }
+            Some(Command::Resume) => {
+                self.paused = false;
+                self.progress
+                    .send_modify(|p| p.state = ProjectionState::Running);
+            }
+            Some(Command::Reset(ack)) => {
+                self.stopping = true;
+                self.reset = Some(ack);
+            }
+            // A dropped handle stops the projection as `stop` does.
+            Some(Command::Stop) | None => self.stopping = true,
+        }
+        Ok(())
+    }
+
+    /// Takes a pulled envelope into the window, and into a group or a unit of its own.
+    fn accept(&mut self, envelope: E) {
+        let idx = self.next_idx;
+        self.next_idx += 1;
+        let already_handled = self
+            .seen
+            .get(envelope.persistence_id())
+            .is_some_and(|&seen| seen >= envelope.seq_nr());
+        self.window.push_back(Slot {
+            done: already_handled,
+            offset: envelope.offset(),
+            timestamp_ms: envelope.timestamp_ms(),
+        });
+        if already_handled {
+            // Handled and committed before a restart (exactly-once, several at a time).
+            self.advance();
+            return;
+        }
+        let pid = envelope.persistence_id().to_owned();
+        match self.projection.grouping {
+            None => self.waiting.push_back(Unit {
+                idxs: vec![idx],
+                envelopes: vec![envelope],
+                pids: vec![pid],
+            }),
+            Some(grouping) => {
+                if self.group.envelopes.is_empty() {
+                    self.group_due = Some(Instant::now() + grouping.within);
+                }
+                self.group.push(idx, envelope, pid);
+                if self.group.envelopes.len() >= grouping.size {
+                    self.close_group();
+                }
+            }
+        }
+    }
+
+    fn close_group(&mut self) {
+        self.group_due = None;
+        if !self.group.envelopes.is_empty() {
+            let group = std::mem::replace(&mut self.group, Unit::empty());
+            self.waiting.push_back(group);
+        }
+    }
+
+    /// Starts waiting units in order while slots are free, skipping a unit whose persistence
+    /// ids are in flight or belong to an earlier waiting unit (that keeps each id in order).
+    fn start_runnable(&mut self) {
+        let max = self.projection.max_concurrency;
+        if self.stopping || self.waiting.is_empty() || self.in_flight.len() >= max {
+            return;
+        }
+        // Which waiting units may start: decided over borrowed ids, then taken out.
+        let mut runnable: Vec<usize> = Vec::new();
+        {
+            let mut blocked: HashSet<&str> = HashSet::new();
+            let free = max - self.in_flight.len();
+            for (i, unit) in self.waiting.iter().enumerate() {
+                let clear = unit
+                    .pids
+                    .iter()
+                    .all(|pid| !self.busy.contains(pid) && !blocked.contains(pid.as_str()));
+                if clear {
+                    runnable.push(i);
+                    if runnable.len() == free {
+                        break;
+                    }
+                }
+                // Later units of the same ids wait for this one, started or not.
+                blocked.extend(unit.pids.iter().map(String::as_str));
+            }
+        }
+        for i in runnable.into_iter().rev() {
+            if let Some(unit) = self.waiting.remove(i) {
+                self.busy.extend(unit.pids.iter().cloned());
+                let future = self.unit_future(unit);
+                self.in_flight.push(future);
+            }
+        }
+    }
+
+    /// The future that handles `unit` with retries, then skips it or fails.
+    fn unit_future(&self, unit: Unit<E>) -> BoxFuture<'static, Outcome> {
+        let commit = self.commit_for(&unit);
+        let processor = Arc::clone(&self.projection.processor);
+        let recovery = self.projection.recovery;
+        let id = self.projection.id.clone();
+        let offset_saved = commit.offset.is_some();
+        async move {
+            let Unit {
+                idxs,
+                envelopes,
+                pids,
+            } = unit;
+            let result = handle_with_retries(&*processor, &envelopes, &commit, recovery, &id)
+                .await
+                .map(|skipped| {
+                    if skipped {
+                        Handled::Skipped { offset_saved }
+                    } else {
+                        Handled::Done { offset_saved }
+                    }
+                });
+            Outcome { idxs, pids, result }
+        }
+        .boxed()
+    }
+
+    /// What an exactly-once unit saves in its transaction.
+    fn commit_for(&self, unit: &Unit<E>) -> Commit {
+        if !self.exactly_once() {
+            return Commit::default();
+        }
+        if self.offset_in_transaction() {
+            // One unit at a time, in order: once it commits, everything before it is handled.
+            let offset = unit
+                .envelopes
+                .last()
+                .and_then(|e| serde_json::to_string(&e.offset()).ok());
+            return Commit {
+                offset,
+                seen: Vec::new(),
+            };
+        }
+        let mut seen: Vec<(String, u64)> = Vec::with_capacity(unit.pids.len());
+        for envelope in &unit.envelopes {
+            let pid = envelope.persistence_id();
+            match seen.iter_mut().find(|(p, _)| p == pid) {
+                Some((_, seq_nr)) => *seq_nr = (*seq_nr).max(envelope.seq_nr()),
+                None => seen.push((pid.to_owned(), envelope.seq_nr())),
+            }
+        }
+        Commit { offset: None, seen }
+    }
+
+    async fn finished(&mut self, outcome: Outcome) -> Result<(), ProjectionError> {
+        for pid in &outcome.pids {
+            self.busy.remove(pid);
+        }
+        let (offset_saved, skipped) = match outcome.result {
+            Ok(Handled::Done { offset_saved }) => (offset_saved, false),
+            Ok(Handled::Skipped { offset_saved }) => (offset_saved, true),
+            Err(error) => {
+                self.save_handled_after_failure().await;
+                return Err(error);
+            }
+        };
+        let count = outcome.idxs.len() as u64;
+        for &idx in &outcome.idxs {
+            if let Some(slot) = idx
+                .checked_sub(self.base)
+                .and_then(|i| self.window.get_mut(i as usize))
+            {
+                slot.done = true;
+            }
+        }
+        if offset_saved {
+            self.saved_through = self.saved_through.max(outcome.idxs.last().copied());
+        }
+        self.unpublished.handled += count;
+        if skipped {
+            self.unpublished.skipped += count;
+        }
+        self.advance();
+        if self.unpublished.handled >= PUBLISH_AFTER {
+            self.publish();
+        } else if self.publish_due.is_none() {
+            self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
+        }
+        if !self.offset_in_transaction() {
+            if self.unsaved >= self.projection.save_offset.after_envelopes {
+                self.save_handled().await?;
+            } else if self.unsaved > 0 && self.save_due.is_none() {
+                self.save_due = Some(Instant::now() + self.projection.save_offset.after);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the handled prefix over the handled envelopes at the front of the window.
+    fn advance(&mut self) {
+        let mut last = None;
+        while self.window.front().is_some_and(|slot| slot.done) {
+            if let Some(slot) = self.window.pop_front() {
+                self.handled_through = Some(self.base);
+                self.base += 1;
+                self.unsaved += 1;
+                last = Some(slot);
+            }
+        }
+        if let Some(slot) = last {
+            self.handled_offset = Some(slot.offset.clone());
+            self.unpublished.offset = Some((slot.offset, slot.timestamp_ms));
+            if self.publish_due.is_none() {
+                self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
+            }
+        }
+    }
+
+    /// Hands the progress made since the last publication to the handle's watchers.
+    fn publish(&mut self) {
+        self.publish_due = None;
+        let Unpublished {
+            handled,
+            skipped,
+            offset,
+        } = std::mem::take(&mut self.unpublished);
+        if handled == 0 && offset.is_none() {
+            return;
+        }
+        self.progress.send_modify(|p| {
+            p.handled += handled;
+            p.skipped += skipped;
+            if let Some((offset, timestamp_ms)) = offset {
+                p.offset = Some(offset);
+                p.last_handled_timestamp_ms = Some(timestamp_ms);
+            }
+        });
+    }
+
+    /// Saves the handled prefix's offset unless a transaction already saved it.
+    async fn save_handled(&mut self) -> Result<(), ProjectionError> {
+        self.save_due = None;
+        if self.handled_through <= self.saved_through {
+            self.unsaved = 0;
+            return Ok(());
+        }
+        let Some(offset) = &self.handled_offset else {
+            return Ok(());
+        };
+        let json =
+            serde_json::to_string(offset).map_err(|source| OffsetStoreError::Unserializable {
+                id: self.id().clone(),
+                source,
+            })?;
+        let projection = self.projection;
+        projection.store.save_offset(&projection.id, &json).await?;
+        self.saved_through = self.handled_through;
+        self.unsaved = 0;
+        Ok(())
+    }
+
+    /// Before a failed run ends: saves what was handled, so the restart repeats less. Its own
+    /// failure is only logged (the run fails anyway).
+    async fn save_handled_after_failure(&mut self) {
+        if let Err(error) = self.save_handled().await {
+            tracing::warn!(projection = %self.projection.id, %error, "could not save the handled offset of a failing projection");
+        }
+    }
+}
+
+async fn read_offset<E: Envelope>(
+    projection: &Projection<E>,
+) -> Result<Option<E::Offset>, ProjectionError> {
+    let Some(stored) = projection.store.read_offset(&projection.id).await? else {
+        return Ok(None);
+    };
+    serde_json::from_str(&stored).map(Some).map_err(|source| {
+        OffsetStoreError::CorruptOffset {
+            id: projection.id.clone(),
+            stored,
+            source,
+        }
+        .into()
+    })
+}
+
+impl<E> Unit<E> {
+    fn empty() -> Self {
+        Unit {
+            idxs: Vec::new(),
+            envelopes: Vec::new(),
+            pids: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, idx: u64, envelope: E, pid: String) {
+        self.idxs.push(idx);
+        self.envelopes.push(envelope);
+        if !self.pids.contains(&pid) {
+            self.pids.push(pid);
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
+    }
+}
+
+/// Calls the handler, retrying with backoff; `Ok(true)` when the envelopes were skipped.
+async fn handle_with_retries<E: Envelope>(
+    processor: &dyn Processor<E>,
+    envelopes: &[E],
+    commit: &Commit,
+    recovery: HandlerRecovery,
+    id: &ProjectionId,
+) -> Result<bool, ProjectionError> {
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let attempt = AssertUnwindSafe(processor.attempt(envelopes, commit))
+            .catch_unwind()
+            .await;
+        let message = match attempt {
+            Ok(Ok(())) => return Ok(false),
+            Ok(Err(AttemptError::Store(error))) => return Err(error.into()),
+            Ok(Err(AttemptError::Handler(error))) => error.to_string(),
+            Err(panic) => format!("handler panicked: {}", panic_message(&panic)),
+        };
+        let first = envelopes.first();
+        let persistence_id = first
+            .map(|e| e.persistence_id().to_owned())
+            .unwrap_or_default();
+        let seq_nr = first.map_or(0, |e| e.seq_nr());
+        if attempts <= recovery.retries {
+            tracing::warn!(projection = %id, persistence_id, seq_nr, attempts, error = %message, "handler failed; retrying");
+            tokio::time::sleep(recovery.backoff(attempts)).await;
+            continue;
+        }
+        match recovery.then {
+            AfterRetries::Skip => {
+                tracing::error!(projection = %id, persistence_id, seq_nr, envelopes = envelopes.len(), attempts, error = %message, "handler failed; skipping the envelopes");
+                processor.record_skip(commit).await?;
+                return Ok(true);
+            }
+            AfterRetries::Fail => {
+                return Err(ProjectionError::Handler {
+                    id: id.clone(),
+                    persistence_id,
+                    seq_nr,
+                    attempts,
+                    message,
+                })
+            }
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}

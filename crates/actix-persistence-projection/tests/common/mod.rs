@@ -1,0 +1,237 @@
+//! Shared helpers of the projection tests: events in an in-memory journal, sources over it,
+//! recording and gated handlers.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_persistence_core::query::{EventEnvelope, QuerySettings, ReadJournal};
+use actix_persistence_core::{AtomicWrite, InMemoryJournal, JournalStore, PersistentRepr};
+use actix_persistence_projection::{
+    AfterRetries, GroupedHandler, Handler, HandlerError, HandlerRecovery, QuerySource,
+    RestartBackoff,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+/// The event of the tests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deposited {
+    pub amount: u64,
+}
+
+pub type Env = EventEnvelope<Deposited>;
+
+/// Query settings for fast tests: short poll interval and late-commit window.
+pub fn query_settings() -> QuerySettings {
+    QuerySettings {
+        refresh_interval: Duration::from_millis(20),
+        late_commit_window: Duration::from_millis(50),
+        page_size: 50,
+    }
+}
+
+pub fn read_journal(journal: &InMemoryJournal) -> ReadJournal {
+    ReadJournal::new(journal.clone(), query_settings())
+}
+
+/// The persistence id `Account|<n>`.
+pub fn pid(n: usize) -> String {
+    format!("Account|{n}")
+}
+
+pub fn repr(pid: &str, seq_nr: u64, amount: u64) -> PersistentRepr {
+    PersistentRepr {
+        persistence_id: pid.to_owned(),
+        seq_nr,
+        payload: serde_json::to_vec(&Deposited { amount }).expect("json"),
+        serializer_id: actix_persistence_core::serialization::JSON_SERIALIZER_ID,
+        manifest: String::new(),
+        writer_uuid: "writer".to_owned(),
+        timestamp: 1_700_000_000_000 + seq_nr as i64,
+        tags: vec!["account".to_owned()],
+    }
+}
+
+/// Writes events `from..=to` of `pid` (amount = seq_nr), one atomic write each.
+pub async fn write_events(journal: &impl JournalStore, pid: &str, from: u64, to: u64) {
+    for seq_nr in from..=to {
+        let results = journal
+            .write_messages(vec![
+                AtomicWrite::new(vec![repr(pid, seq_nr, seq_nr)]).expect("shape")
+            ])
+            .await
+            .expect("write");
+        results[0].as_ref().expect("stored");
+    }
+}
+
+/// Writes `per_id` events for each of `ids` persistence ids, interleaved.
+pub async fn write_many(journal: &impl JournalStore, ids: usize, per_id: u64) {
+    for seq_nr in 1..=per_id {
+        for n in 0..ids {
+            write_events(journal, &pid(n), seq_nr, seq_nr).await;
+        }
+    }
+}
+
+/// All slices of entity type `Account`, live.
+pub fn live_source(journal: &InMemoryJournal) -> QuerySource<Deposited> {
+    QuerySource::events_by_slices(read_journal(journal), "Account", 0, 1023)
+}
+
+/// All slices of entity type `Account`, ending at what is stored.
+pub fn current_source(journal: &InMemoryJournal) -> QuerySource<Deposited> {
+    live_source(journal).current()
+}
+
+/// Fast restarts for tests.
+pub fn quick_restarts() -> RestartBackoff {
+    RestartBackoff {
+        min: Duration::from_millis(5),
+        max: Duration::from_millis(20),
+        random_factor: 0.0,
+        max_restarts: None,
+    }
+}
+
+/// Retries without waiting, then `then`.
+pub fn quick_recovery(retries: u32, then: AfterRetries) -> HandlerRecovery {
+    HandlerRecovery {
+        retries,
+        min_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(2),
+        then,
+    }
+}
+
+/// Every (persistence id, seq_nr) handled, in the order handled.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub handled: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl Recorder {
+    pub fn handled(&self) -> Vec<(String, u64)> {
+        self.handled.lock().expect("lock").clone()
+    }
+
+    /// How many times each (persistence id, seq_nr) was handled.
+    pub fn counts(&self) -> HashMap<(String, u64), usize> {
+        let mut counts = HashMap::new();
+        for key in self.handled() {
+            *counts.entry(key).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Per persistence id, the seq_nrs in the order handled.
+    pub fn by_pid(&self) -> HashMap<String, Vec<u64>> {
+        let mut by_pid: HashMap<String, Vec<u64>> = HashMap::new();
+        for (pid, seq_nr) in self.handled() {
+            by_pid.entry(pid).or_default().push(seq_nr);
+        }
+        by_pid
+    }
+
+    fn record(&self, envelope: &Env) {
+        self.handled
+            .lock()
+            .expect("lock")
+            .push((envelope.persistence_id.clone(), envelope.seq_nr));
+    }
+}
+
+#[async_trait]
+impl Handler<Env> for Recorder {
+    async fn process(&self, envelope: &Env) -> Result<(), HandlerError> {
+        self.record(envelope);
+        Ok(())
+    }
+}
+
+/// Records the size of each group and its envelopes.
+#[derive(Clone, Default)]
+pub struct GroupRecorder {
+    pub recorder: Recorder,
+    pub sizes: Arc<Mutex<Vec<usize>>>,
+}
+
+#[async_trait]
+impl GroupedHandler<Env> for GroupRecorder {
+    async fn process(&self, envelopes: &[Env]) -> Result<(), HandlerError> {
+        self.sizes.lock().expect("lock").push(envelopes.len());
+        for envelope in envelopes {
+            self.recorder.record(envelope);
+        }
+        Ok(())
+    }
+}
+
+/// A handler whose calls wait for a permit the test hands out, and that records how many calls
+/// run at once and which started.
+#[derive(Clone)]
+pub struct Gated {
+    pub permits: Arc<Semaphore>,
+    pub started: Recorder,
+    pub finished: Recorder,
+    pub running: Arc<Mutex<(usize, usize)>>,
+    /// Envelopes that pass without a permit: (persistence id, seq_nr).
+    pub free: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl Default for Gated {
+    fn default() -> Self {
+        Gated {
+            permits: Arc::new(Semaphore::new(0)),
+            started: Recorder::default(),
+            finished: Recorder::default(),
+            running: Arc::new(Mutex::new((0, 0))),
+            free: Arc::default(),
+        }
+    }
+}
+
+impl Gated {
+    /// Calls running now, and the most ever running at once.
+    pub fn running(&self) -> (usize, usize) {
+        *self.running.lock().expect("lock")
+    }
+
+    pub fn release(&self, n: usize) {
+        self.permits.add_permits(n);
+    }
+}
+
+#[async_trait]
+impl Handler<Env> for Gated {
+    async fn process(&self, envelope: &Env) -> Result<(), HandlerError> {
+        self.started.record(envelope);
+        {
+            let mut running = self.running.lock().expect("lock");
+            running.0 += 1;
+            running.1 = running.1.max(running.0);
+        }
+        let key = (envelope.persistence_id.clone(), envelope.seq_nr);
+        let free = self.free.lock().expect("lock").contains(&key);
+        if !free {
+            self.permits.acquire().await.expect("open").forget();
+        }
+        self.running.lock().expect("lock").0 -= 1;
+        self.finished.record(envelope);
+        Ok(())
+    }
+}
+
+/// Polls `condition` (yielding to the runtime) until it holds; panics after many rounds.
+pub async fn eventually(mut condition: impl FnMut() -> bool) {
+    for _ in 0..100_000 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("condition never held");
+}

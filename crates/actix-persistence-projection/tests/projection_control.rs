@@ -1,0 +1,168 @@
+//! Running a projection: pause, resume, stop, reset, progress and lag; as an actor.
+
+mod common;
+
+use std::time::Duration;
+
+use actix_persistence_core::InMemoryJournal;
+use actix_persistence_projection::{
+    GetProgress, InMemoryOffsetStore, OffsetStore, PauseProjection, Projection, ProjectionActor,
+    ProjectionId, ProjectionState, ResumeProjection,
+};
+use common::*;
+
+fn id() -> ProjectionId {
+    ProjectionId::for_slices("control", 0, 1023)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_projection_handles_nothing_until_resumed() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 1).await;
+    let recorder = Recorder::default();
+    let handle = Projection::at_least_once(
+        id(),
+        live_source(&journal),
+        InMemoryOffsetStore::new(),
+        recorder.clone(),
+    )
+    .start();
+    handle
+        .wait_for(|p| p.handled == 2)
+        .await
+        .expect("first two");
+    handle.pause();
+    handle
+        .wait_for(|p| p.state == ProjectionState::Paused)
+        .await
+        .expect("paused");
+    write_second_events(&journal).await;
+    // An hour of (paused) time: many refresh intervals pass, nothing is pulled.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(recorder.handled().len(), 2);
+    assert_eq!(handle.lag().await.unwrap().events, 2);
+
+    handle.resume();
+    handle.wait_for(|p| p.handled == 4).await.expect("the rest");
+    assert_eq!(handle.lag().await.unwrap().events, 0);
+    handle.stop().await;
+}
+
+#[tokio::test]
+async fn stop_saves_the_offset_of_every_handled_envelope() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 3, 1).await;
+    let store = InMemoryOffsetStore::new();
+    let handle = Projection::at_least_once(
+        id(),
+        live_source(&journal),
+        store.clone(),
+        Recorder::default(),
+    )
+    .start();
+    let progress = handle.wait_for(|p| p.handled == 3).await.expect("handled");
+    assert_eq!(handle.stop().await, ProjectionState::Stopped);
+    let saved = store.read_offset(&id()).await.unwrap().expect("saved");
+    assert_eq!(
+        saved,
+        serde_json::to_string(&progress.offset.unwrap()).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn reset_handles_the_source_again_from_the_beginning() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 3, 2).await;
+    let recorder = Recorder::default();
+    let store = InMemoryOffsetStore::new();
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), store.clone(), recorder.clone())
+            .start();
+    handle.wait_for(|p| p.handled == 6).await.expect("handled");
+    handle.reset().await.expect("reset");
+    handle
+        .wait_for(|p| p.handled == 12)
+        .await
+        .expect("handled again");
+    assert!(recorder.counts().values().all(|&n| n == 2));
+    handle.stop().await;
+}
+
+#[tokio::test]
+async fn lag_counts_the_events_after_the_handled_offset() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 4, 1).await;
+    let gated = Gated::default();
+    let handle = Projection::at_least_once(
+        id(),
+        live_source(&journal),
+        InMemoryOffsetStore::new(),
+        gated.clone(),
+    )
+    .start();
+    gated.release(1);
+    handle
+        .wait_for(|p| p.handled == 1)
+        .await
+        .expect("one handled");
+    let lag = handle.lag().await.unwrap();
+    assert_eq!(lag.events, 3);
+    gated.release(3);
+    handle
+        .wait_for(|p| p.handled == 4)
+        .await
+        .expect("all handled");
+    assert_eq!(handle.lag().await.unwrap().events, 0);
+    assert_eq!(handle.lag().await.unwrap().ms, 0);
+    handle.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_projection_actor_pauses_resumes_and_reports_progress() {
+    use actix::Actor;
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 1).await;
+    let handle = Projection::at_least_once(
+        id(),
+        live_source(&journal),
+        InMemoryOffsetStore::new(),
+        Recorder::default(),
+    )
+    .start();
+    handle.wait_for(|p| p.handled == 2).await.expect("handled");
+    let actor = ProjectionActor::new(handle).start();
+    actor.send(PauseProjection).await.unwrap();
+    let paused = loop {
+        let p = actor
+            .send(GetProgress::new())
+            .await
+            .unwrap()
+            .expect("running");
+        if p.state == ProjectionState::Paused {
+            break p;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(paused.handled, 2);
+    actor.send(ResumeProjection).await.unwrap();
+    write_second_events(&journal).await;
+    loop {
+        let p = actor
+            .send(GetProgress::new())
+            .await
+            .unwrap()
+            .expect("running");
+        if p.handled == 4 {
+            assert_eq!(p.state, ProjectionState::Running);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Event 2 of Account|0 and Account|1.
+async fn write_second_events(journal: &InMemoryJournal) {
+    for n in 0..2 {
+        write_events(journal, &pid(n), 2, 2).await;
+    }
+}

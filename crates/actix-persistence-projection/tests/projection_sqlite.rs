@@ -1,0 +1,294 @@
+//! The SQLite offset store, and exactly-once projections whose read model lives in the
+//! journal's SQLite database, sourced from the SQLite journal's queries.
+
+mod common;
+
+use std::time::Duration;
+
+use actix_persistence_core::query::ReadJournal;
+use actix_persistence_projection::{
+    AfterRetries, Grouping, HandlerError, OffsetStore, Projection, ProjectionId, ProjectionState,
+    QuerySource, SaveOffset, SqliteOffsetStore, TransactionalGroupedHandler, TransactionalHandler,
+    TransactionalOffsetStore,
+};
+use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions};
+use async_trait::async_trait;
+use common::*;
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+
+struct Db {
+    _dir: tempfile::TempDir,
+    journal: SqliteJournal,
+}
+
+async fn open() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE balance (persistence_id TEXT PRIMARY KEY, total INTEGER NOT NULL);
+         CREATE TABLE handled (persistence_id TEXT NOT NULL, seq_nr INTEGER NOT NULL);",
+    )
+    .execute(journal.writer_pool())
+    .await
+    .unwrap();
+    Db { _dir: dir, journal }
+}
+
+impl Db {
+    fn store(&self) -> SqliteOffsetStore {
+        SqliteOffsetStore::new(self.journal.writer_pool().clone())
+    }
+
+    fn source(&self, live: bool) -> QuerySource<Deposited> {
+        let source = QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            "Account",
+            0,
+            1023,
+        );
+        if live {
+            source
+        } else {
+            source.current()
+        }
+    }
+
+    fn pool(&self) -> &SqlitePool {
+        self.journal.writer_pool()
+    }
+
+    /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
+    async fn read_model(&self) -> (i64, i64, i64) {
+        let row = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM handled),
+                    (SELECT COUNT(*) FROM (SELECT DISTINCT persistence_id, seq_nr FROM handled)),
+                    (SELECT COALESCE(SUM(total), 0) FROM balance)",
+        )
+        .fetch_one(self.pool())
+        .await
+        .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    }
+}
+
+async fn apply(tx: &mut Transaction<'static, Sqlite>, envelope: &Env) -> Result<(), HandlerError> {
+    sqlx::query("INSERT INTO handled (persistence_id, seq_nr) VALUES (?, ?)")
+        .bind(&envelope.persistence_id)
+        .bind(envelope.seq_nr as i64)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO balance (persistence_id, total) VALUES (?, ?)
+         ON CONFLICT (persistence_id) DO UPDATE SET total = total + excluded.total",
+    )
+    .bind(&envelope.persistence_id)
+    .bind(envelope.event.amount as i64)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Writes the read model; fails once, after writing, on (Account|1, 2) when `fail_once`.
+#[derive(Clone, Default)]
+struct ReadModel {
+    fail_once: bool,
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ReadModel {
+    fn should_fail(&self, envelope: &Env) -> bool {
+        self.fail_once
+            && envelope.persistence_id == pid(1)
+            && envelope.seq_nr == 2
+            && !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl TransactionalHandler<Env, Transaction<'static, Sqlite>> for ReadModel {
+    async fn process(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        envelope: &Env,
+    ) -> Result<(), HandlerError> {
+        apply(tx, envelope).await?;
+        if self.should_fail(envelope) {
+            return Err("fails after writing: the transaction must roll back".into());
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TransactionalGroupedHandler<Env, Transaction<'static, Sqlite>> for ReadModel {
+    async fn process(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        envelopes: &[Env],
+    ) -> Result<(), HandlerError> {
+        for envelope in envelopes {
+            apply(tx, envelope).await?;
+        }
+        if envelopes.iter().any(|e| self.should_fail(e)) {
+            return Err("fails after writing the group: the transaction must roll back".into());
+        }
+        Ok(())
+    }
+}
+
+/// Sum of amounts of `ids` ids with `per_id` events each (amount = seq_nr).
+fn expected_total(ids: usize, per_id: u64) -> i64 {
+    (ids as u64 * per_id * (per_id + 1) / 2) as i64
+}
+
+fn id() -> ProjectionId {
+    ProjectionId::for_slices("balance", 0, 1023)
+}
+
+#[tokio::test]
+async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
+    let db = open().await;
+    let store = db.store();
+    assert_eq!(store.read_offset(&id()).await.unwrap(), None);
+    store.save_offset(&id(), "{\"a\":1}").await.unwrap();
+    store.save_offset(&id(), "{\"a\":2}").await.unwrap();
+    assert_eq!(
+        store.read_offset(&id()).await.unwrap().as_deref(),
+        Some("{\"a\":2}")
+    );
+    let other = ProjectionId::for_slices("balance", 512, 1023);
+    assert_eq!(store.read_offset(&other).await.unwrap(), None);
+
+    let mut tx = store.begin(&id()).await.unwrap();
+    store
+        .save_in(&mut tx, &id(), None, &[("p".into(), 5), ("q".into(), 2)])
+        .await
+        .unwrap();
+    store.commit(tx, &id()).await.unwrap();
+    let mut tx = store.begin(&id()).await.unwrap();
+    store
+        .save_in(&mut tx, &id(), Some("{\"a\":3}"), &[("p".into(), 3)])
+        .await
+        .unwrap();
+    drop(tx); // rolled back
+    let seen = store.read_seen(&id()).await.unwrap();
+    assert_eq!(
+        (seen["p"], seen["q"]),
+        (5, 2),
+        "never lowered, rollback kept nothing"
+    );
+    assert_eq!(
+        store.read_offset(&id()).await.unwrap().as_deref(),
+        Some("{\"a\":2}")
+    );
+
+    store.reset(&id()).await.unwrap();
+    assert_eq!(store.read_offset(&id()).await.unwrap(), None);
+    assert!(store.read_seen(&id()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn exactly_once_read_model_and_offset_agree_after_a_crash() {
+    let db = open().await;
+    write_many(&db.journal, 5, 6).await;
+    let handle =
+        Projection::exactly_once(id(), db.source(true), db.store(), ReadModel::default()).start();
+    handle
+        .wait_for(|p| p.handled >= 11)
+        .await
+        .expect("some handled");
+    handle.abort().await;
+
+    let state = Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(db.read_model().await, (30, 30, expected_total(5, 6)));
+}
+
+#[tokio::test]
+async fn a_failed_exactly_once_call_rolls_back_its_writes_before_the_retry() {
+    let db = open().await;
+    write_many(&db.journal, 3, 3).await;
+    let handler = ReadModel {
+        fail_once: true,
+        ..ReadModel::default()
+    };
+    let handle = Projection::exactly_once(id(), db.source(false), db.store(), handler.clone())
+        .with_handler_recovery(quick_recovery(1, AfterRetries::Fail))
+        .start();
+    assert_eq!(handle.join().await, ProjectionState::Completed);
+    assert!(handler.failed.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(db.read_model().await, (9, 9, expected_total(3, 3)));
+}
+
+#[tokio::test]
+async fn grouped_exactly_once_commits_each_group_with_its_offset() {
+    let db = open().await;
+    write_many(&db.journal, 4, 5).await;
+    let handler = ReadModel {
+        fail_once: true,
+        ..ReadModel::default()
+    };
+    let grouping = Grouping {
+        size: 6,
+        within: Duration::from_millis(50),
+    };
+    let handle = Projection::grouped_exactly_once(
+        id(),
+        db.source(true),
+        db.store(),
+        grouping,
+        handler.clone(),
+    )
+    .with_handler_recovery(quick_recovery(1, AfterRetries::Fail))
+    .start();
+    handle
+        .wait_for(|p| p.handled >= 12)
+        .await
+        .expect("two groups");
+    handle.abort().await;
+    Projection::grouped_exactly_once(
+        id(),
+        db.source(false),
+        db.store(),
+        grouping,
+        handler.clone(),
+    )
+    .start()
+    .join()
+    .await;
+    assert!(handler.failed.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(db.read_model().await, (20, 20, expected_total(4, 5)));
+}
+
+#[tokio::test]
+async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_crash() {
+    let db = open().await;
+    write_many(&db.journal, 8, 4).await;
+    let never = SaveOffset {
+        after_envelopes: 10_000,
+        after: Duration::from_secs(3600),
+    };
+    let handle = Projection::exactly_once(id(), db.source(true), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(never)
+        .start();
+    handle
+        .wait_for(|p| p.handled >= 13)
+        .await
+        .expect("some handled");
+    handle.abort().await;
+    assert_eq!(db.store().read_offset(&id()).await.unwrap(), None);
+
+    Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .start()
+        .join()
+        .await;
+    assert_eq!(db.read_model().await, (32, 32, expected_total(8, 4)));
+}

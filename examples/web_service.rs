@@ -1,0 +1,277 @@
+//! An HTTP service (actix-web) over persistent actors and a read model: commands go to the
+//! accounts' persistent actors, queries read the `account_balance` table an exactly-once
+//! projection keeps in the journal's SQLite database.
+//!
+//! ```text
+//! POST /accounts/{id}/deposit   {"amount": 100}  -> 200 {"balance": 100}
+//! POST /accounts/{id}/withdraw  {"amount": 30}   -> 200 {"balance": 70}, or 409 when short
+//! GET  /accounts/{id}                            -> 200 {"id": "...", "balance": 70} (read model), or 404
+//! GET  /projection                               -> 200 {"state": "Running", "handled": 2, "lag_events": 0, "lag_ms": 0}
+//! ```
+//!
+//! `WEB_SERVICE_ADDR` sets the address (default `127.0.0.1:8080`; port 0 picks a free one); the
+//! first line printed names it. The journal is the usual SQLite file (`actix-persistence.db`,
+//! see `reference.toml`). Reads follow writes after the projection's poll interval (50 ms here).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use actix::{Actor, Addr, Context, Handler, Message};
+use actix_persistence::config::JournalPlugin;
+use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
+use actix_persistence::projection::{
+    HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
+    TransactionalHandler,
+};
+use actix_persistence::{
+    EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
+    SqliteJournal, SqliteJournalOptions,
+};
+use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+/// What happened to an account.
+#[derive(Debug, Serialize, Deserialize)]
+enum AccountEvent {
+    Deposited { amount: u64 },
+    Withdrawn { amount: u64 },
+}
+
+/// A bank account: its balance is the fold of its events.
+#[derive(PersistentActor)]
+struct Account {
+    persistence: PersistenceState<Self>,
+    balance: u64,
+}
+
+impl EventSourced for Account {
+    type Event = AccountEvent;
+
+    fn apply(&mut self, event: &AccountEvent) {
+        match event {
+            AccountEvent::Deposited { amount } => self.balance += amount,
+            AccountEvent::Withdrawn { amount } => self.balance -= amount,
+        }
+    }
+}
+
+/// A command; the reply is the new balance, or the balance that was too low.
+#[derive(Message)]
+#[rtype(result = "PersistResult<Result<u64, u64>>")]
+enum Command {
+    Deposit(u64),
+    Withdraw(u64),
+}
+
+impl Handler<Command> for Account {
+    type Result = PersistReply<Result<u64, u64>>;
+
+    fn handle(&mut self, command: Command, ctx: &mut Context<Self>) -> Self::Result {
+        let event = match command {
+            Command::Deposit(amount) => AccountEvent::Deposited { amount },
+            Command::Withdraw(amount) if amount > self.balance => {
+                return PersistReply::ready(Err(self.balance))
+            }
+            Command::Withdraw(amount) => AccountEvent::Withdrawn { amount },
+        };
+        self.persist(ctx, event, |account, _, _| Ok(account.balance))
+    }
+}
+
+/// The read model: `account_balance`, written in the projection's transaction.
+struct AccountBalances;
+
+#[async_trait]
+impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqlite>>
+    for AccountBalances
+{
+    async fn process(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        envelope: &EventEnvelope<AccountEvent>,
+    ) -> Result<(), HandlerError> {
+        let change = match envelope.event {
+            AccountEvent::Deposited { amount } => amount as i64,
+            AccountEvent::Withdrawn { amount } => -(amount as i64),
+        };
+        sqlx::query(
+            "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
+             ON CONFLICT (persistence_id) DO UPDATE SET balance = balance + excluded.balance",
+        )
+        .bind(&envelope.persistence_id)
+        .bind(change)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+}
+
+/// What the handlers share.
+struct AppState {
+    persistence: Persistence,
+    accounts: Mutex<HashMap<String, Addr<Account>>>,
+    read_model: SqlitePool,
+    projection: ProjectionHandle<Offset>,
+}
+
+impl AppState {
+    /// The running actor of account `id`, started (and recovered) on first use.
+    fn account(&self, id: &str) -> Result<Addr<Account>, actix_persistence::InvalidPersistenceId> {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(addr) = accounts.get(id).filter(|a| a.connected()) {
+            return Ok(addr.clone());
+        }
+        let addr = Account {
+            persistence: self.persistence.state(format!("Account|{id}"))?,
+            balance: 0,
+        }
+        .start();
+        accounts.insert(id.to_owned(), addr.clone());
+        Ok(addr)
+    }
+}
+
+#[derive(Deserialize)]
+struct Amount {
+    amount: u64,
+}
+
+#[derive(Serialize)]
+struct Balance {
+    balance: u64,
+}
+
+async fn command(state: &AppState, id: &str, command: Command) -> HttpResponse {
+    let account = match state.account(id) {
+        Ok(account) => account,
+        Err(e) => return HttpResponse::BadRequest().body(e.to_string()),
+    };
+    match account.send(command).await {
+        Ok(Ok(Ok(balance))) => HttpResponse::Ok().json(Balance { balance }),
+        Ok(Ok(Err(balance))) => HttpResponse::Conflict().json(Balance { balance }),
+        Ok(Err(e)) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+        Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    }
+}
+
+#[post("/accounts/{id}/deposit")]
+async fn deposit_route(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+    body: web::Json<Amount>,
+) -> impl Responder {
+    command(&state, &id, Command::Deposit(body.amount)).await
+}
+
+#[post("/accounts/{id}/withdraw")]
+async fn withdraw_route(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+    body: web::Json<Amount>,
+) -> impl Responder {
+    command(&state, &id, Command::Withdraw(body.amount)).await
+}
+
+#[get("/accounts/{id}")]
+async fn balance_route(state: web::Data<AppState>, id: web::Path<String>) -> impl Responder {
+    let balance: Result<Option<i64>, sqlx::Error> =
+        sqlx::query_scalar("SELECT balance FROM account_balance WHERE persistence_id = ?")
+            .bind(format!("Account|{id}"))
+            .fetch_optional(&state.read_model)
+            .await;
+    match balance {
+        Ok(Some(balance)) => {
+            HttpResponse::Ok().json(serde_json::json!({ "id": *id, "balance": balance }))
+        }
+        Ok(None) => HttpResponse::NotFound().finish(),
+        Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    }
+}
+
+#[get("/projection")]
+async fn projection_route(state: web::Data<AppState>) -> impl Responder {
+    let progress = state.projection.progress();
+    let lag = state.projection.lag().await.ok();
+    HttpResponse::Ok().json(serde_json::json!({
+        "state": format!("{:?}", progress.state),
+        "handled": progress.handled,
+        "lag_events": lag.map(|l| l.events),
+        "lag_ms": lag.map(|l| l.ms),
+    }))
+}
+
+/// Opens the journal's database a second time for the read model and starts its projection.
+async fn start_read_model(
+    persistence: &Persistence,
+) -> Result<(SqlitePool, ProjectionHandle<Offset>), Box<dyn std::error::Error>> {
+    if persistence.settings().journal.plugin != JournalPlugin::Sqlite {
+        return Err(
+            "this example keeps its read model in SQLite: set journal.plugin = \"sqlite\"".into(),
+        );
+    }
+    let url = persistence.settings().journal.sqlite.url.clone();
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
+    let pool = journal.writer_pool().clone();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS account_balance \
+         (persistence_id TEXT PRIMARY KEY, balance INTEGER NOT NULL)",
+    )
+    .execute(&pool)
+    .await?;
+    let query = ReadJournal::new(
+        journal,
+        QuerySettings {
+            refresh_interval: Duration::from_millis(50),
+            ..QuerySettings::default()
+        },
+    );
+    let handle = Projection::exactly_once(
+        ProjectionId::for_slices("account-balance", 0, 1023),
+        QuerySource::<AccountEvent>::events_by_slices(query, "Account", 0, 1023),
+        SqliteOffsetStore::new(pool.clone()),
+        AccountBalances,
+    )
+    .start();
+    Ok((pool, handle))
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let persistence = Persistence::start().await?;
+    let (read_model, projection) = start_read_model(&persistence).await?;
+    let state = web::Data::new(AppState {
+        persistence,
+        accounts: Mutex::new(HashMap::new()),
+        read_model,
+        projection,
+    });
+    let addr = std::env::var("WEB_SERVICE_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .service(deposit_route)
+            .service(withdraw_route)
+            .service(balance_route)
+            .service(projection_route)
+    })
+    .workers(1)
+    .bind(&addr)?;
+    for bound in server.addrs() {
+        println!("web_service: listening on http://{bound}");
+    }
+    server.run().await?;
+    Ok(())
+}
+
+#[actix_web::main]
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("web_service: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

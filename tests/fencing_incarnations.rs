@@ -1,0 +1,199 @@
+//! One writer per persistence id, enforced by the store: a new incarnation's recovery takes
+//! ownership of the id, and the older incarnation's writes are fenced, whichever order its
+//! in-flight write and the takeover reach the store in. Driven through the testkit's
+//! controlled journal over the in-memory and the SQLite store, so nothing depends on timing.
+
+mod support;
+
+use std::time::Duration;
+
+use actix_persistence::actix::{Actor, Addr};
+use actix_persistence::{
+    Backoff, BackoffSupervisor, FencingToken, JournalError, PersistError, PersistenceState,
+    StopReason, MAX_SEQ_NR,
+};
+use futures::TryStreamExt;
+use support::*;
+use tokio::sync::oneshot;
+
+on_every_backend!(
+    a_write_in_flight_during_a_takeover_is_fenced_and_the_new_owner_persists,
+    a_write_stored_before_a_takeover_is_replayed_and_the_new_owner_continues_after_it,
+    a_fenced_actor_under_a_backoff_supervisor_is_not_restarted,
+);
+
+/// Starts a probe of `pid` (group 0), waits until it recovered, and returns it with the
+/// receiver of its stop reason.
+async fn watched_probe(h: &mut Harness, pid: &str) -> (Addr<Probe>, oneshot::Receiver<StopReason>) {
+    let mut stopped = None;
+    let probe = h
+        .probe_with(pid, 0, |mut state| {
+            stopped = Some(state.watch_stop());
+            state
+        })
+        .await;
+    (probe, stopped.expect("the configure closure ran"))
+}
+
+/// Starts a new incarnation of `pid` (group 0) and returns it with how it recovered, skipping
+/// what other probes reported meanwhile.
+async fn new_incarnation(h: &mut Harness, pid: &str) -> (Addr<Probe>, (u64, Vec<Evt>)) {
+    let probe = h.start_probe(pid, 0, |state| state);
+    let seen = h.seen_until(|s| matches!(s, Seen::Recovered { .. })).await;
+    match seen.last() {
+        Some(Seen::Recovered {
+            last_seq_nr,
+            replayed,
+            ..
+        }) => (probe, (*last_seq_nr, replayed.clone())),
+        other => panic!("expected {pid} to recover, saw {other:?}"),
+    }
+}
+
+/// The events stored for `pid`, as (seq_nr, payload as text).
+async fn stored(h: &Harness, pid: &str) -> Vec<(u64, String)> {
+    h.control
+        .stored()
+        .replay_messages(pid, 1, MAX_SEQ_NR, MAX_SEQ_NR)
+        .map_ok(|e| (e.seq_nr, String::from_utf8_lossy(&e.payload).into_owned()))
+        .try_collect()
+        .await
+        .expect("replay")
+}
+
+fn expect_fenced(outcome: Result<u64, PersistError>, pid: &str) {
+    match outcome {
+        Err(PersistError::Failed(JournalError::Fenced { persistence_id, .. })) => {
+            assert_eq!(persistence_id, pid)
+        }
+        other => panic!("expected the write to be fenced, got {other:?}"),
+    }
+}
+
+async fn a_write_in_flight_during_a_takeover_is_fenced_and_the_new_owner_persists(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
+    let (old, old_stopped) = watched_probe(&mut h, "f1").await;
+    let in_flight = old.send(Persist(vec![named("from-old")]));
+    let old_write = h.control.next_write_for("f1").await;
+    assert_eq!(old_write.writes()[0].lowest_seq_nr(), 1);
+
+    // A new incarnation recovers while the old write is still on its way to the store.
+    let (new, recovered) = new_incarnation(&mut h, "f1").await;
+    assert_eq!(
+        recovered,
+        (0, Vec::new()),
+        "the in-flight write is not stored yet"
+    );
+    old_write.complete().wait().await;
+    expect_fenced(in_flight.await.expect("mailbox"), "f1");
+    assert_eq!(old_stopped.await, Ok(StopReason::Fenced));
+    assert_eq!(
+        stored(&h, "f1").await,
+        Vec::new(),
+        "the fenced write stored nothing"
+    );
+
+    // The new owner's first persist takes seq 1.
+    let first = new.send(Persist(vec![named("from-new")]));
+    let write = h.control.next_write_for("f1").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 1);
+    assert!(write.writes()[0].fencing_token > FencingToken::UNOWNED);
+    write.complete();
+    assert_eq!(first.await.expect("mailbox").expect("stored"), 1);
+    assert_eq!(
+        stored(&h, "f1").await,
+        vec![(1, r#"{"Named":"from-new"}"#.to_owned())]
+    );
+}
+
+async fn a_write_stored_before_a_takeover_is_replayed_and_the_new_owner_continues_after_it(
+    backend: Backend,
+) {
+    let mut h = Harness::on(backend, 1).await;
+    let (old, old_stopped) = watched_probe(&mut h, "f2").await;
+    let first = old.send(Persist(vec![named("from-old")]));
+    h.control.next_write_for("f2").await.complete();
+    assert_eq!(first.await.expect("mailbox").expect("stored"), 1);
+
+    let (new, recovered) = new_incarnation(&mut h, "f2").await;
+    assert_eq!(recovered, (1, vec![named("from-old")]));
+    let next = new.send(Persist(vec![named("from-new")]));
+    let write = h.control.next_write_for("f2").await;
+    assert_eq!(
+        write.writes()[0].lowest_seq_nr(),
+        2,
+        "continues after the old write"
+    );
+    write.complete();
+    assert_eq!(next.await.expect("mailbox").expect("stored"), 2);
+
+    // The old incarnation is fenced from now on, whatever sequence number it writes.
+    let stale = old.send(Persist(vec![named("stale")]));
+    let write = h.control.next_write_for("f2").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 2);
+    write.complete();
+    expect_fenced(stale.await.expect("mailbox"), "f2");
+    assert_eq!(old_stopped.await, Ok(StopReason::Fenced));
+    assert_eq!(
+        stored(&h, "f2").await,
+        vec![
+            (1, r#"{"Named":"from-old"}"#.to_owned()),
+            (2, r#"{"Named":"from-new"}"#.to_owned()),
+        ]
+    );
+}
+
+async fn a_fenced_actor_under_a_backoff_supervisor_is_not_restarted(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let journal = h.journal.clone();
+    let log = h.log_tx.clone();
+    let backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(1),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(600),
+    };
+    let supervisor = BackoffSupervisor::new(backoff, move || Probe {
+        persistence: PersistenceState::new(journal.clone(), "f3").expect("valid id"),
+        applied: Vec::new(),
+        log: log.clone(),
+    })
+    .start();
+    assert!(matches!(h.next_seen().await, Seen::Recovered { .. }));
+
+    // Another incarnation (another node, say) takes the id over.
+    let (owner, _) = new_incarnation(&mut h, "f3").await;
+    let fenced = supervisor.send(Persist(vec![named("supervised")]));
+    h.control.next_write_for("f3").await.complete();
+    expect_fenced(fenced.await.expect("mailbox"), "f3");
+
+    // The supervisor stops instead of restarting a child that would take the id back: a
+    // command sent now is never handled (a restarted child would write it).
+    let after = tokio::time::timeout(
+        Duration::from_secs(10),
+        supervisor.send(Persist(vec![named("after")])),
+    )
+    .await
+    .expect("a restarted child would hold this reply until its write completed");
+    assert!(
+        matches!(after, Err(_) | Ok(Err(PersistError::ActorStopped))),
+        "{after:?}"
+    );
+    assert!(
+        !h.control.has_waiting_write(),
+        "no write from a restarted child"
+    );
+    assert!(
+        !h.seen_so_far()
+            .iter()
+            .any(|s| matches!(s, Seen::Recovered { .. })),
+        "no new incarnation recovered"
+    );
+
+    // The owner is undisturbed: its first persist takes seq 1.
+    let first = owner.send(Persist(vec![named("owner")]));
+    h.control.next_write_for("f3").await.complete();
+    assert_eq!(first.await.expect("mailbox").expect("stored"), 1);
+}

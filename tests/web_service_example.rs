@@ -1,0 +1,134 @@
+//! `examples/web_service.rs` as a user runs it: started in an empty folder, driven through a
+//! real HTTP client (awc): commands reach the persistent actors, queries read the read model
+//! the projection keeps.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn web_service() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps/<test>");
+    let path = profile_dir
+        .join("examples")
+        .join(format!("web_service{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "cargo test builds examples; missing {}",
+        path.display()
+    );
+    path
+}
+
+/// The running service, killed when dropped.
+struct Service {
+    child: Child,
+    base: String,
+}
+
+impl Service {
+    fn start(dir: &std::path::Path) -> Service {
+        let mut command = Command::new(web_service());
+        command
+            .current_dir(dir)
+            .env("WEB_SERVICE_ADDR", "127.0.0.1:0")
+            .env_remove("ACTIX_PERSISTENCE_CONFIG")
+            .stdout(Stdio::piped());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("ACTIX_PERSISTENCE__") {
+                command.env_remove(key);
+            }
+        }
+        let mut child = command.spawn().expect("start the web service");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("first line");
+        let base = line
+            .trim()
+            .strip_prefix("web_service: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Service { child, base }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn post(client: &awc::Client, url: String, amount: u64) -> (u16, Value) {
+    let mut response = client
+        .post(url)
+        .send_json(&json!({ "amount": amount }))
+        .await
+        .expect("the service answers");
+    let body = response.json::<Value>().await.expect("a JSON body");
+    (response.status().as_u16(), body)
+}
+
+async fn get(client: &awc::Client, url: String) -> (u16, Option<Value>) {
+    let mut response = client.get(url).send().await.expect("the service answers");
+    let status = response.status().as_u16();
+    (status, response.json::<Value>().await.ok())
+}
+
+#[actix_rt::test]
+async fn commands_over_http_reach_the_actors_and_queries_read_the_read_model() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let service = Service::start(dir.path());
+    let client = awc::Client::default();
+    let base = &service.base;
+
+    assert_eq!(
+        post(&client, format!("{base}/accounts/1/deposit"), 100).await,
+        (200, json!({ "balance": 100 }))
+    );
+    assert_eq!(
+        post(&client, format!("{base}/accounts/1/withdraw"), 30).await,
+        (200, json!({ "balance": 70 }))
+    );
+    assert_eq!(
+        post(&client, format!("{base}/accounts/2/deposit"), 5).await,
+        (200, json!({ "balance": 5 }))
+    );
+    // Refused by the actor: nothing persisted.
+    assert_eq!(
+        post(&client, format!("{base}/accounts/2/withdraw"), 50).await,
+        (409, json!({ "balance": 5 }))
+    );
+
+    // The read model follows within the projection's poll interval.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let one = get(&client, format!("{base}/accounts/1")).await;
+        let two = get(&client, format!("{base}/accounts/2")).await;
+        if one == (200, Some(json!({ "id": "1", "balance": 70 })))
+            && two == (200, Some(json!({ "id": "2", "balance": 5 })))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "read model never caught up: {one:?} {two:?}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(&client, format!("{base}/accounts/3")).await.0, 404);
+    let (status, progress) = get(&client, format!("{base}/projection")).await;
+    assert_eq!(status, 200);
+    let progress = progress.expect("progress JSON");
+    assert_eq!(progress["handled"], json!(3));
+    assert_eq!(progress["lag_events"], json!(0));
+    assert_eq!(progress["state"], json!("Running"));
+}
