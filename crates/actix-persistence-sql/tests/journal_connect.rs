@@ -25,7 +25,13 @@ async fn connect_creates_the_tables_with_a_global_ordering<B: TestBackend>(db: B
     let journal = db.journal().await;
     assert_eq!(
         db.table_names().await,
-        vec!["journal", "journal_highest", "snapshot"]
+        vec![
+            "journal",
+            "journal_highest",
+            "projection_offset",
+            "projection_seen",
+            "snapshot"
+        ]
     );
     // A global ordering column, increasing in write order.
     write_one_to_five(&journal, "p-1").await;
