@@ -2,8 +2,11 @@
 //! (`account_balance` table) kept by an exactly-once projection in the same database.
 //!
 //! Run it twice in the same folder: the second run recovers every account where the first
-//! ended, and the projection resumes from its stored offset. `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=0` (or `four`) makes it
-//! exit non-zero with the configuration error.
+//! ended, and the projection resumes from its stored offset.
+//! `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=0` (or `four`) makes it exit
+//! non-zero with the configuration error. The library logs through `tracing`: this example
+//! prints its warnings and errors, `RUST_LOG=actix_persistence=debug` shows every recovery
+//! and write.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -23,6 +26,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use sqlx::{Sqlite, Transaction};
+use tracing_subscriber::EnvFilter;
 
 const ACCOUNTS: usize = 5;
 const COMMANDS: usize = 300;
@@ -267,20 +271,29 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         accounts[account].send(command)
     }))
     .await;
-    let mut persisted = 0;
+    let (mut persisted, mut refused) = (0, 0);
     for reply in replies {
         // A refused withdrawal persists nothing.
         if reply??.is_ok() {
             persisted += 1;
+        } else {
+            refused += 1;
         }
     }
 
     let end = summaries(&accounts).await?;
     print("end", &end);
+    println!(
+        "quickstart: {COMMANDS} commands, {refused} withdrawals refused for insufficient funds \
+         (they persist no event)"
+    );
     if let Some((journal, projection)) = read_model {
         let agree = read_model_agrees(&journal, projection, &end).await?;
         println!("quickstart: read model agrees for {agree} accounts");
+        journal.close().await;
     }
+    // Waits for background snapshot saves and deletes, then closes the SQLite file cleanly.
+    persistence.shutdown().await;
     let recovered_events: u64 = recovered.iter().map(|s| s.recovered_events).sum();
     println!(
         "quickstart: recovered {recovered_events} events, persisted {persisted} events, {} accounts",
@@ -291,6 +304,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
 #[actix::main]
 async fn main() -> ExitCode {
+    // The library logs through `tracing`; without a subscriber nothing it logs is printed.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -6,10 +6,14 @@
 //! and reply once they are stored; commands that arrive meanwhile wait, so state never races
 //! the journal.
 //!
+//! Dependencies: `actix-persistence` and `serde` (with `derive`). The derives and `main` come
+//! through this crate, so no `actix` dependency of your own is needed.
+//!
 //! ```no_run
-//! use actix_persistence::actix::{Actor, Handler, Message};
+//! use actix_persistence::actix::Handler;
 //! use actix_persistence::{
-//!     EventSourced, Persistence, PersistenceState, PersistentActor, PersistReply, PersistResult,
+//!     EventSourced, Message, Persistence, PersistenceState, PersistentActor, PersistReply,
+//!     PersistResult,
 //! };
 //! use serde::{Deserialize, Serialize};
 //!
@@ -41,17 +45,77 @@
 //!     }
 //! }
 //!
-//! #[actix::main]
+//! #[actix_persistence::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // reference.toml, then $ACTIX_PERSISTENCE_CONFIG, then ACTIX_PERSISTENCE__* env vars;
 //!     // by default a SQLite file `actix-persistence.db` in the working directory.
 //!     let persistence = Persistence::start().await?;
-//!     let counter = Counter { persistence: persistence.state("counter-1")?, total: 0 }.start();
-//!     let total = counter.send(Add(5)).await??;
+//!     let counter = Counter { persistence: persistence.state("counter-1")?, total: 0 }
+//!         .start_persistent();
+//!     let total = counter.ask(Add(5)).await?;
 //!     println!("total after recovery and one more event: {total}");
+//!     persistence.shutdown().await;
 //!     Ok(())
 //! }
 //! ```
+//!
+//! # Ordering, durability and backpressure
+//! The rules a caller relies on (when an event is durable, in which order continuations and
+//! replies run, what happens to commands queued behind a write, how the mailbox bounds them)
+//! are in the [`persistent`] module docs; how the journal orders replies per
+//! write-reply-ordering group is in [`journal`].
+//!
+//! # Snapshots and retention
+//! An actor opts into snapshots with [`EventSourced::snapshotting`], both halves at once:
+//! `Some(Snapshotting::json(|a: &Self| a.state.clone(), |a, state| a.state = state))`. It then
+//! takes one on [`PersistentActor::save_snapshot`], or every N events with a
+//! [`SnapshotPolicy`] (`SnapshotPolicy::every(n).keep(2).delete_events(true)` keeps the two
+//! newest and deletes the events they cover) set with
+//! [`PersistenceState::with_snapshot_policy`]. Recovery loads the newest snapshot, then
+//! replays only the events after it. [`SelectedSnapshot::json`](snapshot::SelectedSnapshot::json)
+//! reads a stored snapshot back. Snapshots live in the store of `journal.plugin` unless
+//! `snapshot-store.plugin` says otherwise; a shared PostgreSQL journal with a process-local
+//! snapshot store is refused at startup.
+//!
+//! # When an actor fails
+//! A failed recovery or write stops the actor. Start it with
+//! [`PersistentActor::start_persistent`]: its [`PersistentAddr`] answers commands to a stopped
+//! actor with [`CommandError::ActorStopped`] carrying the [`ActorFailure`] (the
+//! [`RecoveryError`] or the failed write's [`JournalError`]). A [`BackoffSupervisor`] restarts
+//! it after an exponential [`Backoff`] instead, buffering up to [`MAX_BUFFERED_COMMANDS`]
+//! commands meanwhile.
+//!
+//! # Logging
+//! The library logs through [`tracing`](https://docs.rs/tracing): recovery failures and
+//! failed writes as errors, rejected writes, failed snapshots and an opening circuit breaker as
+//! warnings, every recovery and write as debug spans. Nothing is printed without a subscriber:
+//! install one, e.g. `tracing_subscriber::fmt().with_env_filter("actix_persistence=info").init()`
+//! (crate `tracing-subscriber`, feature `env-filter`), or `tracing_subscriber::fmt::init()` to
+//! follow `RUST_LOG`.
+//!
+//! # Metrics and readiness
+//! Metrics go through the [`metrics`](https://docs.rs/metrics) facade: install any recorder
+//! (`examples/prometheus.rs` uses `metrics-exporter-prometheus`). Every name, unit and label
+//! is listed in [`metrics`](mod@metrics). [`Persistence::health`] is a readiness check: breaker
+//! closed and store answering a read, nothing written.
+//!
+//! # Shutdown
+//! [`Persistence::shutdown`] waits for the writes, snapshot saves and deletes under way, then
+//! closes the connection pools (a SQLite file is left without its `-wal` file). Call it before
+//! the process exits.
+//!
+//! # Testing with the testkit
+//! The `actix-persistence-testkit` crate (a dev-dependency) has `ControlledJournal`, a journal
+//! store whose writes complete only when the test says so (in any order, or failed or
+//! rejected), so ordering tests need no sleeps; `FaultyJournal` and `DelayingJournal` inject
+//! failures and latency; and the conformance suites a third-party store plugin runs
+//! (`docs/conformance.md`). Give a persistent actor a store of the testkit's with
+//! [`Persistence::start_with_stores`].
+//!
+//! # Configuration
+//! Every setting, its default and its environment variable is in [`config::reference`].
+//! Environment variables that start with `ACTIX_PERSISTENCE` but set nothing (one underscore
+//! instead of two, a typo) fail startup naming the closest correct variable.
 //!
 //! # Crates
 //! - `actix-persistence-core`: persistent actors, the journal protocol and actor, resequencers,
@@ -60,7 +124,8 @@
 //! - `actix-persistence-config`: settings from `reference.toml`, a file and env vars;
 //! - `actix-persistence-sql`: the SQLite (feature `sqlite`) and PostgreSQL (feature
 //!   `postgres`) journals and snapshot stores, both on by default;
-//! - `actix-persistence-derive`: `#[derive(PersistentActor)]`;
+//! - `actix-persistence-derive`: `#[derive(PersistentActor)]`, `#[derive(Message)]` and
+//!   `#[actix_persistence::main]`;
 //! - `actix-persistence-projection`: projections ([`projection`]): a query applied to a read
 //!   model or another service, with a stored offset, exactly-once or at-least-once;
 //! - `actix-persistence-testkit`: a controlled store for deterministic tests.
@@ -77,10 +142,13 @@ pub use actix_persistence_config as config;
 pub use actix_persistence_config::{ConfigError, Settings};
 
 #[doc(inline)]
+pub use actix_persistence_core::journal::Unhealthy;
+#[doc(inline)]
 pub use actix_persistence_core::persistent::{
-    start_recovery, Backoff, BackoffSupervisor, DeleteError, EventSourced, PersistError,
-    PersistReply, PersistResult, PersistenceState, PersistentActor, Recovery, RecoveryError,
-    RecoveryPermits, SnapshotPolicy, StopReason, REPLAY_EVENTS_PER_POLL,
+    start_recovery, ActorFailure, ActorReplyFuture, Backoff, BackoffSupervisor, CommandError,
+    DeleteError, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
+    PersistentActor, PersistentAddr, Recovery, RecoveryError, RecoveryPermits, ReplyFuture,
+    SnapshotPolicy, Snapshotting, StopReason, MAX_BUFFERED_COMMANDS, REPLAY_EVENTS_PER_POLL,
 };
 #[doc(inline)]
 pub use actix_persistence_core::query;
@@ -90,13 +158,26 @@ pub use actix_persistence_core::query::{
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, limits, serialization, snapshot, store, AtomicWrite, AtomicWriteError, FencingToken,
-    InMemoryJournal, InvalidPersistenceId, JournalError, JournalStore, Ownership, PersistentRepr,
-    WriteRejection, MAX_SEQ_NR,
+    journal, limits, metrics, persistent, serialization, snapshot, store, AtomicWrite,
+    AtomicWriteError, FencingToken, InMemoryJournal, InvalidPersistenceId, JournalError,
+    JournalStore, Ownership, PersistentRepr, WriteRejection, MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
 pub use actix_persistence_derive::PersistentActor;
+
+/// `#[derive(Message)]` with `#[rtype(result = "T")]`: implements `actix::Message` through
+/// this crate, so an application needs no `actix` dependency of its own for it.
+pub use actix_persistence_derive::Message;
+
+/// `#[actix_persistence::main]` on an `async fn main`: runs it in an Actix system (as
+/// `#[actix::main]`), which [`Persistence::start`] needs.
+pub use actix_persistence_derive::main;
+
+// The README's examples compile as doctests of this crate.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 #[doc(inline)]
 pub use actix_persistence_projection as projection;

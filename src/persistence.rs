@@ -1,10 +1,14 @@
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use actix::Addr;
+use actix::{Actor, Addr};
 use actix_persistence_config::{JournalPlugin, Settings, SettingsLoader, SnapshotStorePlugin};
-use actix_persistence_core::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
-use actix_persistence_core::persistent::RecoveryPermits;
+use actix_persistence_core::journal::{
+    CheckHealth, CircuitBreakerConfig, JournalActor, JournalConfig, Unhealthy,
+};
 use actix_persistence_core::persistent::{EventSourced, PersistenceState};
+use actix_persistence_core::persistent::{InFlight, RecoveryPermits};
 use actix_persistence_core::query::{QueryError, QuerySettings, QueryStore, ReadJournal};
 use actix_persistence_core::snapshot::{InMemorySnapshotStore, SnapshotStore};
 use actix_persistence_core::{InMemoryJournal, InvalidPersistenceId, JournalStore};
@@ -31,6 +35,14 @@ pub enum StartError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// `Persistence` was started outside a running Actix system (under `#[tokio::main]`, say):
+    /// its journal is an actor and needs one.
+    #[error(
+        "actix-persistence must be started inside a running Actix system: use #[actix::main] \
+         (or actix_persistence::main, or actix::System::new().block_on(..)) instead of \
+         #[tokio::main]"
+    )]
+    NoActixSystem,
     /// `journal.plugin` names a store this build was compiled without.
     #[error("journal.plugin = {plugin:?} is not available: enable the crate feature {feature:?}")]
     PluginNotCompiled {
@@ -52,7 +64,21 @@ pub struct Persistence {
     journal: Addr<JournalActor>,
     snapshots: Arc<dyn SnapshotStore>,
     permits: RecoveryPermits,
+    in_flight: InFlight,
     query: Option<ReadJournal>,
+    /// Close the pools of the stores this `Persistence` opened (none for stores of the caller).
+    closers: Arc<[Closer]>,
+}
+
+/// Closes one store's connection pool.
+type Closer = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
+fn closer<S: Clone + Send + Sync + 'static, F>(store: &S, close: fn(S) -> F) -> Closer
+where
+    F: Future<Output = ()> + 'static,
+{
+    let store = store.clone();
+    Box::new(move || Box::pin(close(store.clone())))
 }
 
 impl std::fmt::Debug for Persistence {
@@ -70,7 +96,8 @@ impl Persistence {
     ///
     /// # Errors
     /// [`StartError::Config`] naming every bad setting, its value and where it came from;
-    /// [`StartError::Store`] when the store cannot be opened.
+    /// [`StartError::NoActixSystem`] outside a running Actix system (`#[tokio::main]` instead
+    /// of `#[actix::main]`); [`StartError::Store`] when the store cannot be opened.
     pub async fn start() -> Result<Self, StartError> {
         Self::start_from(Settings::loader()).await
     }
@@ -88,21 +115,91 @@ impl Persistence {
     /// [`Settings::loader`]).
     ///
     /// # Errors
+    /// [`StartError::NoActixSystem`] outside a running Actix system (nothing is opened then);
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start_with(settings: Settings) -> Result<Self, StartError> {
+        if actix::System::try_current().is_none() {
+            return Err(StartError::NoActixSystem);
+        }
         let stores = open_stores(&settings).await?;
-        Ok(
-            Self::start_with_stores(settings, stores.journal, stores.snapshots)
-                .with_query_store(stores.query),
-        )
+        let store_name = settings.journal.plugin.as_str();
+        let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name)
+            .with_query_store(stores.query);
+        persistence.closers = stores.closers.into();
+        Ok(persistence)
+    }
+
+    /// Shuts down gracefully: waits for every write, snapshot save and delete under way (also
+    /// those started in the background by a snapshot policy), then closes the connection
+    /// pools of the stores it opened. Call it after the last command was answered, before the
+    /// process exits: a process that exits right after its last reply otherwise loses the
+    /// snapshot saves and deletes still running, and a SQLite database is left with its
+    /// `-wal` and `-shm` files.
+    ///
+    /// Waiting is bounded: every store call ends within its call timeout
+    /// (`journal.circuit-breaker.call-timeout`, `snapshot-store.call-timeout`). Persistent
+    /// actors may still run afterwards, but every write or read of theirs then fails. Stores
+    /// given to [`start_with_stores`](Self::start_with_stores) are waited for, not closed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn example() -> Result<(), actix_persistence::StartError> {
+    /// let persistence = actix_persistence::Persistence::start().await?;
+    /// // ... run the persistent actors ...
+    /// persistence.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.in_flight.idle().await;
+        for close in self.closers.iter() {
+            close().await;
+        }
+        tracing::debug!("actix-persistence shut down");
+    }
+
+    /// Writes, snapshot saves and deletes under way now (what [`shutdown`](Self::shutdown)
+    /// waits for).
+    pub fn work_in_flight(&self) -> usize {
+        self.in_flight.count()
     }
 
     /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
     /// testkit's controlled store). The plugin settings are ignored; the others apply.
+    ///
+    /// # Panics
+    /// Outside a running Actix system (Actix panics when the journal actor starts); the
+    /// `start*` functions that return a `Result` report [`StartError::NoActixSystem`] instead.
     pub fn start_with_stores(
         settings: Settings,
         store: Arc<dyn JournalStore>,
         snapshots: Arc<dyn SnapshotStore>,
+    ) -> Self {
+        Self::launch(settings, store, snapshots, "custom")
+    }
+
+    /// Whether the journal is ready to serve, for a readiness endpoint: its circuit breaker is
+    /// closed and its store answers a read within `journal.circuit-breaker.call-timeout`.
+    /// Nothing is written into the journal, and a failed check does not count against the
+    /// breaker.
+    ///
+    /// # Errors
+    /// [`Unhealthy::CircuitOpen`] while the breaker is open after repeated store failures;
+    /// [`Unhealthy::StoreUnreachable`] when the store fails or does not answer the read.
+    pub async fn health(&self) -> Result<(), Unhealthy> {
+        self.journal
+            .send(CheckHealth)
+            .await
+            .unwrap_or(Err(Unhealthy::StoreUnreachable(
+                actix_persistence_core::JournalError::JournalStopped,
+            )))
+    }
+
+    fn launch(
+        settings: Settings,
+        store: Arc<dyn JournalStore>,
+        snapshots: Arc<dyn SnapshotStore>,
+        store_name: &'static str,
     ) -> Self {
         let breaker = &settings.journal.circuit_breaker;
         let config = JournalConfig {
@@ -113,14 +210,20 @@ impl Persistence {
                 reset_timeout: breaker.reset_timeout,
             },
         };
-        let journal = JournalActor::start_with(store, config);
+        let in_flight = InFlight::new();
+        let journal = JournalActor::new(store, config)
+            .with_in_flight(in_flight.clone())
+            .with_store_name(store_name)
+            .start();
         let permits = RecoveryPermits::new(settings.journal.max_concurrent_recoveries.get());
         Persistence {
             settings: Arc::new(settings),
             journal,
             snapshots,
             permits,
+            in_flight,
             query: None,
+            closers: Arc::new([]),
         }
     }
 
@@ -177,7 +280,8 @@ impl Persistence {
                 self.settings.snapshot_store.call_timeout,
             )
             .with_recovery_permits(self.permits.clone())
-            .with_recovery_timeout(self.settings.journal.recovery_timeout);
+            .with_recovery_timeout(self.settings.journal.recovery_timeout)
+            .with_in_flight(self.in_flight.clone());
         Ok(state)
     }
 }
@@ -205,44 +309,61 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
             let store = SqliteJournal::connect(&sqlite_options(settings))
                 .await
                 .map_err(store_error("sqlite"))?;
+            let close = closer(&store, |s: SqliteJournal| async move { s.close().await });
             let snapshots = store.snapshot_store();
-            Ok(Stores::new(store, snapshots))
+            Ok(Stores::new(store, snapshots).closing(close))
         }
         #[cfg(feature = "postgres")]
         (JournalPlugin::Postgres, SnapshotStorePlugin::Postgres) => {
             let store = PostgresJournal::connect(&postgres_options(settings))
                 .await
                 .map_err(store_error("postgres"))?;
+            let close = closer(&store, |s: PostgresJournal| async move { s.close().await });
             let snapshots = store.snapshot_store();
-            Ok(Stores::new(store, snapshots))
+            Ok(Stores::new(store, snapshots).closing(close))
         }
         _ => {
-            let (journal, query) = open_journal(settings).await?;
+            let mut closers = Vec::new();
+            let (journal, query) = open_journal(settings, &mut closers).await?;
+            let snapshots = open_snapshot_store(settings, &mut closers).await?;
             Ok(Stores {
                 journal,
                 query,
-                snapshots: open_snapshot_store(settings).await?,
+                snapshots,
+                closers,
             })
         }
     }
 }
 
 /// The journal store `settings` choose, also as the store its queries read.
-async fn open_journal(settings: &Settings) -> Result<JournalAndQuery, StartError> {
+async fn open_journal(
+    settings: &Settings,
+    closers: &mut Vec<Closer>,
+) -> Result<JournalAndQuery, StartError> {
     match settings.journal.plugin {
         JournalPlugin::InMemory => Ok(shared(InMemoryJournal::new())),
         #[cfg(feature = "sqlite")]
-        JournalPlugin::Sqlite => Ok(shared(
-            SqliteJournal::connect(&sqlite_options(settings))
+        JournalPlugin::Sqlite => {
+            let store = SqliteJournal::connect(&sqlite_options(settings))
                 .await
-                .map_err(store_error("sqlite"))?,
-        )),
+                .map_err(store_error("sqlite"))?;
+            closers.push(closer(
+                &store,
+                |s: SqliteJournal| async move { s.close().await },
+            ));
+            Ok(shared(store))
+        }
         #[cfg(feature = "postgres")]
-        JournalPlugin::Postgres => Ok(shared(
-            PostgresJournal::connect(&postgres_options(settings))
+        JournalPlugin::Postgres => {
+            let store = PostgresJournal::connect(&postgres_options(settings))
                 .await
-                .map_err(store_error("postgres"))?,
-        )),
+                .map_err(store_error("postgres"))?;
+            closers.push(closer(&store, |s: PostgresJournal| async move {
+                s.close().await
+            }));
+            Ok(shared(store))
+        }
         #[allow(unreachable_patterns)]
         other => Err(StartError::PluginNotCompiled {
             plugin: plugin_name(&other),
@@ -258,21 +379,32 @@ fn shared<S: QueryStore>(store: S) -> JournalAndQuery {
     (store.clone(), store)
 }
 
-async fn open_snapshot_store(settings: &Settings) -> Result<Arc<dyn SnapshotStore>, StartError> {
+async fn open_snapshot_store(
+    settings: &Settings,
+    closers: &mut Vec<Closer>,
+) -> Result<Arc<dyn SnapshotStore>, StartError> {
     match settings.snapshot_store.plugin {
         SnapshotStorePlugin::InMemory => Ok(Arc::new(InMemorySnapshotStore::new())),
         #[cfg(feature = "sqlite")]
-        SnapshotStorePlugin::Sqlite => Ok(Arc::new(
-            SqliteSnapshotStore::connect(&sqlite_options(settings))
+        SnapshotStorePlugin::Sqlite => {
+            let store = SqliteSnapshotStore::connect(&sqlite_options(settings))
                 .await
-                .map_err(store_error("sqlite"))?,
-        )),
+                .map_err(store_error("sqlite"))?;
+            closers.push(closer(&store, |s: SqliteSnapshotStore| async move {
+                s.close().await
+            }));
+            Ok(Arc::new(store))
+        }
         #[cfg(feature = "postgres")]
-        SnapshotStorePlugin::Postgres => Ok(Arc::new(
-            PostgresSnapshotStore::connect(&postgres_options(settings))
+        SnapshotStorePlugin::Postgres => {
+            let store = PostgresSnapshotStore::connect(&postgres_options(settings))
                 .await
-                .map_err(store_error("postgres"))?,
-        )),
+                .map_err(store_error("postgres"))?;
+            closers.push(closer(&store, |s: PostgresSnapshotStore| async move {
+                s.close().await
+            }));
+            Ok(Arc::new(store))
+        }
         #[allow(unreachable_patterns)]
         other => Err(StartError::PluginNotCompiled {
             plugin: other.as_str(),
@@ -285,6 +417,7 @@ struct Stores {
     journal: Arc<dyn JournalStore>,
     query: Arc<dyn QueryStore>,
     snapshots: Arc<dyn SnapshotStore>,
+    closers: Vec<Closer>,
 }
 
 impl Stores {
@@ -294,7 +427,13 @@ impl Stores {
             journal,
             query,
             snapshots: Arc::new(snapshots),
+            closers: Vec::new(),
         }
+    }
+
+    fn closing(mut self, close: Closer) -> Self {
+        self.closers.push(close);
+        self
     }
 
     fn in_memory() -> Self {
@@ -339,5 +478,6 @@ fn postgres_options(settings: &Settings) -> PostgresJournalOptions {
         statement_timeout: postgres.statement_timeout,
         max_batch_size: settings.journal.max_batch_size.get(),
         replay_batch_size: replay_batch_size(settings),
+        schema: postgres.schema.clone(),
     }
 }

@@ -83,3 +83,16 @@ async fn an_unopenable_sqlite_file_fails_startup_with_a_store_error() {
         Err(other) => panic!("expected a store error, got {other}"),
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn start_outside_an_actix_system_is_an_error_saying_to_start_one() {
+    let Err(error) = Persistence::start_from(inmem_loader().env_vars([("PATH", "/bin")])).await
+    else {
+        panic!("the journal actor cannot start without an Actix system");
+    };
+    assert!(
+        matches!(error, StartError::NoActixSystem),
+        "expected NoActixSystem, got {error}"
+    );
+    assert!(error.to_string().contains("#[actix::main]"), "{error}");
+}

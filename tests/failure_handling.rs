@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence::actix::Actor;
-use actix_persistence::journal::{CircuitBreakerConfig, JournalActor, JournalConfig};
+use actix_persistence::journal::{
+    CheckHealth, CircuitBreakerConfig, JournalActor, JournalConfig, Unhealthy,
+};
 use actix_persistence::snapshot::{
     SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
     SnapshotSelectionCriteria, SnapshotStore,
@@ -588,4 +590,32 @@ async fn a_replay_that_stalls_fails_recovery_after_the_timeout() {
         }
         other => panic!("a stalled replay must time out: {other:?}"),
     }
+}
+
+#[actix::test]
+async fn the_health_check_reports_an_open_breaker_and_a_closed_one_as_ready() {
+    tokio::time::pause();
+    let mut h = harness_with_breaker(1, Duration::from_secs(30));
+    assert!(
+        h.journal.send(CheckHealth).await.expect("mailbox").is_ok(),
+        "a fresh journal is ready"
+    );
+    let failing = h.probe_in_group("hc-0", 0).await;
+    let reply = failing.send(Persist(vec![named("x")]));
+    h.control
+        .next_write_for("hc-0")
+        .await
+        .fail(JournalError::JournalStopped);
+    assert!(reply.await.expect("mailbox").is_err());
+
+    match h.journal.send(CheckHealth).await.expect("mailbox") {
+        Err(Unhealthy::CircuitOpen { retry_in }) => {
+            assert_eq!(retry_in, Duration::from_secs(30))
+        }
+        other => panic!("expected an open breaker, got {other:?}"),
+    }
+    assert!(
+        !h.control.has_waiting_write(),
+        "the health check writes nothing"
+    );
 }

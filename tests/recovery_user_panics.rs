@@ -123,7 +123,7 @@ async fn a_panic_in_restore_snapshot_fails_recovery_with_the_panic_message() {
     );
     assert_eq!(
         only_panic(&script.recovery_failures()),
-        ("restore_snapshot", "restore exploded".to_owned())
+        ("Snapshotting::restore", "restore exploded".to_owned())
     );
     assert!(script.seq_nrs_in_apply().is_empty());
 }

@@ -5,11 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix_persistence::actix::{Actor, Context, Handler, Message};
-use actix_persistence::serialization::SerializationError;
-use actix_persistence::snapshot::{SelectedSnapshot, SerializedSnapshot, SnapshotMetadata};
+use actix_persistence::snapshot::SnapshotMetadata;
 use actix_persistence::{
     start_recovery, EventSourced, PersistReply, PersistResult, PersistenceState, PersistentActor,
-    RecoveryError,
+    RecoveryError, Snapshotting,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +23,7 @@ pub enum Entry {
 /// arbiters), so only atomics and mutexes.
 #[derive(Default)]
 pub struct Script {
-    /// Panic in `restore_snapshot`.
+    /// Panic in the restore half of `snapshotting`.
     pub panic_in_restore: bool,
     /// Panic in `on_recovery_completed`.
     pub panic_in_recovery_completed: bool,
@@ -38,7 +37,7 @@ pub struct Script {
     pub applied_at_stop: AtomicU64,
     /// `last_seq_nr()` as `apply` saw it, per applied event.
     pub seq_nrs_in_apply: Mutex<Vec<u64>>,
-    /// `last_seq_nr()` as `restore_snapshot` saw it.
+    /// `last_seq_nr()` as the restore half of `snapshotting` saw it.
     pub seq_nr_in_restore: Mutex<Option<u64>>,
     /// The recovery failures reported to `on_recovery_failure`.
     pub recovery_failures: Mutex<Vec<RecoveryError>>,
@@ -119,22 +118,17 @@ impl EventSourced for Ledger {
         }
     }
 
-    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
-        Some(SerializedSnapshot::json(&self.total))
-    }
-
-    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
-        *self.script.seq_nr_in_restore.lock().expect("lock") = Some(self.last_seq_nr());
-        if self.script.panic_in_restore {
-            panic!("restore exploded");
-        }
-        self.total = serde_json::from_slice(&snapshot.snapshot.payload).map_err(|e| {
-            SerializationError::Deserialize {
-                seq_nr: snapshot.metadata.seq_nr,
-                reason: e.to_string(),
-            }
-        })?;
-        Ok(())
+    fn snapshotting() -> Option<Snapshotting<Self>> {
+        Some(Snapshotting::json(
+            |ledger: &Self| ledger.total,
+            |ledger, total| {
+                *ledger.script.seq_nr_in_restore.lock().expect("lock") = Some(ledger.last_seq_nr());
+                if ledger.script.panic_in_restore {
+                    panic!("restore exploded");
+                }
+                ledger.total = total;
+            },
+        ))
     }
 
     fn on_snapshot_saved(&mut self, metadata: &SnapshotMetadata, _: &mut Context<Self>) {

@@ -9,14 +9,12 @@ use std::time::Duration;
 
 use actix_persistence::actix::{Actor, ActorContext, Addr, Context, Handler, Message};
 use actix_persistence::journal::{JournalActor, JournalConfig};
-use actix_persistence::serialization::SerializationError;
 use actix_persistence::snapshot::{
-    InMemorySnapshotStore, SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
-    SnapshotStore,
+    InMemorySnapshotStore, SnapshotError, SnapshotMetadata, SnapshotStore,
 };
 use actix_persistence::{
     start_recovery, DeleteError, EventSourced, JournalError, PersistReply, PersistResult,
-    PersistenceState, PersistentActor, RecoveryError, WriteRejection,
+    PersistenceState, PersistentActor, RecoveryError, Snapshotting, WriteRejection,
 };
 use actix_persistence::{InMemoryJournal, JournalStore, SqliteJournal, SqliteJournalOptions};
 use actix_persistence_testkit::{persistence_state_in_group, ControlledJournal, WriteController};
@@ -165,18 +163,11 @@ impl EventSourced for Probe {
         });
     }
 
-    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
-        Some(SerializedSnapshot::json(&self.applied))
-    }
-
-    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
-        self.applied = serde_json::from_slice(&snapshot.snapshot.payload).map_err(|e| {
-            SerializationError::Deserialize {
-                seq_nr: snapshot.metadata.seq_nr,
-                reason: e.to_string(),
-            }
-        })?;
-        Ok(())
+    fn snapshotting() -> Option<Snapshotting<Self>> {
+        Some(Snapshotting::json(
+            |probe: &Self| probe.applied.clone(),
+            |probe, applied| probe.applied = applied,
+        ))
     }
 
     fn on_snapshot_saved(&mut self, metadata: &SnapshotMetadata, _: &mut Context<Self>) {

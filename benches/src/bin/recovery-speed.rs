@@ -11,12 +11,10 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use actix_persistence_core::journal::{JournalActor, JournalConfig};
 use actix_persistence_core::persistent::{
-    start_recovery, EventSourced, PersistenceState, PersistentActor,
+    start_recovery, EventSourced, PersistenceState, PersistentActor, Snapshotting,
 };
-use actix_persistence_core::serialization::{SerializationError, JSON_SERIALIZER_ID};
-use actix_persistence_core::snapshot::{
-    SelectedSnapshot, SerializedSnapshot, SnapshotMetadata, SnapshotStore,
-};
+use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
+use actix_persistence_core::snapshot::{SerializedSnapshot, SnapshotMetadata, SnapshotStore};
 use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
 use actix_persistence_sql::test_util::TestDatabase;
 use actix_persistence_sql::{
@@ -54,18 +52,11 @@ impl EventSourced for Counter {
         self.replayed += 1;
     }
 
-    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
-        Some(SerializedSnapshot::json(&self.total))
-    }
-
-    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
-        self.total = serde_json::from_slice(&snapshot.snapshot.payload).map_err(|e| {
-            SerializationError::Deserialize {
-                seq_nr: snapshot.metadata.seq_nr,
-                reason: e.to_string(),
-            }
-        })?;
-        Ok(())
+    fn snapshotting() -> Option<Snapshotting<Self>> {
+        Some(Snapshotting::json(
+            |counter: &Self| counter.total,
+            |counter, total| counter.total = total,
+        ))
     }
 }
 

@@ -46,7 +46,8 @@ impl Kind {
                     .join(", ")
             ),
             Kind::SnapshotPlugin => format!(
-                "must be one of {}",
+                "must be one of \"{}\", {}",
+                crate::SAME_AS_JOURNAL,
                 crate::SnapshotStorePlugin::ALL
                     .iter()
                     .map(|p| format!("\"{}\"", p.as_str()))
@@ -150,6 +151,10 @@ pub(crate) const KEYS: &[Key] = &[
         kind: Kind::Duration,
     },
     Key {
+        path: "journal.postgres.schema",
+        kind: Kind::String,
+    },
+    Key {
         path: "snapshot-store.plugin",
         kind: Kind::SnapshotPlugin,
     },
@@ -247,6 +252,48 @@ pub(crate) fn key_of_env_var(name: &str) -> Option<String> {
             .collect::<Vec<_>>()
             .join("."),
     )
+}
+
+/// What every variable of ours starts with.
+const ENV_STEM: &str = "ACTIX_PERSISTENCE";
+
+/// Whether `name` starts with `ACTIX_PERSISTENCE` (case-insensitive): ours, whether or not it
+/// follows the scheme.
+pub(crate) fn has_env_prefix(name: &str) -> bool {
+    name.get(..ENV_STEM.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(ENV_STEM))
+}
+
+/// The correct variable closest to `name`, a variable that follows no scheme: the same letters
+/// with other underscores (`ACTIX_PERSISTENCE_JOURNAL_PLUGIN`) first, else a likely typo.
+pub(crate) fn closest_env_var(name: &str) -> Option<String> {
+    // Compared without the shared stem, which would make every name look alike.
+    let letters = |n: &str| -> String {
+        n.get(ENV_STEM.len()..)
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| *c != '_')
+            .map(|c| c.to_ascii_uppercase())
+            .collect()
+    };
+    let wanted = letters(name);
+    let candidates: Vec<String> = KEYS
+        .iter()
+        .map(|k| env_var_unchecked(k.path))
+        .chain([CONFIG_FILE_ENV.to_owned()])
+        .collect();
+    if let Some(hit) = candidates.iter().find(|c| letters(c) == wanted) {
+        return Some(hit.clone());
+    }
+    candidates
+        .into_iter()
+        .map(|c| {
+            let score = strsim::normalized_damerau_levenshtein(&letters(&c), &wanted);
+            (c, score)
+        })
+        .filter(|(_, score)| *score >= 0.6)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c)
 }
 
 fn parent(path: &str) -> &str {

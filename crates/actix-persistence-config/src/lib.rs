@@ -267,6 +267,10 @@ pub struct PostgresSettings {
     /// `journal.postgres.statement-timeout`: the server cancels a statement running longer,
     /// > 0. Default: 10 s. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__STATEMENT_TIMEOUT`.
     pub statement_timeout: Duration,
+    /// `journal.postgres.schema`: the PostgreSQL schema of the tables, created when missing and
+    /// set as every connection's `search_path`; empty for the connection's default. Default:
+    /// empty. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__SCHEMA`.
+    pub schema: String,
 }
 
 impl fmt::Debug for PostgresSettings {
@@ -276,6 +280,7 @@ impl fmt::Debug for PostgresSettings {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("schema", &self.schema)
             .finish()
     }
 }
@@ -298,13 +303,20 @@ fn redact_password(url: &str) -> String {
     }
 }
 
+/// The value of `snapshot-store.plugin` that keeps snapshots in the store of `journal.plugin`
+/// (the default).
+pub const SAME_AS_JOURNAL: &str = "same-as-journal";
+
 /// `[snapshot-store]`: where snapshots are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotStoreSettings {
-    /// `snapshot-store.plugin`: which store keeps snapshots. It connects with the settings of
-    /// the matching journal section: `"sqlite"` with `[journal.sqlite]` (the same database file
-    /// as the SQLite journal), `"postgres"` with `[journal.postgres]`. Default:
-    /// [`SnapshotStorePlugin::Sqlite`]. Env: `ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN`.
+    /// `snapshot-store.plugin`: which store keeps snapshots, resolved: the default
+    /// `"same-as-journal"` ([`SAME_AS_JOURNAL`]) is the store of `journal.plugin`. It connects
+    /// with the settings of the matching journal section: `"sqlite"` with `[journal.sqlite]`
+    /// (the same database file as the SQLite journal), `"postgres"` with `[journal.postgres]`.
+    /// A `"postgres"` journal with a `"sqlite"` or `"inmem"` snapshot store fails validation
+    /// (a snapshot that lets events be deleted from the shared journal must be shared too).
+    /// Env: `ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN`.
     pub plugin: SnapshotStorePlugin,
     /// `snapshot-store.call-timeout`: how long a snapshot save, load or delete may take before
     /// it fails. Default: 10 s. Env: `ACTIX_PERSISTENCE__SNAPSHOT_STORE__CALL_TIMEOUT`.
@@ -354,6 +366,21 @@ impl SnapshotStorePlugin {
     /// The plugin with this configuration name (exact, case-sensitive), if any.
     pub fn from_name(name: &str) -> Option<SnapshotStorePlugin> {
         Self::ALL.iter().copied().find(|p| p.as_str() == name)
+    }
+
+    /// The snapshot store of the same kind as `journal`: what `"same-as-journal"` means.
+    pub fn same_as(journal: JournalPlugin) -> SnapshotStorePlugin {
+        match journal {
+            JournalPlugin::Sqlite => SnapshotStorePlugin::Sqlite,
+            JournalPlugin::Postgres => SnapshotStorePlugin::Postgres,
+            JournalPlugin::InMemory => SnapshotStorePlugin::InMemory,
+        }
+    }
+
+    /// Whether the store lives in one process only (a local SQLite file, memory), as opposed
+    /// to a server every process shares.
+    pub fn is_process_local(self) -> bool {
+        !matches!(self, SnapshotStorePlugin::Postgres)
     }
 }
 

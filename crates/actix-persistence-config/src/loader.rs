@@ -22,6 +22,7 @@ use crate::keys::{
 use crate::{
     CircuitBreakerSettings, JournalPlugin, JournalSettings, PostgresSettings, QuerySettings,
     Settings, SnapshotStorePlugin, SnapshotStoreSettings, SqliteSettings, REFERENCE_TOML,
+    SAME_AS_JOURNAL,
 };
 
 /// Builds [`Settings`] from layers, later wins: `reference.toml`, user TOML files, inline TOML,
@@ -153,6 +154,7 @@ impl SettingsLoader {
                 &mut problems,
             ));
         }
+        problems.extend(stray_env_vars(&env));
         layers.extend(env_layers(&env, &mut problems));
 
         let mut figment = Figment::new();
@@ -191,9 +193,8 @@ impl SettingsLoader {
         let mut env = Vec::new();
         for (name, value) in std::env::vars_os() {
             let Some(name) = name.to_str() else { continue };
-            let relevant = name == CONFIG_FILE_ENV
-                || name == DATABASE_URL_ENV
-                || keys::key_of_env_var(name).is_some();
+            // Every variable of our prefix, so one that sets nothing is reported.
+            let relevant = name == DATABASE_URL_ENV || keys::has_env_prefix(name);
             if !relevant {
                 continue;
             }
@@ -419,6 +420,32 @@ fn integer(n: Num) -> Option<i128> {
         .or_else(|| n.to_u128().and_then(|u| i128::try_from(u).ok()))
 }
 
+/// Variables that start like ours (`ACTIX_PERSISTENCE...`) yet follow neither
+/// `ACTIX_PERSISTENCE__<SECTION>__<KEY>` nor name `ACTIX_PERSISTENCE_CONFIG`: they would set
+/// nothing, so each is a problem naming the closest correct variable.
+fn stray_env_vars(env: &[(String, String)]) -> Vec<ConfigProblem> {
+    env.iter()
+        .filter(|(name, _)| {
+            keys::has_env_prefix(name)
+                && name != CONFIG_FILE_ENV
+                && keys::key_of_env_var(name).is_none()
+        })
+        .map(|(name, value)| ConfigProblem {
+            setting: name.clone(),
+            value: render_str(value),
+            rule: match keys::closest_env_var(name) {
+                Some(hint) => format!("sets nothing; did you mean {hint}?"),
+                None => format!(
+                    "sets nothing: settings are {}<SECTION>__<KEY> (double underscores between \
+                     segments), the user file is {CONFIG_FILE_ENV}",
+                    keys::ENV_PREFIX
+                ),
+            },
+            source: ConfigSource::Env(name.clone()),
+        })
+        .collect()
+}
+
 /// Builds the environment layers: one per `ACTIX_PERSISTENCE__*` variable, so each value
 /// remembers its variable.
 fn env_layers(env: &[(String, String)], problems: &mut Vec<ConfigProblem>) -> Vec<Option<Layer>> {
@@ -594,20 +621,45 @@ impl Merged {
         }
     }
 
+    /// `snapshot-store.plugin`, resolved: `"same-as-journal"` is the store of `journal`.
+    /// A shared journal with a process-local snapshot store is a problem naming both settings.
     fn snapshot_plugin(
         &self,
         path: &str,
+        journal: Option<JournalPlugin>,
         problems: &mut Vec<ConfigProblem>,
     ) -> Option<SnapshotStorePlugin> {
         let found = self.find(path, problems)?;
         let plugin = match &found.value {
+            Value::String(_, s) if s == SAME_AS_JOURNAL => {
+                // An invalid journal.plugin is reported on its own.
+                return journal.map(SnapshotStorePlugin::same_as);
+            }
             Value::String(_, s) => SnapshotStorePlugin::from_name(s),
             _ => None,
         };
-        if plugin.is_none() {
+        let Some(plugin) = plugin else {
             problems.push(found.problem(path, Kind::SnapshotPlugin.rule()));
+            return None;
+        };
+        if journal == Some(JournalPlugin::Postgres) && plugin.is_process_local() {
+            let journal_source = self
+                .find("journal.plugin", problems)
+                .map_or(ConfigSource::Reference, |f| f.source);
+            problems.push(found.problem(
+                path,
+                format!(
+                    "is local to this process while journal.plugin = \"postgres\" (from \
+                     {journal_source}) is shared: a snapshot policy that deletes covered events \
+                     would delete them from PostgreSQL while their snapshot stays here, and \
+                     every other process would recover without them; set {path} to \
+                     \"postgres\" or \"{SAME_AS_JOURNAL}\" (env {})",
+                    keys::env_var_unchecked(path)
+                ),
+            ));
+            return None;
         }
-        plugin
+        Some(plugin)
     }
 
     /// The PostgreSQL URL: `journal.postgres.url`, or `DATABASE_URL` when that is blank. Both
@@ -675,11 +727,15 @@ impl Merged {
         let busy_timeout = self.duration("journal.sqlite.busy-timeout", problems);
         // Read first (the URL rule needs it), reported last, in the order of reference.toml.
         let mut snapshot_problems = Vec::new();
-        let snapshot_plugin = self.snapshot_plugin("snapshot-store.plugin", &mut snapshot_problems);
+        let snapshot_plugin =
+            self.snapshot_plugin("snapshot-store.plugin", plugin, &mut snapshot_problems);
         let postgres_url = self.postgres_url(plugin, snapshot_plugin, problems);
         let postgres_max_connections = self.count_u32("journal.postgres.max-connections", problems);
         let acquire_timeout = self.duration("journal.postgres.acquire-timeout", problems);
         let statement_timeout = self.duration("journal.postgres.statement-timeout", problems);
+        let schema = self
+            .text("journal.postgres.schema", problems)
+            .map(|(schema, _)| schema);
         problems.extend(snapshot_problems);
         let snapshot_call_timeout = self.duration("snapshot-store.call-timeout", problems);
         let refresh_interval = self.duration("query.refresh-interval", problems);
@@ -732,6 +788,7 @@ impl Merged {
                     max_connections: postgres_max_connections?,
                     acquire_timeout: acquire_timeout?,
                     statement_timeout: statement_timeout?,
+                    schema: schema?,
                 },
             },
             snapshot_store: SnapshotStoreSettings {

@@ -232,12 +232,8 @@ fn env_var_naming_a_section_fails() {
 
 #[test]
 fn env_vars_without_the_prefix_are_ignored() {
-    let settings = load_env(&[
-        ("PATH", "/usr/bin"),
-        ("ACTIX_PERSISTENCE_FOO", "1"),
-        ("ACTIX_PERSISTENCE", "1"),
-    ])
-    .expect("unrelated variables are not settings");
+    let settings = load_env(&[("PATH", "/usr/bin"), ("ACTIX_PERSISTENC", "1")])
+        .expect("unrelated variables are not settings");
     assert_eq!(settings, Settings::reference());
 }
 
@@ -357,5 +353,54 @@ fn bare_prefix_variable_fails_naming_the_variable() {
     assert_eq!(
         problem.rule,
         "is not a known setting; the known top-level keys are: journal, snapshot-store, query"
+    );
+}
+
+#[test]
+fn variable_with_single_underscores_is_reported_with_the_correct_name() {
+    let problem = only_problem(load_env(&[(
+        "ACTIX_PERSISTENCE_JOURNAL_WRITE_REPLY_ORDERING_GROUPS",
+        "0",
+    )]));
+    assert_eq!(
+        problem,
+        ConfigProblem {
+            setting: "ACTIX_PERSISTENCE_JOURNAL_WRITE_REPLY_ORDERING_GROUPS".to_owned(),
+            value: "\"0\"".to_owned(),
+            rule: format!("sets nothing; did you mean {GROUPS_VAR}?"),
+            source: ConfigSource::Env(
+                "ACTIX_PERSISTENCE_JOURNAL_WRITE_REPLY_ORDERING_GROUPS".to_owned()
+            ),
+        }
+    );
+}
+
+#[test]
+fn misspelt_variable_outside_the_scheme_is_reported_with_the_closest_name() {
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_JORNAL_PLUGIN", "inmem")]));
+    assert_eq!(
+        problem.rule,
+        "sets nothing; did you mean ACTIX_PERSISTENCE__JOURNAL__PLUGIN?"
+    );
+    let problem = only_problem(load_env(&[(
+        "ACTIX_PERSISTENCE_CONFIG_FILE",
+        "/etc/app.toml",
+    )]));
+    assert_eq!(
+        problem.rule,
+        "sets nothing; did you mean ACTIX_PERSISTENCE_CONFIG?"
+    );
+}
+
+#[test]
+fn unrelated_variable_of_the_prefix_is_reported_without_a_guess() {
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTENCE_LOG", "debug")]));
+    assert_eq!(problem.setting, "ACTIX_PERSISTENCE_LOG");
+    assert!(
+        problem
+            .rule
+            .starts_with("sets nothing: settings are ACTIX_PERSISTENCE__<SECTION>__<KEY>"),
+        "{}",
+        problem.rule
     );
 }

@@ -118,15 +118,18 @@ fn url_setting_wins_over_database_url() {
 
 #[test]
 fn postgres_journal_without_url_or_database_url_fails_naming_both() {
-    let problem = only_problem(load_env(&[(PLUGIN_VAR, "postgres")]));
+    let problem = only_problem(load_env(&[
+        (PLUGIN_VAR, "postgres"),
+        (SNAPSHOT_PLUGIN_VAR, "postgres"),
+    ]));
     assert_eq!(
         problem,
-        missing_url_problem("journal.plugin is \"postgres\"")
+        missing_url_problem("journal.plugin and snapshot-store.plugin are \"postgres\"")
     );
     assert_eq!(
         problem.to_string(),
         "journal.postgres.url = \"\" (from reference.toml): must name the PostgreSQL database \
-         when journal.plugin is \"postgres\": set journal.postgres.url \
+         when journal.plugin and snapshot-store.plugin are \"postgres\": set journal.postgres.url \
          (env ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL) or the environment variable DATABASE_URL"
     );
 }
@@ -266,7 +269,8 @@ fn snapshot_store_plugin_is_parsed_and_checked() {
         ConfigProblem {
             setting: "snapshot-store.plugin".to_owned(),
             value: "\"Postgres\"".to_owned(),
-            rule: "must be one of \"sqlite\", \"postgres\", \"inmem\"".to_owned(),
+            rule: "must be one of \"same-as-journal\", \"sqlite\", \"postgres\", \"inmem\""
+                .to_owned(),
             source: ConfigSource::Env(SNAPSHOT_PLUGIN_VAR.to_owned()),
         }
     );

@@ -98,6 +98,9 @@ const CHANGES: &[(&str, &str, Check)] = &[
     ("journal.postgres.statement-timeout", "\"1m\"", |s| {
         s.journal.postgres.statement_timeout == Duration::from_secs(60)
     }),
+    ("journal.postgres.schema", "\"events\"", |s| {
+        s.journal.postgres.schema == "events"
+    }),
     ("snapshot-store.plugin", "\"inmem\"", |s| {
         s.snapshot_store.plugin == SnapshotStorePlugin::InMemory
     }),
@@ -149,6 +152,7 @@ fn reference_parses_into_the_documented_defaults() {
                 max_connections: NonZeroU32::new(10).expect("non-zero"),
                 acquire_timeout: Duration::from_secs(5),
                 statement_timeout: Duration::from_secs(10),
+                schema: String::new(),
             },
         },
         snapshot_store: SnapshotStoreSettings {

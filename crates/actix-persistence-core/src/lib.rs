@@ -21,6 +21,7 @@ pub mod store;
 
 #[cfg(feature = "actor")]
 pub mod journal;
+pub mod metrics;
 #[cfg(feature = "actor")]
 pub mod persistent;
 

@@ -37,6 +37,17 @@ pub enum SerializationError {
         /// The serializer's message.
         reason: String,
     },
+    /// A snapshot could not be serialized.
+    #[error("snapshot could not be serialized: {0}")]
+    SnapshotSerialize(String),
+    /// A stored snapshot could not be turned back into the actor's snapshot type.
+    #[error("snapshot at sequence number {seq_nr} could not be read: {reason}")]
+    SnapshotDeserialize {
+        /// Sequence number of the snapshot.
+        seq_nr: u64,
+        /// What went wrong.
+        reason: String,
+    },
     /// The event was written by a serializer this actor does not know.
     #[error("event at sequence number {seq_nr} was written by serializer {serializer_id}, expected {expected}")]
     UnknownSerializer {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::BoxError;
@@ -40,11 +41,57 @@ impl SerializedSnapshot {
     ///
     /// # Errors
     /// [`SerializationError::Serialize`] when serde_json fails or the `Serialize` impl panics.
+    /// [`SerializationError::SnapshotSerialize`] when serde_json fails or the `Serialize` impl
+    /// panics.
     pub fn json<T: Serialize + ?Sized>(state: &T) -> Result<Self, SerializationError> {
+        let payload = to_json(state).map_err(|e| match e {
+            SerializationError::Serialize(reason) => SerializationError::SnapshotSerialize(reason),
+            other => other,
+        })?;
         Ok(SerializedSnapshot {
-            payload: to_json(state)?,
+            payload,
             serializer_id: JSON_SERIALIZER_ID,
             manifest: String::new(),
+        })
+    }
+}
+
+impl SelectedSnapshot {
+    /// Reads the state written by [`SerializedSnapshot::json`]: the typed mirror of it.
+    ///
+    /// # Examples
+    /// ```
+    /// use actix_persistence_core::{SelectedSnapshot, SerializedSnapshot, SnapshotMetadata};
+    ///
+    /// let snapshot = SelectedSnapshot {
+    ///     metadata: SnapshotMetadata { persistence_id: "cart-1".into(), seq_nr: 7, timestamp: 0 },
+    ///     snapshot: SerializedSnapshot::json(&vec!["apple", "pear"])?,
+    /// };
+    /// let items: Vec<String> = snapshot.json()?;
+    /// assert_eq!(items, ["apple", "pear"]);
+    /// assert!(snapshot.json::<u64>().unwrap_err().to_string().starts_with("snapshot at sequence number 7"));
+    /// # Ok::<(), actix_persistence_core::serialization::SerializationError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`SerializationError::SnapshotDeserialize`] naming the snapshot's sequence number when
+    /// it was written by another serializer or does not decode to `T`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, SerializationError> {
+        let seq_nr = self.metadata.seq_nr;
+        if self.snapshot.serializer_id != JSON_SERIALIZER_ID {
+            return Err(SerializationError::SnapshotDeserialize {
+                seq_nr,
+                reason: format!(
+                    "written by serializer {}, expected serde_json ({JSON_SERIALIZER_ID})",
+                    self.snapshot.serializer_id
+                ),
+            });
+        }
+        serde_json::from_slice(&self.snapshot.payload).map_err(|e| {
+            SerializationError::SnapshotDeserialize {
+                seq_nr,
+                reason: e.to_string(),
+            }
         })
     }
 }
@@ -131,8 +178,8 @@ pub enum SnapshotError {
         #[source]
         source: SerializationError,
     },
-    /// The actor has no snapshot store, or does not implement
-    /// `EventSourced::snapshot`.
+    /// The actor has no snapshot store, or takes no snapshots (`EventSourced::snapshotting`
+    /// returns `None`).
     #[error("{persistence_id:?} cannot save snapshots: {reason}")]
     NotSupported {
         /// Whose snapshot.

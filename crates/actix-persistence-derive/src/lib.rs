@@ -55,6 +55,84 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     })
 }
 
+/// Derives `actix::Message` through the facade, so a crate that depends only on
+/// `actix-persistence` needs no `actix` dependency of its own: `#[rtype(result = "T")]` (or
+/// `#[rtype(T)]`) names the reply type, `()` when absent. As actix's own derive, with paths
+/// into `actix_persistence::actix`.
+#[proc_macro_derive(Message, attributes(rtype))]
+pub fn derive_message(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand_message(&input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+fn expand_message(input: &DeriveInput) -> syn::Result<TokenStream2> {
+    let mut result: Option<Type> = None;
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("rtype")) {
+        let parsed = attr.parse_args_with(|stream: syn::parse::ParseStream| {
+            if stream.peek(syn::Ident) && stream.peek2(syn::Token![=]) {
+                let key: syn::Ident = stream.parse()?;
+                if key != "result" {
+                    return Err(syn::Error::new(key.span(), "expected `result = \"Type\"`"));
+                }
+                stream.parse::<syn::Token![=]>()?;
+                let text: syn::LitStr = stream.parse()?;
+                text.parse::<Type>()
+            } else {
+                stream.parse::<Type>()
+            }
+        })?;
+        result = Some(parsed);
+    }
+    let result = match result {
+        Some(ty) => quote!(#ty),
+        None => quote!(()),
+    };
+    let name = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    Ok(quote! {
+        impl #impl_generics ::actix_persistence::actix::Message for #name #ty_generics #where_clause {
+            type Result = #result;
+        }
+    })
+}
+
+/// Runs an `async fn main` in an Actix system, as `#[actix::main]` does, through the facade:
+/// `Persistence::start` needs a running Actix system (under `#[tokio::main]` it returns
+/// `StartError::NoActixSystem`).
+#[proc_macro_attribute]
+pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
+    if !args.is_empty() {
+        return syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "#[actix_persistence::main] takes no arguments",
+        )
+        .into_compile_error()
+        .into();
+    }
+    let mut function = parse_macro_input!(item as syn::ItemFn);
+    if function.sig.asyncness.take().is_none() {
+        return syn::Error::new(
+            function.sig.fn_token.span(),
+            "#[actix_persistence::main] needs an `async fn`",
+        )
+        .into_compile_error()
+        .into();
+    }
+    let attrs = &function.attrs;
+    let vis = &function.vis;
+    let sig = &function.sig;
+    let body = &function.block;
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            ::actix_persistence::actix::System::new().block_on(async move #body)
+        }
+    }
+    .into()
+}
+
 /// The member holding the persistence state: the `#[persistence]` field, or the only field
 /// whose type is named `PersistenceState`.
 fn persistence_field(input: &DeriveInput) -> syn::Result<Member> {

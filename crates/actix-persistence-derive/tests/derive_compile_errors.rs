@@ -1,4 +1,5 @@
-//! What `#[derive(PersistentActor)]` refuses, and the message it gives.
+//! What `#[derive(PersistentActor)]` refuses, and the message it gives. The cases use the
+//! derive crate alone, so trybuild builds no more than it (see Cargo.toml).
 
 #[test]
 fn derive_refuses_structs_without_exactly_one_persistence_state() {

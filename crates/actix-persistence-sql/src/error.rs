@@ -11,12 +11,14 @@
 #[non_exhaustive]
 pub enum SqlStoreError {
     /// The database at `url` could not be opened: the URL does not parse, the file is missing
-    /// and could not be created (for example its directory does not exist), or the database
-    /// refused the connection.
-    #[error("could not open the journal database at {url:?}: {source}; check the URL (SQLite: that its directory exists and is writable; PostgreSQL: that the server is reachable, the database exists and the user may log in)")]
+    /// and could not be created (for example its directory does not exist), or the server
+    /// refused or did not answer; `failure` says which.
+    #[error("could not open the journal database at {url}: {failure} ({source})")]
     Connect {
         /// The URL as given in the options, with any password replaced by `***`.
         url: String,
+        /// What failed, with what to check.
+        failure: ConnectFailure,
         /// The driver's error.
         #[source]
         source: sqlx::Error,
@@ -76,4 +78,97 @@ pub enum SqlStoreError {
     /// running runtime.
     #[error("the journal's writer task has stopped (its Tokio runtime shut down or it panicked); open the journal again")]
     WriterStopped,
+}
+
+/// Why a connection to the database failed, in the words of what to check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nothing listens at the host and port (or Unix socket) of the URL.
+    Refused,
+    /// The host name does not resolve, or the host cannot be reached.
+    HostUnreachable,
+    /// The server refused the user: wrong password, unknown role, or `pg_hba.conf` rules.
+    Authentication,
+    /// The server runs, but the database the URL names does not exist.
+    UnknownDatabase,
+    /// No answer within the acquire timeout (a firewall dropping packets, an overloaded
+    /// server).
+    NoAnswer {
+        /// The timeout that expired, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// The URL does not parse.
+    InvalidUrl,
+    /// TLS could not be negotiated.
+    Tls,
+    /// Anything else (for SQLite: the file cannot be opened or created).
+    Other,
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Refused => f.write_str(
+                "connection refused: is the server running and listening at that host and port?",
+            ),
+            ConnectFailure::HostUnreachable => {
+                f.write_str("host unreachable: check the host name and the network")
+            }
+            ConnectFailure::Authentication => f.write_str(
+                "authentication failed: check the user and password (and the server's pg_hba.conf)",
+            ),
+            ConnectFailure::UnknownDatabase => {
+                f.write_str("the database does not exist: create it, or fix its name in the URL")
+            }
+            ConnectFailure::NoAnswer { timeout_ms } => write!(
+                f,
+                "no answer within {timeout_ms} ms: check the host, port and firewall"
+            ),
+            ConnectFailure::InvalidUrl => f.write_str("the URL does not parse"),
+            ConnectFailure::Tls => {
+                f.write_str("TLS negotiation failed: check sslmode and certificates")
+            }
+            ConnectFailure::Other => {
+                f.write_str("check the URL (SQLite: that its directory exists and is writable)")
+            }
+        }
+    }
+}
+
+impl ConnectFailure {
+    /// Classifies a driver error of a connection attempt.
+    pub fn of(error: &sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::Configuration(_) => ConnectFailure::InvalidUrl,
+            sqlx::Error::Tls(_) => ConnectFailure::Tls,
+            sqlx::Error::Io(io) => match io.kind() {
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+                    ConnectFailure::Refused
+                }
+                std::io::ErrorKind::TimedOut => ConnectFailure::NoAnswer { timeout_ms: 0 },
+                // Name resolution, no route to the host, network down.
+                _ => ConnectFailure::HostUnreachable,
+            },
+            sqlx::Error::Database(db) => match db.code().as_deref() {
+                // invalid_password, invalid_authorization_specification
+                Some("28P01") | Some("28000") => ConnectFailure::Authentication,
+                // invalid_catalog_name
+                Some("3D000") => ConnectFailure::UnknownDatabase,
+                _ => ConnectFailure::Other,
+            },
+            _ => ConnectFailure::Other,
+        }
+    }
+}
+
+impl SqlStoreError {
+    /// A [`SqlStoreError::Connect`] for `url` (password already hidden), classified.
+    pub(crate) fn connect(url: String, source: sqlx::Error) -> Self {
+        SqlStoreError::Connect {
+            url,
+            failure: ConnectFailure::of(&source),
+            source,
+        }
+    }
 }

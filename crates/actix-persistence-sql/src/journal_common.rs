@@ -49,6 +49,8 @@ use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, WriteCounters
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
 /// of an atomic write are inserted.
 pub(crate) trait Dialect: Send + Sync + 'static {
+    /// The store's name in metrics (label `store`).
+    const METRICS_LABEL: &'static str;
     /// The sqlx database.
     type Db: Database;
     /// The column type of serializer ids.
@@ -342,6 +344,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Ok(()) => {
                 if stored > 0 {
                     counters.committed(stored);
+                    record_batch_size::<D>(stored);
                 }
                 (settle(outcomes, None), owned.into_iter().map(Ok).collect())
             }
@@ -930,4 +933,14 @@ where
         conn.return_to_pool().await;
         value
     }
+}
+
+/// Reports one committed transaction's atomic writes
+/// ([`GROUP_COMMIT_BATCH_SIZE`](actix_persistence_core::metrics::GROUP_COMMIT_BATCH_SIZE)).
+fn record_batch_size<D: Dialect>(atomic_writes: usize) {
+    metrics::histogram!(
+        actix_persistence_core::metrics::GROUP_COMMIT_BATCH_SIZE,
+        "store" => D::METRICS_LABEL
+    )
+    .record(atomic_writes as f64);
 }

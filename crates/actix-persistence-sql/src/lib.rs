@@ -14,7 +14,11 @@
 //!   `LISTEN`/`NOTIFY`).
 //!
 //! Both bring their schema up to date with migrations embedded in the crate when they connect;
-//! the build never needs a database (queries are checked at run time, not by macros).
+//! the build never needs a database (queries are checked at run time, not by macros). Applied
+//! migrations are recorded in a table of their own, [`MIGRATIONS_TABLE`], never in sqlx's
+//! `_sqlx_migrations`, so an application's own `sqlx::migrate!()` shares the database with
+//! the journal in either order. On PostgreSQL, `PostgresJournalOptions::schema` puts the
+//! tables into a schema of their own.
 //!
 //! # Group commit
 //! Both journals store the atomic writes that arrive while a transaction is in flight, from any
@@ -71,6 +75,7 @@
 mod error;
 mod group_commit;
 mod journal_common;
+mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
@@ -84,9 +89,10 @@ mod sqlite_snapshot;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
-pub use error::SqlStoreError;
+pub use error::{ConnectFailure, SqlStoreError};
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
 pub use journal_common::ConnectionsInUse;
+pub use migrate::MIGRATIONS_TABLE;
 #[cfg(feature = "postgres")]
 pub use postgres::{connection_budgets, migrate_postgres, PostgresJournal, PostgresJournalOptions};
 #[cfg(feature = "postgres")]

@@ -20,7 +20,7 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
-use crate::error::SqlStoreError;
+use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
     check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
@@ -29,12 +29,10 @@ use crate::journal_common::{
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
-/// The schema migrations under `migrations/postgres/`, embedded at compile time. Without the
-/// advisory lock sqlx takes by default: Postgres-compatible engines (CockroachDB, ...) lack it.
-static MIGRATOR: Migrator = Migrator {
-    locking: false,
-    ..sqlx::migrate!("migrations/postgres")
-};
+/// The schema migrations under `migrations/postgres/`, embedded at compile time, run by
+/// [`crate::migrate`] with bookkeeping of their own (no advisory lock: Postgres-compatible
+/// engines such as CockroachDB lack it).
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
 
 /// The statement's start on the database clock, microseconds since the Unix epoch: the
 /// database timestamp of the events it inserts (see `migrations/postgres/0003_query_columns.sql`).
@@ -104,6 +102,13 @@ pub struct PostgresJournalOptions {
     ///
     /// Default: 500 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
     pub replay_batch_size: u32,
+    /// The PostgreSQL schema that holds the journal's tables (and its migration records,
+    /// [`MIGRATIONS_TABLE`](crate::MIGRATIONS_TABLE)): created when missing, and the
+    /// `search_path` of every connection of the pool. Empty: the connection's default
+    /// `search_path` (usually `public`).
+    ///
+    /// Default: empty.
+    pub schema: String,
 }
 
 impl PostgresJournalOptions {
@@ -126,6 +131,7 @@ impl Default for PostgresJournalOptions {
             statement_timeout: Duration::from_secs(10),
             max_batch_size: DEFAULT_MAX_BATCH_SIZE,
             replay_batch_size: DEFAULT_REPLAY_BATCH_SIZE,
+            schema: String::new(),
         }
     }
 }
@@ -175,26 +181,41 @@ async fn open_pools(options: &PostgresJournalOptions) -> Result<(PgPool, PgPool)
 /// Opens the pool and brings the schema (journal and snapshots) up to date.
 pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     let pool = connect_pool(options).await?;
-    migrate_postgres(&pool).await?;
+    let schema = quoted_schema(&options.schema)?;
+    migrate_postgres_in(&pool, schema.as_deref()).await?;
     Ok(pool)
 }
 
 /// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
-/// embedded in this crate (journal, snapshots, queries, projection offsets).
-/// [`PostgresJournal::connect`] runs it; other users of the same database (a projection's
-/// offset store on a pool of its own) call it to make sure the tables exist.
+/// embedded in this crate (journal, snapshots, queries, fencing, projection offsets, deleted-to
+/// marks), in the connections' `search_path`. [`PostgresJournal::connect`] runs it; other
+/// users of the same database (a projection's offset store on a pool of its own) call it to
+/// make sure the tables exist.
 ///
 /// # Errors
 /// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
 pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
-    // Without the advisory lock, processes starting together may apply the same migration at
+    migrate_postgres_in(pool, None).await
+}
+
+/// [`migrate_postgres`], first creating `schema` (already quoted) when one is given.
+async fn migrate_postgres_in(pool: &PgPool, schema: Option<&str>) -> Result<(), SqlStoreError> {
+    // Without an advisory lock, processes starting together may apply the same migration at
     // once: the losers fail when the winner commits. Each such failure means another process
     // made progress (it created the migrations table or applied a migration), so a bounded
     // number of retries always ends with every migration applied, or with a real error.
-    let attempts = MIGRATOR.iter().count() + 2;
+    let attempts = MIGRATOR.iter().count() + 3;
     let mut attempt = 1;
     loop {
-        match MIGRATOR.run(pool).await {
+        let migrated = async {
+            if let Some(schema) = schema {
+                sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .execute(pool)
+                    .await?;
+            }
+            crate::migrate::postgres::run(pool, &MIGRATOR).await
+        };
+        match migrated.await {
             Ok(()) => return Ok(()),
             Err(error) if attempt < attempts => {
                 tracing::debug!(%error, attempt, "journal migration failed; running it again");
@@ -205,7 +226,9 @@ pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
     }
 }
 
-/// Opens a pool of `options.max_connections` connections, each with the statement timeout.
+/// Opens a pool of `options.max_connections` connections, each with the statement timeout
+/// (and the schema as its `search_path`), after one direct connection that reports what
+/// failed.
 async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     if options.url.trim().is_empty() {
         return Err(SqlStoreError::InvalidOption {
@@ -218,22 +241,26 @@ async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlSto
         options.max_connections,
         "the pool needs at least one connection",
     )?;
-    let connect_error = |source| SqlStoreError::Connect {
-        url: redact_password(&options.url),
-        source,
-    };
+    let url = redact_password(&options.url);
+    let connect_error = |source| SqlStoreError::connect(url.clone(), source);
     let connect_options = PgConnectOptions::from_str(&options.url).map_err(connect_error)?;
-    let set_timeout = format!(
+    let schema = quoted_schema(&options.schema)?;
+    // One connection first: the pool would report any failure as "pool timed out".
+    check_connection(&connect_options, options.acquire_timeout, &url).await?;
+    let mut session = format!(
         "SET statement_timeout = {}",
         options.statement_timeout.as_millis()
     );
+    if let Some(schema) = &schema {
+        session.push_str(&format!("; SET search_path TO {schema}"));
+    }
     let pool = PgPoolOptions::new()
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .after_connect(move |conn, _| {
-            let set_timeout = set_timeout.clone();
+            let session = session.clone();
             Box::pin(async move {
-                conn.execute(sqlx::raw_sql(&set_timeout)).await?;
+                conn.execute(sqlx::raw_sql(&session)).await?;
                 Ok(())
             })
         })
@@ -241,6 +268,47 @@ async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlSto
         .await
         .map_err(connect_error)?;
     Ok(pool)
+}
+
+/// `schema` as a quoted identifier, `None` when empty.
+fn quoted_schema(schema: &str) -> Result<Option<String>, SqlStoreError> {
+    if schema.is_empty() {
+        return Ok(None);
+    }
+    if schema.contains('\0') {
+        return Err(SqlStoreError::InvalidOption {
+            option: "schema",
+            value: format!("{schema:?}"),
+            reason: "a PostgreSQL identifier cannot hold a NUL character",
+        });
+    }
+    Ok(Some(format!("\"{}\"", schema.replace('"', "\"\""))))
+}
+
+/// Connects once, to report what failed (refused, authentication, unknown database, no
+/// answer) and where, instead of the pool's "timed out while waiting for an open connection".
+async fn check_connection(
+    options: &PgConnectOptions,
+    timeout: Duration,
+    url: &str,
+) -> Result<(), SqlStoreError> {
+    match tokio::time::timeout(timeout, PgConnection::connect_with(options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(source)) => Err(SqlStoreError::connect(url.to_owned(), source)),
+        Err(_) => Err(SqlStoreError::Connect {
+            url: url.to_owned(),
+            failure: ConnectFailure::NoAnswer {
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            },
+            source: sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer to the connection attempt",
+            )),
+        }),
+    }
 }
 
 /// `url` with the password of its user info (`user:password@`) and any `password=` parameter
@@ -459,6 +527,7 @@ fn holds_nul(text: &str) -> bool {
 }
 
 impl Dialect for PostgresDialect {
+    const METRICS_LABEL: &'static str = "postgres";
     type Db = Postgres;
     type SerializerId = i32;
     type Tags = Vec<String>;

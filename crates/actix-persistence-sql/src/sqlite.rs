@@ -29,7 +29,8 @@ use crate::journal_common::{
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
-/// The schema migrations under `migrations/sqlite/`, embedded at compile time.
+/// The schema migrations under `migrations/sqlite/`, embedded at compile time, run by
+/// [`crate::migrate`] with bookkeeping of their own.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Default of [`SqliteJournalOptions::url`].
@@ -175,10 +176,7 @@ impl SqlitePools {
             options.max_connections,
             "the reader pool needs at least one connection",
         )?;
-        let connect_error = |source| SqlStoreError::Connect {
-            url: options.url.clone(),
-            source,
-        };
+        let connect_error = |source| SqlStoreError::connect(options.url.clone(), source);
         let base = SqliteConnectOptions::from_str(&options.url)
             .map_err(connect_error)?
             .busy_timeout(options.busy_timeout)
@@ -213,8 +211,25 @@ impl SqlitePools {
     }
 
     pub(crate) async fn close(&self) {
-        self.writer.close().await;
+        // The writer last, after it moved every page of the WAL into the database file and
+        // removed the `-wal` and `-shm` files (WAL mode is turned on again at the next open).
+        // A reader connection returned just before the close is closed by a task of sqlx's
+        // own, so the switch is retried briefly while the file is still locked. Best effort:
+        // with another process still using the file, the WAL stays, as it must.
         self.readers.close().await;
+        for attempt in 1..=50 {
+            match sqlx::query_scalar::<_, String>("PRAGMA journal_mode = DELETE")
+                .fetch_one(&self.writer)
+                .await
+            {
+                Ok(_) => break,
+                Err(error) if attempt == 50 => {
+                    tracing::debug!(%error, "SQLite journal: WAL not removed on close");
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+        self.writer.close().await;
     }
 }
 
@@ -226,8 +241,7 @@ impl SqlitePools {
 /// # Errors
 /// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
 pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
-    MIGRATOR
-        .run(pool)
+    crate::migrate::sqlite::run(pool, &MIGRATOR)
         .await
         .map_err(|source| SqlStoreError::Migrate { source })
 }
@@ -365,6 +379,7 @@ pub(crate) struct PreparedWrite {
 }
 
 impl Dialect for SqliteDialect {
+    const METRICS_LABEL: &'static str = "sqlite";
     type Db = Sqlite;
     type SerializerId = i64;
     type Tags = String;

@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions, SqlStoreError};
+use actix_persistence_sql::{
+    ConnectFailure, PostgresJournal, PostgresJournalOptions, SqlStoreError,
+};
 
 #[tokio::test]
 async fn empty_url_is_refused_before_connecting() {
@@ -55,7 +57,7 @@ fn default_options_are_documented_values() {
 }
 
 /// The tests that need a server: each in a database of its own.
-#[cfg(feature = "test-util")]
+#[cfg(all(feature = "test-util", has_database_url))]
 mod on_a_server {
     use std::time::Duration;
 
@@ -194,3 +196,116 @@ mod on_a_server {
         .await;
     }
 }
+
+#[tokio::test]
+async fn refused_connection_says_connection_refused_and_where() {
+    let options = PostgresJournalOptions {
+        acquire_timeout: Duration::from_secs(2),
+        ..PostgresJournalOptions::new("postgres://app:hunter2@127.0.0.1:1/events")
+    };
+    match PostgresJournal::connect(&options).await {
+        Err(error @ SqlStoreError::Connect { .. }) => {
+            let SqlStoreError::Connect { failure, url, .. } = &error else {
+                unreachable!()
+            };
+            assert_eq!(*failure, ConnectFailure::Refused);
+            assert_eq!(url, "postgres://app:***@127.0.0.1:1/events");
+            let message = error.to_string();
+            assert!(message.contains("connection refused"), "{message}");
+            assert!(!message.contains("pool timed out"), "{message}");
+        }
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+}
+
+#[cfg(all(feature = "test-util", has_database_url))]
+mod connect_failures_on_a_server {
+    use actix_persistence_sql::test_util::{url_with_database, TestDatabase};
+    use actix_persistence_sql::{
+        ConnectFailure, PostgresJournal, PostgresJournalOptions, SqlStoreError,
+    };
+
+    async fn failure_of(url: String) -> (ConnectFailure, String) {
+        match PostgresJournal::connect(&PostgresJournalOptions::new(url)).await {
+            Err(error @ SqlStoreError::Connect { .. }) => {
+                let message = error.to_string();
+                let SqlStoreError::Connect { failure, .. } = error else {
+                    unreachable!()
+                };
+                (failure, message)
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_database_says_the_database_does_not_exist() {
+        let Some(db) = TestDatabase::create().await else {
+            return;
+        };
+        let (failure, message) =
+            failure_of(url_with_database(db.url(), "ap_test_no_such_database")).await;
+        assert_eq!(failure, ConnectFailure::UnknownDatabase);
+        assert!(message.contains("the database does not exist"), "{message}");
+        assert!(message.contains("ap_test_no_such_database"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn unknown_user_says_authentication_failed() {
+        let Some(db) = TestDatabase::create().await else {
+            return;
+        };
+        let url = db
+            .url()
+            .replace("user=postgres", "user=ap_no_such_role")
+            .replace("://postgres@", "://ap_no_such_role@");
+        assert_ne!(url, db.url(), "the test URL names its user");
+        let (failure, message) = failure_of(url).await;
+        assert_eq!(failure, ConnectFailure::Authentication);
+        assert!(message.contains("authentication failed"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn journal_tables_live_in_the_configured_schema() {
+        let Some(db) = TestDatabase::create().await else {
+            return;
+        };
+        let options = PostgresJournalOptions {
+            schema: "Events Of App".to_owned(),
+            ..PostgresJournalOptions::new(db.url())
+        };
+        let journal = PostgresJournal::connect(&options).await.expect("connect");
+        journal.close().await;
+        let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = 'Events Of App' ORDER BY table_name",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert!(tables.contains(&"journal".to_owned()), "{tables:?}");
+        assert!(tables.contains(&"snapshot".to_owned()), "{tables:?}");
+        assert!(
+            tables.contains(&"actix_persistence_migrations".to_owned()),
+            "{tables:?}"
+        );
+        let in_public: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'public'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(in_public, 0);
+        // Connecting again finds every migration applied.
+        let again = PostgresJournal::connect(&options).await.expect("reconnect");
+        again.close().await;
+        pool.close().await;
+    }
+}
+
+/// Without `DATABASE_URL` the tests that need a server are not compiled: one line says so.
+#[cfg(all(feature = "test-util", not(has_database_url)))]
+#[test]
+#[ignore = "PostgreSQL tests skipped: set DATABASE_URL to run them"]
+fn postgres_tests_skipped_without_database_url() {}

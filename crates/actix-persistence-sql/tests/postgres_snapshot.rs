@@ -2,7 +2,7 @@
 //! test runs in a database of its own (skipped without `DATABASE_URL`, except in CI). What
 //! both snapshot stores do is tested once for both, in `snapshot_store.rs` and
 //! `conformance.rs`.
-#![cfg(feature = "test-util")]
+#![cfg(all(feature = "test-util", has_database_url))]
 
 mod common;
 

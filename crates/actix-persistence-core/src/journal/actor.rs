@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use actix::{Actor, Addr, Context, Handler, ResponseFuture};
 use futures::FutureExt;
+use metrics::Histogram;
 use tracing::Instrument;
 
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use super::{
-    write_reply_ordering_group, DeleteMessagesTo, ReadHighestSequenceNr, Replay, ReplayMessages,
-    ReplyOrder, Resequence, Resequencer, TakeOwnership, WriteMessages, WriteMessagesReply,
+    write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
+    ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
+    WriteMessagesReply,
 };
 use crate::error::{AtomicWriteError, JournalError};
+use crate::persistent::{InFlight, InFlightGuard};
 use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, Ownership};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
@@ -46,6 +49,11 @@ pub struct JournalActor {
     config: JournalConfig,
     breaker: Arc<CircuitBreaker>,
     groups: Vec<Group>,
+    in_flight: Option<InFlight>,
+    /// The label `store` of its metrics.
+    store_name: &'static str,
+    /// [`crate::metrics::PERSIST_LATENCY`] of this journal's store (registered on start).
+    persist_latency: Histogram,
 }
 
 struct Group {
@@ -76,7 +84,27 @@ impl JournalActor {
             breaker: Arc::new(CircuitBreaker::new(config.circuit_breaker)),
             config,
             groups: Vec::new(),
+            in_flight: None,
+            store_name: "custom",
+            persist_latency: Histogram::noop(),
         }
+    }
+
+    /// Names the store in the metrics (label `store`, e.g. `"sqlite"`); `"custom"` unless set.
+    pub fn with_store_name(mut self, store: &'static str) -> Self {
+        self.store_name = store;
+        self
+    }
+
+    /// Counts the store writes and deletes under way in `in_flight`, so a graceful shutdown
+    /// can wait for them before closing the store.
+    pub fn with_in_flight(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = Some(in_flight);
+        self
+    }
+
+    fn enter_work(&self) -> Option<InFlightGuard> {
+        self.in_flight.as_ref().map(InFlight::enter)
     }
 
     /// Starts a journal actor over `store` on the current arbiter.
@@ -126,10 +154,11 @@ impl Actor for JournalActor {
     type Context = Context<Self>;
 
     fn started(&mut self, _: &mut Context<Self>) {
+        self.persist_latency = persist_latency(self.store_name);
         let count = self.config.write_reply_ordering_groups.get();
         self.groups = (0..count)
-            .map(|_| {
-                let order = ReplyOrder::default();
+            .map(|group| {
+                let order = ReplyOrder::for_group(group);
                 Group {
                     resequencer: Resequencer::with_order(order.clone()).start(),
                     order,
@@ -163,6 +192,9 @@ impl Handler<WriteMessages> for JournalActor {
             )
         });
         let reply_to = msg.reply_to;
+        let work = self.enter_work();
+        let latency = self.persist_latency.clone();
+        let started = tokio::time::Instant::now();
         let mut write = Box::pin(write_batch(
             Arc::clone(&self.store),
             Arc::clone(&self.breaker),
@@ -177,25 +209,31 @@ impl Handler<WriteMessages> for JournalActor {
         };
         let group = &self.groups[group_index];
         match first_poll {
-            Some(reply) => Group::reply(
-                &group.order,
-                &group.resequencer,
-                Resequence {
-                    seq,
-                    reply,
-                    reply_to,
-                },
-            ),
+            Some(reply) => {
+                latency.record(started.elapsed().as_secs_f64());
+                Group::reply(
+                    &group.order,
+                    &group.resequencer,
+                    Resequence {
+                        seq,
+                        reply,
+                        reply_to,
+                    },
+                );
+                drop(work);
+            }
             None => {
                 let (order, resequencer) = (group.order.clone(), group.resequencer.clone());
                 let write = async move {
                     let reply = write.await;
+                    latency.record(started.elapsed().as_secs_f64());
                     let msg = Resequence {
                         seq,
                         reply,
                         reply_to,
                     };
                     Group::reply(&order, &resequencer, msg);
+                    drop(work);
                 };
                 match span {
                     Some(span) => actix::spawn(write.instrument(span)),
@@ -319,9 +357,46 @@ async fn call_store(
     }
 }
 
+fn persist_latency(store: &'static str) -> Histogram {
+    metrics::histogram!(crate::metrics::PERSIST_LATENCY, "store" => store)
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("the journal store panicked")]
 struct StorePanicked;
+
+impl Handler<CheckHealth> for JournalActor {
+    type Result = ResponseFuture<Result<(), Unhealthy>>;
+
+    fn handle(&mut self, _: CheckHealth, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(&self.store);
+        let breaker = Arc::clone(&self.breaker);
+        let timeout = self.call_timeout();
+        Box::pin(async move {
+            if let Some(retry_in) = breaker.open_for() {
+                return Err(Unhealthy::CircuitOpen { retry_in });
+            }
+            // A read, never a write; past the breaker, so a check never trips it.
+            let call = AssertUnwindSafe(store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0));
+            match tokio::time::timeout(timeout, call.catch_unwind()).await {
+                Ok(Ok(Ok(_))) => Ok(()),
+                Ok(Ok(Err(cause))) => Err(Unhealthy::StoreUnreachable(cause)),
+                Ok(Err(_panic)) => Err(Unhealthy::StoreUnreachable(JournalError::storage(
+                    "health check",
+                    StorePanicked,
+                ))),
+                Err(_) => Err(Unhealthy::StoreUnreachable(JournalError::Timeout {
+                    operation: "health check",
+                    timeout,
+                })),
+            }
+        })
+    }
+}
+
+/// The persistence id the health check reads the highest sequence number of (it need not
+/// exist).
+const HEALTH_CHECK_ID: &str = "actix-persistence-health-check";
 
 /// Awaits a store call with the journal's call timeout, through the circuit breaker.
 async fn with_timeout<T>(
@@ -409,9 +484,12 @@ impl Handler<DeleteMessagesTo> for JournalActor {
         let store = Arc::clone(&self.store);
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
+        let work = self.enter_work();
         Box::pin(async move {
             let call = store.delete_messages_to(&msg.persistence_id, msg.to_seq_nr);
-            with_timeout(&breaker, "delete", timeout, call).await
+            let deleted = with_timeout(&breaker, "delete", timeout, call).await;
+            drop(work);
+            deleted
         })
     }
 }

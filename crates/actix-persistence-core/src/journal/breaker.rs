@@ -65,6 +65,7 @@ impl CircuitBreaker {
             State::Open { until } if Instant::now() >= until => {
                 *state = State::HalfOpen;
                 *generation += 1;
+                report(state);
                 Ok(*generation)
             }
             State::Open { until } => Err(JournalError::CircuitOpen {
@@ -109,8 +110,30 @@ impl CircuitBreaker {
         *state = next;
         if transition {
             *current += 1;
+            report(state);
         }
     }
+
+    /// How long the breaker stays open; `None` unless it is open (half-open counts as open:
+    /// a trial call is under way).
+    pub(crate) fn open_for(&self) -> Option<Duration> {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.0 {
+            State::Closed { .. } => None,
+            State::Open { until } => Some(until.saturating_duration_since(Instant::now())),
+            State::HalfOpen => Some(Duration::ZERO),
+        }
+    }
+}
+
+/// Sets [`crate::metrics::CIRCUIT_BREAKER_STATE`]: 0 closed, 1 half-open, 2 open.
+fn report(state: &State) {
+    let value = match state {
+        State::Closed { .. } => 0.0,
+        State::HalfOpen => 1.0,
+        State::Open { .. } => 2.0,
+    };
+    metrics::gauge!(crate::metrics::CIRCUIT_BREAKER_STATE).set(value);
 }
 
 /// `now + after`, or a moment about 30 years away when that overflows the clock.

@@ -18,8 +18,8 @@ pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
-    DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages, TakeOwnership,
-    WriteMessages, WriteMessagesReply,
+    CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
+    TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
 pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};

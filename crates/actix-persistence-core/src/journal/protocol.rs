@@ -176,6 +176,30 @@ impl Message for DeleteMessagesTo {
     type Result = Result<(), JournalError>;
 }
 
+/// Is the journal ready to serve: its circuit breaker closed and its store answering a read?
+/// Never writes into the journal. For a readiness endpoint (the facade's
+/// `Persistence::health`).
+#[derive(Debug, Clone, Copy)]
+pub struct CheckHealth;
+
+impl Message for CheckHealth {
+    type Result = Result<(), Unhealthy>;
+}
+
+/// Why the journal is not ready.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unhealthy {
+    /// The circuit breaker is open after repeated store failures.
+    #[error("journal circuit breaker is open; next trial in {} ms", retry_in.as_millis())]
+    CircuitOpen {
+        /// Time until the breaker lets a trial call through.
+        retry_in: std::time::Duration,
+    },
+    /// The store did not answer a read.
+    #[error("journal store does not answer: {0}")]
+    StoreUnreachable(JournalError),
+}
+
 /// Take ownership of a persistence id for a new incarnation before replaying it: the store
 /// raises the id's owner epoch and reads its highest sequence number in one atomic step
 /// ([`crate::JournalStore::take_ownership`]). Writes of older incarnations fail with

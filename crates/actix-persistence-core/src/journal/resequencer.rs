@@ -3,7 +3,9 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use actix::{Actor, Context, Handler, Message};
+use metrics::Histogram;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::WriteMessagesReply;
 
@@ -12,16 +14,31 @@ use super::WriteMessagesReply;
 ///
 /// The journal actor hands a reply straight to its actor, without this hop, when the reply is
 /// next in its group's order and none is queued here ([`ReplyOrder`]): the order is the same.
-#[derive(Debug, Default)]
+/// How long each reply waited for earlier ones is reported in
+/// [`crate::metrics::REPLY_ORDERING_WAIT`] (0 for a reply delivered at once).
+#[derive(Debug)]
 pub struct Resequencer {
     order: ReplyOrder,
-    early: BTreeMap<u64, Resequence>,
+    /// Replies that arrived before an earlier one of the group, with when they arrived.
+    early: BTreeMap<u64, (Instant, Resequence)>,
+}
+
+impl Default for Resequencer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Resequencer {
     /// A resequencer expecting write number 0 first.
     pub fn new() -> Self {
-        Self::default()
+        Self::for_group(0)
+    }
+
+    /// The resequencer of write-reply-ordering group `group`: its wait metric carries that
+    /// label.
+    pub fn for_group(group: usize) -> Self {
+        Self::with_order(ReplyOrder::for_group(group))
     }
 
     /// A resequencer whose order the journal actor shares, to deliver in-order replies itself.
@@ -36,13 +53,24 @@ impl Resequencer {
 /// Where one group's reply order stands, shared by the journal actor and the group's
 /// resequencer (both live on the journal's arbiter): the number of the next reply to deliver,
 /// and how many replies were sent to the resequencer and are not delivered yet.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct ReplyOrder {
     next: Rc<Cell<u64>>,
     queued: Rc<Cell<u64>>,
+    /// How long each reply waited for earlier ones ([`crate::metrics::REPLY_ORDERING_WAIT`]).
+    wait: Histogram,
 }
 
 impl ReplyOrder {
+    /// The order of write-reply-ordering group `group`: its wait metric carries that label.
+    pub(crate) fn for_group(group: usize) -> Self {
+        ReplyOrder {
+            next: Rc::default(),
+            queued: Rc::default(),
+            wait: metrics::histogram!(crate::metrics::REPLY_ORDERING_WAIT, "group" => group.to_string()),
+        }
+    }
+
     /// Whether reply `seq` may go to its actor right away: every earlier reply of the group is
     /// delivered and none waits in the resequencer (which then has nothing to release after
     /// it either).
@@ -52,6 +80,7 @@ impl ReplyOrder {
 
     /// Delivers reply `seq`, which [`may_deliver_now`](Self::may_deliver_now) allowed.
     pub(crate) fn deliver_now(&self, msg: Resequence) {
+        self.wait.record(0.0);
         deliver(msg);
         self.next.set(self.next.get() + 1);
     }
@@ -91,12 +120,14 @@ impl Handler<Resequence> for Resequencer {
 
     fn handle(&mut self, msg: Resequence, _: &mut Context<Self>) {
         if msg.seq != self.order.next.get() {
-            self.early.insert(msg.seq, msg);
+            self.early.insert(msg.seq, (Instant::now(), msg));
             return;
         }
+        self.order.wait.record(0.0);
         deliver(msg);
         self.order.delivered_by_resequencer();
-        while let Some(ready) = self.early.remove(&self.order.next.get()) {
+        while let Some((arrived, ready)) = self.early.remove(&self.order.next.get()) {
+            self.order.wait.record(arrived.elapsed().as_secs_f64());
             deliver(ready);
             self.order.delivered_by_resequencer();
         }

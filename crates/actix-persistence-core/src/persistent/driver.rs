@@ -9,6 +9,8 @@ use actix::{ActorContext, ActorFuture, AsyncContext, Context};
 use tokio::sync::oneshot;
 use tracing::Span;
 
+use super::addr::ActorFailure;
+use super::in_flight::InFlightGuard;
 use super::panics::catch_user;
 use super::recovery::{poll_recovery, Recovered, Recovering};
 use super::state::{Invocation, PendingWrite, StopReason};
@@ -51,6 +53,8 @@ pub(crate) enum DriverState {
         reply: oneshot::Receiver<WriteMessagesReply>,
         writes: usize,
         span: Span,
+        /// Held until the continuations ran (and started what they start).
+        work: Option<InFlightGuard>,
     },
 }
 
@@ -162,6 +166,7 @@ fn run<A: PersistentActor>(
                             reply,
                             writes,
                             span,
+                            work: act.persistence().enter_work(),
                         }
                     }
                 },
@@ -169,6 +174,7 @@ fn run<A: PersistentActor>(
                     reply,
                     writes,
                     span,
+                    work,
                 } => {
                     let results = match Pin::new(reply).poll(task) {
                         Poll::Pending => return Poll::Pending,
@@ -180,6 +186,7 @@ fn run<A: PersistentActor>(
                     };
                     let span = span.clone();
                     let _entered = span.enter();
+                    let _work = work.take();
                     *this = DriverState::Idle;
                     if !deliver(act, ctx, results) {
                         return Poll::Ready(());
@@ -306,6 +313,8 @@ fn deliver<A: PersistentActor>(
             }
             Err(AtomicWriteError::Failed(cause)) => {
                 let fenced = matches!(cause, JournalError::Fenced { .. });
+                act.persistence()
+                    .record_failure(ActorFailure::Persist(cause.clone()));
                 let hook = catch_user(|| act.on_persist_failure(&cause, ctx));
                 let _ = then(None, Err(PersistError::Failed(cause)));
                 let reason = match hook {
@@ -342,6 +351,8 @@ fn apply_stored<A: PersistentActor>(
 
 /// Runs `on_recovery_failure` (a panic in it is logged) and stops the actor.
 fn fail_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, cause: &RecoveryError) {
+    act.persistence()
+        .record_failure(ActorFailure::Recovery(cause.clone()));
     if let Err(reason) = catch_user(|| act.on_recovery_failure(cause, ctx)) {
         tracing::error!(%cause, panic = %reason, "on_recovery_failure panicked");
     }

@@ -36,7 +36,8 @@
 //!
 //! # Snapshots and recovery
 //! With a snapshot store ([`PersistenceState::with_snapshot_store`]), recovery loads the newest
-//! snapshot matching its [`Recovery`] criteria, hands it to [`EventSourced::restore_snapshot`],
+//! snapshot matching its [`Recovery`] criteria, restores it with the actor's
+//! [`Snapshotting`] ([`EventSourced::snapshotting`]),
 //! then replays only the events after it, streamed in batches. A snapshot that cannot be read
 //! fails recovery ([`RecoveryError::Snapshot`]) instead of replaying from the start, because
 //! the events it covers may have been deleted. Events missing between the loaded snapshot (or
@@ -54,7 +55,9 @@
 //! a continuation or a hook it stops the actor ([`StopReason::Panicked`]) and the caller gets
 //! [`PersistError::Panicked`]. A [`BackoffSupervisor`] restarts the actor in both cases.
 
+mod addr;
 mod driver;
+mod in_flight;
 mod panics;
 mod recovery;
 mod reply;
@@ -66,9 +69,11 @@ use actix::{Actor, Context};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub use addr::{ActorFailure, CommandError, PersistentAddr};
+pub use in_flight::{InFlight, InFlightGuard};
 pub use recovery::{Recovery, RecoveryPermits, REPLAY_EVENTS_PER_POLL};
 pub use reply::{ActorReplyFuture, PersistError, PersistReply, PersistResult, ReplyFuture};
-pub use snapshots::SnapshotPolicy;
+pub use snapshots::{SnapshotPolicy, Snapshotting};
 pub use state::{PersistenceState, StopReason};
 pub use supervisor::{Backoff, BackoffSupervisor, MAX_BUFFERED_COMMANDS};
 
@@ -76,7 +81,7 @@ use crate::error::{JournalError, WriteRejection};
 use crate::serialization::{
     from_json, to_json, SerializationError, SerializedEvent, JSON_SERIALIZER_ID,
 };
-use crate::snapshot::{SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata};
+use crate::snapshot::{SnapshotError, SnapshotMetadata};
 use crate::store::PersistentRepr;
 pub use snapshots::DeleteError;
 use state::{Continuation, Invocation, PendingWrite};
@@ -132,7 +137,7 @@ pub enum RecoveryError {
         /// Last missing sequence number.
         to: u64,
     },
-    /// User code panicked while recovering: `hook` is `"restore_snapshot"`,
+    /// User code panicked while recovering: `hook` is `"Snapshotting::restore"`,
     /// `"deserialize_event"`, `"apply"` or `"on_recovery_completed"`. Handled exactly as an
     /// error return: [`EventSourced::on_recovery_failure`] runs, the actor stops with
     /// [`StopReason::RecoveryFailure`].
@@ -209,25 +214,13 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
         Vec::new()
     }
 
-    /// The actor's state as a snapshot, for [`PersistentActor::save_snapshot`] and the
-    /// snapshot policy. `None` (the default) means the actor takes no snapshots.
-    /// `SerializedSnapshot::json(&state)` is the usual body.
-    fn snapshot(&self) -> Option<Result<SerializedSnapshot, SerializationError>> {
+    /// How this actor takes snapshots and restores them, both halves in one value; `None`
+    /// (the default) means it takes none. Used by [`PersistentActor::save_snapshot`], the
+    /// snapshot policy and recovery (a snapshot that cannot be restored fails recovery,
+    /// [`RecoveryError::Snapshot`]: events it covers may be deleted). Typically
+    /// `Some(Snapshotting::json(|cart: &Self| cart.items.clone(), |cart, items| cart.items = items))`.
+    fn snapshotting() -> Option<Snapshotting<Self>> {
         None
-    }
-
-    /// Restores the state from a snapshot during recovery, before the events after it are
-    /// replayed. An error fails recovery ([`RecoveryError::Snapshot`]): the documented rule,
-    /// since events covered by the snapshot may be deleted. The default refuses, so an actor
-    /// that saves snapshots must override it.
-    ///
-    /// # Errors
-    /// A [`SerializationError`] when the snapshot cannot be read.
-    fn restore_snapshot(&mut self, snapshot: &SelectedSnapshot) -> Result<(), SerializationError> {
-        Err(SerializationError::Deserialize {
-            seq_nr: snapshot.metadata.seq_nr,
-            reason: "this actor does not implement EventSourced::restore_snapshot".to_owned(),
-        })
     }
 
     /// Runs after a snapshot was saved.
@@ -283,6 +276,14 @@ pub trait PersistentActor: EventSourced {
         self.persistence().persistence_id()
     }
 
+    /// Starts the actor (it recovers first) and returns a [`PersistentAddr`]: an address
+    /// whose senders learn why the actor is gone ([`CommandError::ActorStopped`] carrying
+    /// the [`RecoveryError`] or the failed write's [`JournalError`]) instead of Actix's bare
+    /// "mailbox closed".
+    fn start_persistent(self) -> PersistentAddr<Self> {
+        PersistentAddr::start(self)
+    }
+
     /// The highest sequence number recovered or assigned so far.
     fn last_seq_nr(&self) -> u64 {
         self.persistence().last_seq_nr()
@@ -291,7 +292,7 @@ pub trait PersistentActor: EventSourced {
     /// Persists `event` as one atomic write; once it is stored, applies it and runs `then`.
     ///
     /// The returned [`PersistReply`] yields `then`'s value, or why it did not run.
-    /// See the [module docs](self) for ordering and failure handling.
+    /// See the [module docs](crate::persistent) for ordering and failure handling.
     fn persist<R, F>(
         &mut self,
         ctx: &mut Context<Self>,
@@ -376,7 +377,8 @@ pub trait PersistentActor: EventSourced {
         reply
     }
 
-    /// Saves [`EventSourced::snapshot`] as the snapshot at [`last_seq_nr`](Self::last_seq_nr)
+    /// Saves the actor's state ([`EventSourced::snapshotting`]) as the snapshot at
+    /// [`last_seq_nr`](Self::last_seq_nr)
     /// in the background; [`EventSourced::on_snapshot_saved`] or
     /// [`EventSourced::on_snapshot_failure`] runs when the store answered. Commands are not
     /// held back meanwhile.

@@ -17,6 +17,7 @@ use super::panics::catch_user;
 use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
 use crate::journal::{JournalActor, ReplayMessages, TakeOwnership};
+use crate::serialization::SerializationError;
 use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
 use crate::store::{FencingToken, ReplayStream, MAX_SEQ_NR};
 
@@ -102,6 +103,8 @@ struct Start {
     deleted_to: Option<u64>,
     events: ReplayStream,
     permit: Option<OwnedSemaphorePermit>,
+    /// When the recovery got its permit, for [`crate::metrics::RECOVERY_DURATION`].
+    started: Instant,
 }
 
 /// The recovery in progress.
@@ -121,6 +124,8 @@ pub(crate) struct Recovering {
     replayed: u64,
     bounds: Recovery,
     pub(crate) span: Span,
+    /// When it got its permit (see [`Start::started`]).
+    started: Option<Instant>,
 }
 
 /// How recovery ended.
@@ -154,6 +159,7 @@ impl Recovering {
             timeout,
             replayed: 0,
             span,
+            started: None,
         }
     }
 
@@ -178,9 +184,16 @@ impl Recovering {
 /// the replay, each within the timeout.
 async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
     let permit = match &plan.permits {
-        Some(permits) => Arc::clone(&permits.0).acquire_owned().await.ok(),
+        Some(permits) => {
+            let waiting = metrics::gauge!(crate::metrics::RECOVERY_PERMITS_WAITING);
+            waiting.increment(1.0);
+            let permit = Arc::clone(&permits.0).acquire_owned().await.ok();
+            waiting.decrement(1.0);
+            permit
+        }
         None => None,
     };
+    let started = Instant::now();
     let pid = plan.persistence_id.clone();
     let timed_out = || RecoveryError::Timeout {
         persistence_id: pid.clone(),
@@ -225,6 +238,7 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         deleted_to: replay.deleted_to,
         events: replay.events,
         permit,
+        started,
     })
 }
 
@@ -248,13 +262,33 @@ async fn take_ownership(plan: &RecoveryPlan) -> Result<FencingToken, RecoveryErr
     Ok(ownership.fencing_token)
 }
 
-/// Drives recovery one step; yields the last sequence number when done.
+/// Drives recovery one step; yields the last sequence number when done, and reports its
+/// duration and the events it replayed ([`crate::metrics`]).
 ///
 /// Applies at most [`REPLAY_EVENTS_PER_POLL`] events, or [`REPLAY_TIME_PER_POLL`] of them,
 /// per poll, then yields through the runtime's scheduler (so a stop of the actor's arbiter,
 /// and every other task, gets its turn before the next events), also once between the last
 /// event and completion: a stop requested while recovering takes effect before any command.
 pub(crate) fn poll_recovery<A: PersistentActor>(
+    recovery: &mut Recovering,
+    act: &mut A,
+    task: &mut TaskContext<'_>,
+) -> Poll<Result<Recovered, RecoveryError>> {
+    let polled = poll_recovery_steps(recovery, act, task);
+    if let Poll::Ready(outcome) = &polled {
+        if let Some(started) = recovery.started {
+            metrics::histogram!(crate::metrics::RECOVERY_DURATION)
+                .record(started.elapsed().as_secs_f64());
+        }
+        if outcome.is_ok() {
+            metrics::histogram!(crate::metrics::RECOVERY_EVENTS_REPLAYED)
+                .record(recovery.replayed as f64);
+        }
+    }
+    polled
+}
+
+fn poll_recovery_steps<A: PersistentActor>(
     recovery: &mut Recovering,
     act: &mut A,
     task: &mut TaskContext<'_>,
@@ -268,6 +302,7 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
         };
         recovery.start = None;
         recovery._permit = found.permit;
+        recovery.started = Some(found.started);
         act.persistence_mut().set_fencing_token(found.fencing_token);
         recovery.deleted_to = found.deleted_to;
         let mut last = 0;
@@ -276,8 +311,16 @@ pub(crate) fn poll_recovery<A: PersistentActor>(
             recovery.snapshot_seq_nr = Some(last);
             recovery.span.record("snapshot_seq_nr", last);
             act.persistence_mut().set_recovered_seq_nr(last);
-            let restored = catch_user(|| act.restore_snapshot(&snapshot))
-                .map_err(|reason| panicked(act, "restore_snapshot", reason))?;
+            let restored = match A::snapshotting() {
+                Some(snapshotting) => catch_user(|| snapshotting.restore(act, &snapshot))
+                    .map_err(|reason| panicked(act, "Snapshotting::restore", reason))?,
+                None => Err(SerializationError::SnapshotDeserialize {
+                    seq_nr: last,
+                    reason: "this actor restores no snapshots: EventSourced::snapshotting \
+                             returns None"
+                        .to_owned(),
+                }),
+            };
             restored.map_err(|e| RecoveryError::Snapshot {
                 persistence_id: act.persistence_id().to_owned(),
                 reason: e.to_string(),

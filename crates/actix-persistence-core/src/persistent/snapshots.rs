@@ -6,12 +6,20 @@ use std::time::Duration;
 use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
 
+use super::in_flight::InFlightGuard;
 use super::panics::catch_user;
 use super::state::{now_millis, StopReason};
 use super::PersistentActor;
 use crate::error::JournalError;
 use crate::journal::DeleteMessagesTo;
-use crate::snapshot::{SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::serialization::SerializationError;
+use crate::snapshot::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria, SnapshotStore,
+};
 
 /// When a persistent actor takes snapshots by itself, and what it keeps (as Akka Typed's
 /// `RetentionCriteria.snapshotEvery`).
@@ -58,6 +66,77 @@ impl SnapshotPolicy {
     }
 }
 
+/// How a persistent actor takes snapshots and restores them: both halves at once, so an
+/// actor cannot take snapshots it could not restore. Returned by
+/// [`EventSourced::snapshotting`](super::EventSourced::snapshotting).
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::persistent::Snapshotting;
+/// # struct Cart { items: Vec<String> }
+///
+/// // The cart's snapshot is its item list, stored with serde_json.
+/// let snapshotting: Snapshotting<Cart> = Snapshotting::json(
+///     |cart: &Cart| cart.items.clone(),
+///     |cart: &mut Cart, items: Vec<String>| cart.items = items,
+/// );
+/// # let _ = snapshotting;
+/// ```
+pub struct Snapshotting<A> {
+    take: Box<TakeFn<A>>,
+    restore: Box<RestoreFn<A>>,
+}
+
+type TakeFn<A> = dyn Fn(&A) -> Result<SerializedSnapshot, SerializationError>;
+type RestoreFn<A> = dyn Fn(&mut A, &SelectedSnapshot) -> Result<(), SerializationError>;
+
+impl<A> std::fmt::Debug for Snapshotting<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshotting").finish_non_exhaustive()
+    }
+}
+
+impl<A: 'static> Snapshotting<A> {
+    /// Snapshots as serde_json of the value `take` returns; `restore` gets that value back
+    /// during recovery.
+    pub fn json<S>(take: fn(&A) -> S, restore: fn(&mut A, S)) -> Self
+    where
+        S: Serialize + DeserializeOwned + 'static,
+    {
+        Snapshotting {
+            take: Box::new(move |actor| SerializedSnapshot::json(&take(actor))),
+            restore: Box::new(move |actor, snapshot| {
+                restore(actor, snapshot.json::<S>()?);
+                Ok(())
+            }),
+        }
+    }
+
+    /// Snapshots in a format of the caller's: `take` serializes the state, `restore` reads it
+    /// back (an error fails recovery with [`super::RecoveryError::Snapshot`]).
+    pub fn custom(
+        take: impl Fn(&A) -> Result<SerializedSnapshot, SerializationError> + 'static,
+        restore: impl Fn(&mut A, &SelectedSnapshot) -> Result<(), SerializationError> + 'static,
+    ) -> Self {
+        Snapshotting {
+            take: Box::new(take),
+            restore: Box::new(restore),
+        }
+    }
+
+    pub(crate) fn take(&self, actor: &A) -> Result<SerializedSnapshot, SerializationError> {
+        (self.take)(actor)
+    }
+
+    pub(crate) fn restore(
+        &self,
+        actor: &mut A,
+        snapshot: &SelectedSnapshot,
+    ) -> Result<(), SerializationError> {
+        (self.restore)(actor, snapshot)
+    }
+}
+
 /// Why deleting events did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DeleteError {
@@ -100,9 +179,14 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         seq_nr: act.last_seq_nr(),
         timestamp: now_millis(),
     };
-    let snapshot = match act.snapshot() {
-        Some(Ok(snapshot)) => snapshot,
-        Some(Err(source)) => {
+    let Some(snapshotting) = A::snapshotting() else {
+        let reason = "this actor takes no snapshots: EventSourced::snapshotting returns None";
+        act.on_snapshot_failure(&not_supported(reason), ctx);
+        return;
+    };
+    let snapshot = match snapshotting.take(act) {
+        Ok(snapshot) => snapshot,
+        Err(source) => {
             let error = SnapshotError::Serialization {
                 persistence_id,
                 seq_nr: metadata.seq_nr,
@@ -111,28 +195,29 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
             act.on_snapshot_failure(&error, ctx);
             return;
         }
-        None => {
-            act.on_snapshot_failure(&not_supported("EventSourced::snapshot returns None"), ctx);
-            return;
-        }
     };
     let timeout = act.persistence().snapshot_timeout;
     let save = async move {
         let call = store.save(metadata.clone(), snapshot);
         with_timeout("save", timeout, call).await.map(|()| metadata)
     };
+    let work = act.persistence().enter_work();
     ctx.spawn(
-        detached(save)
+        detached(save, act.persistence().enter_work())
             .into_actor(act)
-            .map(|saved, act, ctx| match saved {
-                Ok(metadata) => {
-                    if run_hook(act, ctx, |act, ctx| act.on_snapshot_saved(&metadata, ctx)) {
-                        apply_retention(act, ctx, &metadata);
+            .map(move |saved, act, ctx| {
+                match saved {
+                    Ok(metadata) => {
+                        if run_hook(act, ctx, |act, ctx| act.on_snapshot_saved(&metadata, ctx)) {
+                            apply_retention(act, ctx, &metadata);
+                        }
+                    }
+                    Err(error) => {
+                        run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
                     }
                 }
-                Err(error) => {
-                    run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
-                }
+                // Ends after the deletes it started began.
+                drop(work);
             }),
     );
 }
@@ -164,17 +249,22 @@ fn apply_retention<A: PersistentActor>(
         }
         Ok(Some(oldest_kept))
     };
+    let work = act.persistence().enter_work();
     ctx.spawn(
-        detached(retention)
+        detached(retention, act.persistence().enter_work())
             .into_actor(act)
-            .map(move |kept, act, ctx| match kept {
-                Ok(Some(oldest_kept)) if policy.delete_events && oldest_kept > 0 => {
-                    delete_events_to(act, ctx, oldest_kept)
+            .map(move |kept, act, ctx| {
+                match kept {
+                    Ok(Some(oldest_kept)) if policy.delete_events && oldest_kept > 0 => {
+                        delete_events_to(act, ctx, oldest_kept)
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
+                    }
                 }
-                Ok(_) => {}
-                Err(error) => {
-                    run_hook(act, ctx, |act, ctx| act.on_snapshot_failure(&error, ctx));
-                }
+                // Ends after the event delete it started began.
+                drop(work);
             }),
     );
 }
@@ -240,7 +330,12 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
         persistence_id: act.persistence_id().to_owned(),
         to_seq_nr: bound,
     });
-    let delete = async move { request.await.unwrap_or(Err(JournalError::JournalStopped)) };
+    let work = act.persistence().enter_work();
+    let delete = async move {
+        let deleted = request.await.unwrap_or(Err(JournalError::JournalStopped));
+        drop(work);
+        deleted
+    };
     ctx.spawn(
         delete
             .into_actor(act)
@@ -282,12 +377,16 @@ fn run_hook<A: PersistentActor>(
 /// for a write (`ctx.wait` holds back the actor's own futures): a store that serializes calls,
 /// like SQLite's single writer, would otherwise wait for the write while the write waits for
 /// it. The returned future only hands the outcome back to the actor.
+///
+/// `work` is held until the store answered, also when the actor stopped meanwhile.
 fn detached<T: 'static>(
     call: impl std::future::Future<Output = Result<T, SnapshotError>> + 'static,
+    work: Option<InFlightGuard>,
 ) -> impl std::future::Future<Output = Result<T, SnapshotError>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix::spawn(async move {
         let _ = tx.send(call.await);
+        drop(work);
     });
     async move { rx.await.unwrap_or(Err(SnapshotError::Interrupted)) }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use actix::{Addr, Context};
 use tokio::sync::oneshot;
 
+use super::addr::{ActorFailure, FailureCell};
 use super::driver::DriverState;
+use super::in_flight::{InFlight, InFlightGuard};
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
@@ -94,6 +96,10 @@ pub struct PersistenceState<A: EventSourced> {
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
     stop_watch: Option<oneshot::Sender<StopReason>>,
+    /// Why the actor stopped on a failure, for its [`super::PersistentAddr`]s.
+    pub(crate) failure: FailureCell,
+    /// Counts this actor's writes, snapshot saves and deletes for a graceful shutdown.
+    work: Option<InFlight>,
 }
 
 /// Why a persistent actor stopped, as a supervisor sees it.
@@ -161,6 +167,8 @@ impl<A: EventSourced> PersistenceState<A> {
             driver: DriverState::Idle,
             stop_reason: StopReason::Normal,
             stop_watch: None,
+            failure: FailureCell::default(),
+            work: None,
         })
     }
 
@@ -193,6 +201,19 @@ impl<A: EventSourced> PersistenceState<A> {
     pub fn with_snapshot_policy(mut self, policy: SnapshotPolicy) -> Self {
         self.snapshot_policy = policy;
         self
+    }
+
+    /// Counts this actor's writes (until their continuations ran), snapshot saves and deletes
+    /// in `in_flight`, so a graceful shutdown can wait for them (the facade's `Persistence`
+    /// does this for every state it makes).
+    pub fn with_in_flight(mut self, in_flight: InFlight) -> Self {
+        self.work = Some(in_flight);
+        self
+    }
+
+    /// Counts one piece of work, when a counter is configured.
+    pub(crate) fn enter_work(&self) -> Option<InFlightGuard> {
+        self.work.as_ref().map(InFlight::enter)
     }
 
     /// A receiver told why the actor stopped, once its state is dropped (used by
@@ -239,10 +260,16 @@ impl<A: EventSourced> PersistenceState<A> {
     /// Inside [`EventSourced::apply`] it is the sequence number of the event being applied,
     /// live and during replay alike (as Akka's `lastSequenceNr` inside the event handler):
     /// `persist_all` of three events at 2..=4 applies them with 2, 3, 4. Inside
-    /// [`EventSourced::restore_snapshot`] it is the snapshot's sequence number; inside a
+    /// the restore half of [`EventSourced::snapshotting`] it is the snapshot's sequence
+    /// number; inside a
     /// continuation, the sequence number of the continuation's last event.
     pub fn last_seq_nr(&self) -> u64 {
         self.last_seq_nr
+    }
+
+    /// Records why the actor stops, for its [`super::PersistentAddr`]s (the first cause wins).
+    pub(crate) fn record_failure(&self, failure: ActorFailure) {
+        let _ = self.failure.set(failure);
     }
 
     /// Answers every invocation still waiting when the actor is gone (its arbiter stopped, or

@@ -1,4 +1,4 @@
-use actix_persistence::PersistentActor;
+use actix_persistence_derive::PersistentActor;
 
 #[derive(PersistentActor)]
 enum Account {

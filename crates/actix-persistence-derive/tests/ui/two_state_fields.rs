@@ -1,4 +1,7 @@
-use actix_persistence::{PersistenceState, PersistentActor};
+use actix_persistence_derive::PersistentActor;
+
+/// A stand-in with the name the derive looks for: the derive fails before any type is checked.
+struct PersistenceState<A>(std::marker::PhantomData<A>);
 
 #[derive(PersistentActor)]
 struct Account {

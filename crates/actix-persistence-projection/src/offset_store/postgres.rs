@@ -39,6 +39,7 @@ impl PostgresOffsetStore {
             .map_err(|source| OffsetStoreError::Open {
                 source: actix_persistence_sql::SqlStoreError::Connect {
                     url: "(the offset store's PostgreSQL URL)".to_owned(),
+                    failure: actix_persistence_sql::ConnectFailure::of(&source),
                     source,
                 },
             })?;

@@ -38,6 +38,7 @@ impl SqliteOffsetStore {
         let open = |source| OffsetStoreError::Open {
             source: actix_persistence_sql::SqlStoreError::Connect {
                 url: url.to_owned(),
+                failure: actix_persistence_sql::ConnectFailure::of(&source),
                 source,
             },
         };

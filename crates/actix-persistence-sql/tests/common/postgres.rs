@@ -107,6 +107,7 @@ impl TestBackend for PostgresDb {
         self.query_strings(
             "SELECT table_name::text FROM information_schema.tables \
              WHERE table_schema = current_schema() AND table_name NOT LIKE '\\_sqlx%' \
+             AND table_name <> 'actix_persistence_migrations' \
              ORDER BY table_name",
         )
         .await

@@ -115,6 +115,7 @@ impl TestBackend for SqliteDb {
         self.query_strings(
             "SELECT name FROM sqlite_master WHERE type = 'table' \
              AND name NOT LIKE 'sqlite%' AND name NOT LIKE '\\_sqlx%' ESCAPE '\\' \
+             AND name <> 'actix_persistence_migrations' \
              ORDER BY name",
         )
         .await

@@ -348,7 +348,7 @@ impl Serialize for Unserializable {
 pub async fn s12_unserializable_snapshot_is_an_error(store: Arc<dyn SnapshotStore>) {
     let f = Fixture::setup(store).await;
     match SerializedSnapshot::json(&Unserializable) {
-        Err(SerializationError::Serialize(message)) => assert!(
+        Err(SerializationError::SnapshotSerialize(message)) => assert!(
             message.contains(REFUSAL),
             "S12: the error says why the state could not be serialized: {message:?}"
         ),
