@@ -69,6 +69,19 @@ impl Db {
     async fn settle(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
+            // A real crash closes the dead process's connections, and the server rolls back
+            // what they left open. An aborted task leaves its connection idle in the pool with
+            // the transaction open (sqlx rolls it back only when the connection is used
+            // again): end those sessions as the server would. A COMMIT on its way ('active')
+            // is waited for.
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND state IN ('idle in transaction', 'idle in transaction (aborted)')",
+            )
+            .execute(self.pool())
+            .await
+            .unwrap();
             let open: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
                  AND pid <> pg_backend_pid() AND xact_start IS NOT NULL",
