@@ -193,7 +193,6 @@ impl Handler<WriteMessages> for JournalActor {
         });
         let reply_to = msg.reply_to;
         let work = self.enter_work();
-        let latency = self.persist_latency.clone();
         let started = tokio::time::Instant::now();
         let mut write = Box::pin(write_batch(
             Arc::clone(&self.store),
@@ -210,7 +209,7 @@ impl Handler<WriteMessages> for JournalActor {
         let group = &self.groups[group_index];
         match first_poll {
             Some(reply) => {
-                latency.record(started.elapsed().as_secs_f64());
+                self.persist_latency.record(started.elapsed().as_secs_f64());
                 Group::reply(
                     &group.order,
                     &group.resequencer,
@@ -224,6 +223,7 @@ impl Handler<WriteMessages> for JournalActor {
             }
             None => {
                 let (order, resequencer) = (group.order.clone(), group.resequencer.clone());
+                let latency = self.persist_latency.clone();
                 let write = async move {
                     let reply = write.await;
                     latency.record(started.elapsed().as_secs_f64());
