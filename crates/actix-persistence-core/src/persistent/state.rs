@@ -402,7 +402,7 @@ impl<A: EventSourced> PersistenceState<A> {
         }
         let write = AtomicWrite::new(reprs)
             .map(|write| write.with_fencing_token(self.fencing_token))
-            .and_then(|write| write.check().map(|()| write));
+            .and_then(|write| crate::limits::check_limits(&write).map(|()| write));
         match write {
             Ok(write) => (PendingWrite::Ready(write), true),
             Err(rejection) => (PendingWrite::Rejected(rejection), false),
