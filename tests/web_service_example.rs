@@ -108,27 +108,32 @@ async fn commands_over_http_reach_the_actors_and_queries_read_the_read_model() {
         (409, json!({ "balance": 5 }))
     );
 
-    // The read model follows within the projection's poll interval.
+    // The read model follows within the projection's poll interval; its progress (published
+    // in batches, after the read model's transaction) follows too.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let one = get(&client, format!("{base}/accounts/1")).await;
         let two = get(&client, format!("{base}/accounts/2")).await;
+        let (status, progress) = get(&client, format!("{base}/projection")).await;
+        assert_eq!(status, 200);
+        let progress = progress.expect("progress JSON");
         if one == (200, Some(json!({ "id": "1", "balance": 70 })))
             && two == (200, Some(json!({ "id": "2", "balance": 5 })))
+            && progress["handled"] == json!(3)
         {
+            assert_eq!(progress["lag_events"], json!(0));
+            assert_eq!(progress["state"], json!("Running"));
             break;
         }
         assert!(
+            progress["handled"].as_u64().is_some_and(|handled| handled <= 3),
+            "the projection handled more events than were persisted: {progress}"
+        );
+        assert!(
             Instant::now() < deadline,
-            "read model never caught up: {one:?} {two:?}"
+            "read model never caught up: {one:?} {two:?} {progress}"
         );
         actix_rt::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(get(&client, format!("{base}/accounts/3")).await.0, 404);
-    let (status, progress) = get(&client, format!("{base}/projection")).await;
-    assert_eq!(status, 200);
-    let progress = progress.expect("progress JSON");
-    assert_eq!(progress["handled"], json!(3));
-    assert_eq!(progress["lag_events"], json!(0));
-    assert_eq!(progress["state"], json!("Running"));
 }
