@@ -126,7 +126,9 @@ async fn commands_over_http_reach_the_actors_and_queries_read_the_read_model() {
             break;
         }
         assert!(
-            progress["handled"].as_u64().is_some_and(|handled| handled <= 3),
+            progress["handled"]
+                .as_u64()
+                .is_some_and(|handled| handled <= 3),
             "the projection handled more events than were persisted: {progress}"
         );
         assert!(
