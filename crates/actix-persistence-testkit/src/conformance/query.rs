@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q13 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q14 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -632,6 +632,63 @@ pub async fn q13_late_commit_keeps_the_order_of_an_id(store: Arc<dyn QueryStore>
     );
 }
 
+/// Q14: an event that becomes visible far behind the live edge (further back than the fast
+/// pass looks again each round) is delivered by the settled pass once the late-commit window
+/// has passed, once, and the query goes on without repeats.
+pub async fn q14_settled_pass_delivers_what_the_fast_pass_passed(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q14");
+    let (late, live_id) = (format!("{entity_type}|late"), format!("{entity_type}|live"));
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    t.write_range(&live_id, 1, 1, &[]).await;
+    assert_eq!(
+        keys(&take("Q14", &mut live, 1).await),
+        vec![(live_id.clone(), 1)],
+        "Q14 first"
+    );
+    // `late` 1 is inserted now and its transaction stays open.
+    t.control.hold_commits_of(&late);
+    t.write_range(&late, 1, 1, &[]).await;
+    // A quarter of the window passes (more than the fast pass looks back), the query reads
+    // past `late` 1 and delivers a later event.
+    t.control.advance_clock(CASE_WINDOW / 4);
+    t.write_range(&live_id, 2, 2, &[]).await;
+    assert_eq!(
+        keys(&take("Q14", &mut live, 1).await),
+        vec![(live_id.clone(), 2)],
+        "Q14 the later event"
+    );
+    // `late` 1 commits within the window: only the settled pass can find it, when the
+    // window has passed.
+    t.control.commit(&late);
+    t.control.advance_clock(CASE_WINDOW);
+    assert_eq!(
+        keys(&take("Q14 settled", &mut live, 1).await),
+        vec![(late.clone(), 1)],
+        "Q14 the late event, from the settled pass"
+    );
+    t.write_range(&live_id, 3, 3, &[]).await;
+    t.write_range(&late, 2, 2, &[]).await;
+    let rest = take("Q14", &mut live, 2).await;
+    let mut rest = keys(&rest);
+    rest.sort();
+    assert_eq!(
+        rest,
+        vec![(late.clone(), 2), (live_id.clone(), 3)],
+        "Q14: the query goes on, nothing repeats"
+    );
+    let all = collect(
+        "Q14 current",
+        t.query
+            .current_events_by_slices(&entity_type, 0, 1023, Offset::NoOffset),
+    )
+    .await;
+    assert_distinct_and_ordered("Q14 current", &all);
+    assert_eq!(all.len(), 5, "Q14: the current query gives all five once");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -666,7 +723,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q13." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q14." }
 }
 
 impl Case for QueryCase {
