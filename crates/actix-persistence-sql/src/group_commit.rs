@@ -18,6 +18,17 @@
 //! `max_batch_size` atomic writes, which is stored in consecutive transactions of
 //! `max_batch_size`. Requests are served in the order they were queued, so the atomic writes of
 //! one call, and the calls of one caller, are stored in order.
+//!
+//! **Insert turns.** Transactions overlap (while one commits, the next is written), but their
+//! insert statements run one after the other, in the order the requests were queued: a
+//! transaction takes the [`InsertTurn`] before its first statement and gives it up after its
+//! last one, before its commit. A caller that issues writes of one persistence id without
+//! waiting for each other (pipelining) thus gets them stored in sequence order: a later
+//! transaction's insert of the id waits for the earlier one's row lock, so it commits after it
+//! and takes a later database timestamp. Queries by offset rely on that (never a later event
+//! of an id visible before an earlier one, `QueryStore`'s timestamp promise). Without the turn
+//! two concurrent transactions could insert in the opposite order, and a live query delivered
+//! the later event first (query conformance case Q15).
 
 use std::fmt;
 use std::future::Future;
@@ -27,7 +38,7 @@ use std::sync::Arc;
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, Ownership, WriteRejection,
 };
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot, Mutex, OwnedMutexGuard};
 
 use crate::error::SqlStoreError;
 
@@ -84,6 +95,12 @@ impl WriteCounters {
     }
 }
 
+/// The right to run insert statements, held by one transaction at a time from before its first
+/// statement until after its last one (before its commit), given out in the order the writes
+/// were queued (see the module documentation). `None`: the caller keeps the turn across this
+/// transaction's commit too (a transaction that is not the last of its request).
+pub(crate) type InsertTurn = Option<OwnedMutexGuard<()>>;
+
 /// What a SQL journal must provide to be written through a [`Writer`].
 pub(crate) trait Backend: Send + Sync + 'static {
     /// An atomic write checked and converted to the column types.
@@ -94,12 +111,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Stores `writes`, then takes ownership of each of `owners`, in one transaction, and
     /// records it in `counters` if it commits: one result per write and one per owner, in
-    /// order; a success only once the transaction has committed.
+    /// order; a success only once the transaction has committed. `turn` is dropped after the
+    /// last statement before the commit (see [`InsertTurn`]).
     fn commit_batch<'a>(
         &'a self,
         writes: &'a [Self::Write],
         owners: &'a [String],
         counters: &'a WriteCounters,
+        turn: InsertTurn,
     ) -> impl Future<Output = BatchOutcome> + Send + 'a;
 }
 
@@ -147,6 +166,8 @@ pub(crate) struct Writer<B: Backend> {
     /// `None`: no group commit.
     queue: Option<mpsc::UnboundedSender<Request<B::Write>>>,
     counters: Arc<WriteCounters>,
+    /// The insert turn (see the module documentation), shared with the writer tasks.
+    turn: Arc<Mutex<()>>,
 }
 
 impl<B: Backend> Clone for Writer<B> {
@@ -155,6 +176,7 @@ impl<B: Backend> Clone for Writer<B> {
             backend: Arc::clone(&self.backend),
             queue: self.queue.clone(),
             counters: Arc::clone(&self.counters),
+            turn: Arc::clone(&self.turn),
         }
     }
 }
@@ -178,6 +200,7 @@ impl<B: Backend> Writer<B> {
     pub(crate) fn start(backend: B, max_batch_size: u32, writers: usize) -> Self {
         let backend = Arc::new(backend);
         let counters = Arc::new(WriteCounters::default());
+        let turn = Arc::new(Mutex::new(()));
         let queue = (max_batch_size > 1).then(|| {
             let (queue, requests) = mpsc::unbounded_channel();
             let requests = Arc::new(Mutex::new(requests));
@@ -188,6 +211,7 @@ impl<B: Backend> Writer<B> {
                     Arc::clone(&requests),
                     max_batch_size,
                     Arc::clone(&counters),
+                    Arc::clone(&turn),
                 ));
             }
             queue
@@ -196,6 +220,7 @@ impl<B: Backend> Writer<B> {
             backend,
             queue,
             counters,
+            turn,
         }
     }
 
@@ -226,11 +251,18 @@ impl<B: Backend> Writer<B> {
         } else {
             match &self.queue {
                 None => {
+                    // The turn is taken in the order the calls were first polled and kept
+                    // until the last write of this call has run its statements.
+                    let mut turn = Some(Arc::clone(&self.turn).lock_owned().await);
+                    let last = prepared.len() - 1;
                     let mut stored = Vec::with_capacity(prepared.len());
-                    for write in &prepared {
+                    for (i, write) in prepared.iter().enumerate() {
                         let one = std::slice::from_ref(write);
-                        let (results, _) =
-                            self.backend.commit_batch(one, &[], &self.counters).await;
+                        let this_turn = if i == last { turn.take() } else { None };
+                        let (results, _) = self
+                            .backend
+                            .commit_batch(one, &[], &self.counters, this_turn)
+                            .await;
                         stored.extend(results);
                     }
                     stored
@@ -268,9 +300,10 @@ impl<B: Backend> Writer<B> {
         let owners = [persistence_id.to_owned()];
         match &self.queue {
             None => {
+                let turn = Some(Arc::clone(&self.turn).lock_owned().await);
                 let (_, mut owned) = self
                     .backend
-                    .commit_batch(&[], &owners, &self.counters)
+                    .commit_batch(&[], &owners, &self.counters, turn)
                     .await;
                 owned.pop().unwrap_or_else(|| Err(stopped_error()))
             }
@@ -310,10 +343,11 @@ async fn run_writer<B: Backend>(
     requests: Arc<Mutex<mpsc::UnboundedReceiver<Request<B::Write>>>>,
     max_batch_size: usize,
     counters: Arc<WriteCounters>,
+    turn: Arc<Mutex<()>>,
 ) {
     let mut carried = None;
     loop {
-        let batch = {
+        let (batch, turn) = {
             let mut requests = requests.lock().await;
             let first = match carried.take() {
                 Some(request) => request,
@@ -337,12 +371,14 @@ async fn run_writer<B: Backend>(
                     Err(_) => break,
                 }
             }
-            batch
+            // Taken before the next writer task can take its batch: turns go in queue order.
+            let turn = Arc::clone(&turn).lock_owned().await;
+            (batch, turn)
         };
         // A caller that gave up (its future was dropped) gets nothing written.
         let batch: Vec<_> = batch.into_iter().filter(|r| !r.abandoned()).collect();
         if !batch.is_empty() {
-            store_batch(&*backend, batch, max_batch_size, &counters).await;
+            store_batch(&*backend, batch, max_batch_size, &counters, turn).await;
         }
     }
 }
@@ -355,6 +391,7 @@ async fn store_batch<B: Backend>(
     batch: Vec<Request<B::Write>>,
     max_batch_size: usize,
     counters: &WriteCounters,
+    turn: OwnedMutexGuard<()>,
 ) {
     let mut writes = Vec::new();
     let mut owners = Vec::new();
@@ -386,9 +423,14 @@ async fn store_batch<B: Backend>(
         writes.chunks(max_batch_size).collect()
     };
     let last = chunks.len() - 1;
+    // Kept across the commits of all but the last transaction (a lone oversized request).
+    let mut turn = Some(turn);
     for (i, chunk) in chunks.into_iter().enumerate() {
         let chunk_owners: &[String] = if i == last { &owners } else { &[] };
-        let (stored, taken) = backend.commit_batch(chunk, chunk_owners, counters).await;
+        let this_turn = if i == last { turn.take() } else { None };
+        let (stored, taken) = backend
+            .commit_batch(chunk, chunk_owners, counters, this_turn)
+            .await;
         results.extend(stored);
         owned.extend(taken);
     }

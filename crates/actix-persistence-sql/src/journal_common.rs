@@ -43,7 +43,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 }
 
 use crate::error::SqlStoreError;
-use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, WriteCounters};
+use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -281,6 +281,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         writes: &[D::Write],
         owners: &[String],
         counters: &WriteCounters,
+        turn: InsertTurn,
     ) -> BatchOutcome {
         let storage = |e| JournalError::storage("write", e);
         let fail = |error: JournalError| -> BatchOutcome {
@@ -332,6 +333,8 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                 }
             }
         }
+        // Every statement ran: the next transaction may run its own while this one commits.
+        drop(turn);
         let stored = outcomes.iter().filter(|o| o.is_ok()).count();
         if stored == 0 && owners.is_empty() {
             rollback(tx, size).await;
