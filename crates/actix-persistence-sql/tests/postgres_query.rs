@@ -22,9 +22,6 @@ const WITHIN: Duration = Duration::from_secs(30);
 struct Setup {
     db: TestDatabase,
     journal: PostgresJournal,
-    /// A second journal on the same database, as another process's: its transactions are not
-    /// ordered after the first journal's (one journal runs its inserts in queue order).
-    other_process: PostgresJournal,
     control: QueryControl,
     query: ReadJournal,
 }
@@ -39,7 +36,6 @@ async fn setup() -> Option<Setup> {
         ..PostgresJournalOptions::new(db.url())
     };
     let journal = PostgresJournal::connect(&options).await.expect("connect");
-    let other_process = PostgresJournal::connect(&options).await.expect("connect");
     let store = ControlledQueryStore::new(journal.clone());
     let control = store.control();
     let settings = QuerySettings {
@@ -50,7 +46,6 @@ async fn setup() -> Option<Setup> {
     Some(Setup {
         db,
         journal,
-        other_process,
         control,
         query: ReadJournal::new(store, settings),
     })
@@ -119,7 +114,6 @@ async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
     let Some(Setup {
         db,
         journal,
-        other_process,
         control,
         query,
     }) = setup().await
@@ -147,8 +141,8 @@ async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
     let mut observer = PgConnection::connect(db.url()).await.expect("connect");
     until_a_write_waits_for_a_lock(&mut observer).await;
 
-    // Transaction 2 (a later timestamp, another process) commits first and is delivered.
-    write(&other_process, early, 1).await;
+    // Transaction 2 (a later timestamp) commits first and is delivered.
+    write(&journal, early, 1).await;
     assert_eq!(next(&mut live).await, (early.to_owned(), 1));
     let offset_after_early = query
         .current_events_by_slices("Late", 0, 1023, Offset::NoOffset)
@@ -165,7 +159,7 @@ async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
     late_write.await.expect("the late write");
     control.advance_clock(WINDOW);
     assert_eq!(next(&mut live).await, (late.to_owned(), 2));
-    write(&other_process, early, 2).await;
+    write(&journal, early, 2).await;
     assert_eq!(
         next(&mut live).await,
         (early.to_owned(), 2),
@@ -191,7 +185,6 @@ async fn a_rolled_back_transaction_holds_no_query_up() {
         journal,
         control,
         query,
-        ..
     }) = setup().await
     else {
         return;
