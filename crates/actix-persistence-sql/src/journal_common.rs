@@ -788,14 +788,17 @@ where
             .fetch_all(self.readers)
             .await
             .map_err(storage)?;
+        // The columns after the replay's: db_timestamp, previous_timestamp, previous_seq_nr
+        // (by position: no name look-up per row).
+        const DB_TIMESTAMP: usize = ReplayColumn::Tags as usize + 1;
         rows.iter()
             .map(|row| {
                 let (_, repr) = Self::decode_event(row)?;
                 Ok(StoredEvent {
-                    timestamp: row.try_get("db_timestamp").map_err(storage)?,
-                    previous_timestamp: row.try_get("previous_timestamp").map_err(storage)?,
+                    timestamp: row.try_get(DB_TIMESTAMP).map_err(storage)?,
+                    previous_timestamp: row.try_get(DB_TIMESTAMP + 1).map_err(storage)?,
                     previous_seq_nr: row
-                        .try_get::<Option<i64>, _>("previous_seq_nr")
+                        .try_get::<Option<i64>, _>(DB_TIMESTAMP + 2)
                         .map_err(storage)?
                         .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
                     repr,
