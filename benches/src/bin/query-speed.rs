@@ -149,8 +149,13 @@ impl JournalStore for PollingOnly {
     async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
         self.0.read_highest_sequence_nr(pid, from).await
     }
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.0.delete_messages_to(pid, to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
+        self.0.delete_messages_to(pid, to, fencing_token).await
     }
 }
 

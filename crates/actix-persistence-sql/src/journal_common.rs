@@ -899,29 +899,63 @@ where
     /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) and
     /// raises how far they were deleted (`journal_highest.deleted_to`, at most the highest
     /// sequence number) in one transaction on the writer; the highest sequence number is kept.
-    pub(crate) async fn delete_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+    ///
+    /// Fenced: the transaction's first statement raises the deleted-to mark only where the
+    /// id's owner epoch is not above `fencing_token`, taking the id's row lock (PostgreSQL) or
+    /// the database write lock (SQLite) that ownership takes also need; when it matches no row
+    /// the id either never wrote (nothing to delete) or has a newer owner
+    /// ([`JournalError::Fenced`], nothing deleted).
+    pub(crate) async fn delete_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
         if !D::stores_text(pid) {
             return Ok(());
         }
         let storage = |e| JournalError::storage("delete", e);
         let mut tx = self.writer.begin().await.map_err(storage)?;
+        let owned = sqlx::query_scalar::<D::Db, i64>(
+            "UPDATE journal_highest \
+             SET deleted_to = CASE \
+                 WHEN deleted_to >= CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
+                 THEN deleted_to \
+                 ELSE CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END END \
+             WHERE persistence_id = $1 AND owner_epoch <= $3 \
+             RETURNING owner_epoch",
+        )
+        .bind(pid)
+        .bind(clamp_seq_nr(to))
+        .bind(token_to_sql(fencing_token))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(storage)?;
+        if owned.is_none() {
+            let epoch = sqlx::query_scalar::<D::Db, i64>(
+                "SELECT owner_epoch FROM journal_highest WHERE persistence_id = $1",
+            )
+            .bind(pid)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(storage)?;
+            // Ends the transaction (nothing was changed) before answering.
+            tx.rollback().await.map_err(storage)?;
+            return match epoch {
+                // Never wrote: no events, nothing to delete.
+                None => Ok(()),
+                Some(_) => Err(JournalError::Fenced {
+                    persistence_id: pid.to_owned(),
+                    fencing_token: fencing_token.get(),
+                }),
+            };
+        }
         sqlx::query::<D::Db>("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
             .bind(pid)
             .bind(clamp_seq_nr(to))
             .execute(&mut *tx)
             .await
             .map_err(storage)?;
-        sqlx::query::<D::Db>(
-            "UPDATE journal_highest \
-             SET deleted_to = CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
-             WHERE persistence_id = $1 \
-               AND deleted_to < CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END",
-        )
-        .bind(pid)
-        .bind(clamp_seq_nr(to))
-        .execute(&mut *tx)
-        .await
-        .map_err(storage)?;
         tx.commit().await.map_err(storage)?;
         Ok(())
     }

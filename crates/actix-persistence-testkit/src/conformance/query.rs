@@ -428,9 +428,13 @@ pub async fn q09_deleted_events_are_not_delivered(store: Arc<dyn QueryStore>) {
     let pid = format!("{entity_type}|1");
     let tag = fresh("q9-");
     t.write_range(&pid, 1, 5, &[&tag]).await;
-    within("Q9 delete", t.store.delete_messages_to(&pid, 3))
-        .await
-        .expect("Q9 delete");
+    within(
+        "Q9 delete",
+        t.store
+            .delete_messages_to(&pid, 3, actix_persistence_core::FencingToken::UNOWNED),
+    )
+    .await
+    .expect("Q9 delete");
     let by_slices = collect(
         "Q9 slices",
         t.query
