@@ -2,7 +2,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -17,7 +16,8 @@ use crate::handle::{Command, ProjectionHandle, ResetError};
 use crate::handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
 use crate::offset_store::{OffsetStore, SeenSeqNrs, TransactionalOffsetStore};
 use crate::processor::{
-    AsGroup, AttemptError, Commit, Grouped, OneAtATime, Processor, Single, Transactional,
+    panic_message, AsGroup, AttemptError, Commit, Grouped, OneAtATime, Processor, Single,
+    Transactional,
 };
 use crate::progress::{Progress, ProjectionState};
 use crate::settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
@@ -137,12 +137,7 @@ impl<E: Envelope> Projection<E> {
         H: TransactionalHandler<E, St::Transaction>,
     {
         let store = Arc::new(store);
-        let processor = Transactional::<St, H, OneAtATime> {
-            id: id.clone(),
-            store: Arc::clone(&store),
-            handler,
-            _grouped: PhantomData,
-        };
+        let processor = Transactional::new(id.clone(), Arc::clone(&store), OneAtATime(handler));
         Self::new(id, Arc::new(source), store, Arc::new(processor), None)
     }
 
@@ -160,12 +155,7 @@ impl<E: Envelope> Projection<E> {
         H: TransactionalGroupedHandler<E, St::Transaction>,
     {
         let store = Arc::new(store);
-        let processor = Transactional::<St, H, AsGroup> {
-            id: id.clone(),
-            store: Arc::clone(&store),
-            handler,
-            _grouped: PhantomData,
-        };
+        let processor = Transactional::new(id.clone(), Arc::clone(&store), AsGroup(handler));
         Self::new(
             id,
             Arc::new(source),
@@ -231,10 +221,22 @@ impl<E: Envelope> Projection<E> {
     ) {
         let random = std::collections::hash_map::RandomState::new();
         let mut restarts_in_a_row = 0u32;
+        // The owner epoch this instance holds: taken when it starts (fencing older instances),
+        // taken again on each restart only while still held (fencing this instance's own
+        // transactions of the failed run that may still be on their way).
+        let mut epoch: Option<u64> = None;
         loop {
             progress.send_modify(|p| p.state = ProjectionState::Starting);
             let before = progress.borrow().handled;
-            let end = Run::new(&self, &progress).execute(&mut commands).await;
+            let end = match self.store.take_ownership(&self.id, epoch).await {
+                Ok(taken) => {
+                    epoch = Some(taken);
+                    Run::new(&self, &progress, taken)
+                        .execute(&mut commands)
+                        .await
+                }
+                Err(error) => Err(error.into()),
+            };
             let made_progress = progress.borrow().handled > before;
             match end {
                 Ok(RunEnd::Stopped) => {
@@ -246,7 +248,14 @@ impl<E: Envelope> Projection<E> {
                     return;
                 }
                 Ok(RunEnd::Reset(ack)) => {
-                    let result = self.store.reset(&self.id).await.map_err(ResetError::Store);
+                    // Only the owner resets: taking ownership again checks it still is.
+                    let result = match self.store.take_ownership(&self.id, epoch).await {
+                        Ok(taken) => {
+                            epoch = Some(taken);
+                            self.store.reset(&self.id).await.map_err(ResetError::Store)
+                        }
+                        Err(error) => Err(ResetError::Store(error)),
+                    };
                     if result.is_ok() {
                         progress.send_modify(|p| {
                             p.offset = None;
@@ -255,6 +264,14 @@ impl<E: Envelope> Projection<E> {
                     }
                     let _ = ack.send(result);
                     restarts_in_a_row = 0;
+                }
+                Err(error @ ProjectionError::Fenced { .. }) => {
+                    tracing::error!(projection = %self.id, %error, "projection fenced; this instance stops");
+                    progress.send_modify(|p| {
+                        p.last_error = Some(error.to_string());
+                        p.state = ProjectionState::Fenced;
+                    });
+                    return;
                 }
                 Err(error) => {
                     if made_progress {
@@ -389,6 +406,8 @@ enum Event<E> {
 struct Run<'p, E: Envelope> {
     projection: &'p Projection<E>,
     progress: &'p watch::Sender<Progress<E::Offset>>,
+    /// The owner epoch of this instance, carried by every offset write (fencing).
+    epoch: u64,
     /// Envelopes pulled and not yet part of the handled prefix, from index `base`.
     window: VecDeque<Slot<E::Offset>>,
     base: u64,
@@ -419,10 +438,12 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn new(
         projection: &'p Projection<E>,
         progress: &'p watch::Sender<Progress<E::Offset>>,
+        epoch: u64,
     ) -> Self {
         Run {
             projection,
             progress,
+            epoch,
             window: VecDeque::new(),
             base: 0,
             next_idx: 0,
@@ -671,10 +692,10 @@ impl<'p, E: Envelope> Run<'p, E> {
         async move {
             let Unit {
                 idxs,
-                envelopes,
+                mut envelopes,
                 pids,
             } = unit;
-            let result = handle_with_retries(&*processor, &envelopes, &commit, recovery, &id)
+            let result = handle_with_retries(&*processor, &mut envelopes, &commit, recovery, &id)
                 .await
                 .map(|skipped| {
                     if skipped {
@@ -693,6 +714,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         if !self.exactly_once() {
             return Commit::default();
         }
+        let epoch = self.epoch;
         if self.offset_in_transaction() {
             // One unit at a time, in order: once it commits, everything before it is handled.
             let offset = unit
@@ -700,6 +722,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 .last()
                 .and_then(|e| serde_json::to_string(&e.offset()).ok());
             return Commit {
+                epoch,
                 offset,
                 seen: Vec::new(),
             };
@@ -712,7 +735,11 @@ impl<'p, E: Envelope> Run<'p, E> {
                 None => seen.push((pid.to_owned(), envelope.seq_nr())),
             }
         }
-        Commit { offset: None, seen }
+        Commit {
+            epoch,
+            offset: None,
+            seen,
+        }
     }
 
     async fn finished(&mut self, outcome: Outcome) -> Result<(), ProjectionError> {
@@ -816,7 +843,10 @@ impl<'p, E: Envelope> Run<'p, E> {
                 source,
             })?;
         let projection = self.projection;
-        projection.store.save_offset(&projection.id, &json).await?;
+        projection
+            .store
+            .save_offset(&projection.id, self.epoch, &json)
+            .await?;
         self.saved_through = self.handled_through;
         self.unsaved = 0;
         Ok(())
@@ -875,7 +905,7 @@ async fn sleep_until(at: Option<Instant>) {
 /// Calls the handler, retrying with backoff; `Ok(true)` when the envelopes were skipped.
 async fn handle_with_retries<E: Envelope>(
     processor: &dyn Processor<E>,
-    envelopes: &[E],
+    envelopes: &mut Vec<E>,
     commit: &Commit,
     recovery: HandlerRecovery,
     id: &ProjectionId,
@@ -889,8 +919,9 @@ async fn handle_with_retries<E: Envelope>(
         let message = match attempt {
             Ok(Ok(())) => return Ok(false),
             Ok(Err(AttemptError::Store(error))) => return Err(error.into()),
+            Ok(Err(AttemptError::Lost(message))) => return Err(lost(id, envelopes, message)),
             Ok(Err(AttemptError::Handler(error))) => error.to_string(),
-            Err(panic) => format!("handler panicked: {}", panic_message(&panic)),
+            Err(panic) => format!("handler panicked: {}", panic_message(&*panic)),
         };
         let first = envelopes.first();
         let persistence_id = first
@@ -905,8 +936,14 @@ async fn handle_with_retries<E: Envelope>(
         match recovery.then {
             AfterRetries::Skip => {
                 tracing::error!(projection = %id, persistence_id, seq_nr, envelopes = envelopes.len(), attempts, error = %message, "handler failed; skipping the envelopes");
-                processor.record_skip(commit).await?;
-                return Ok(true);
+                return match processor.record_skip(commit).await {
+                    Ok(()) => Ok(true),
+                    Err(AttemptError::Store(error)) => Err(error.into()),
+                    Err(AttemptError::Handler(error)) => {
+                        Err(lost(id, envelopes, error.to_string()))
+                    }
+                    Err(AttemptError::Lost(message)) => Err(lost(id, envelopes, message)),
+                };
             }
             AfterRetries::Fail => {
                 return Err(ProjectionError::Handler {
@@ -921,12 +958,16 @@ async fn handle_with_retries<E: Envelope>(
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".to_owned()
+/// The error of a unit whose transaction's task ended without a result (not retried).
+fn lost<E: Envelope>(id: &ProjectionId, envelopes: &[E], message: String) -> ProjectionError {
+    let first = envelopes.first();
+    ProjectionError::Handler {
+        id: id.clone(),
+        persistence_id: first
+            .map(|e| e.persistence_id().to_owned())
+            .unwrap_or_default(),
+        seq_nr: first.map_or(0, |e| e.seq_nr()),
+        attempts: 1,
+        message: format!("the transaction's task ended without a result: {message}"),
     }
 }
