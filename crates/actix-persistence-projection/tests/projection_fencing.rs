@@ -166,9 +166,10 @@ async fn of_two_at_least_once_instances_the_older_cannot_move_the_offset_back() 
 
     gate.release(100);
     assert_eq!(older.join().await, ProjectionState::Fenced);
-    // The older instance handled its fourth envelope, but its save was refused: the stored
-    // offset is still the newer instance's, past every event.
-    assert_eq!(older_handler.recorder.handled().len(), 4);
+    // The older instance handled its fourth envelope (and maybe more while its save was on
+    // its way), but its save was refused: the stored offset is still the newer instance's,
+    // past every event.
+    assert!(older_handler.recorder.handled().len() >= 4);
     assert_eq!(store.read_offset(&id()).await.unwrap(), final_offset);
     assert_eq!(newer_handler.handled().len(), 17);
 }
