@@ -365,6 +365,9 @@ struct Slot<O> {
     done: bool,
     offset: O,
     timestamp_ms: i64,
+    /// Its persistence id and seq_nr, kept only when its seen row is to be forgotten once the
+    /// saved offset covers it (exactly-once, several at a time).
+    seen: Option<(String, u64)>,
 }
 
 /// Envelopes (or a group) handled by one handler call.
@@ -440,6 +443,12 @@ struct Run<'p, E: Envelope> {
     group: Unit<E>,
     group_due: Option<Instant>,
     seen: SeenSeqNrs,
+    /// Exactly-once with several calls at once: the seen rows are forgotten as the saved offset
+    /// covers them.
+    forget_seen: bool,
+    /// Per persistence id, the highest seq_nr in the handled prefix since the last save
+    /// started: the seen rows that save covers (see [`OffsetStore::save_offset`]).
+    covered: SeenSeqNrs,
     paused: bool,
     stopping: bool,
     reset: Option<oneshot::Sender<Result<(), ResetError>>>,
@@ -478,6 +487,8 @@ impl<'p, E: Envelope> Run<'p, E> {
             group: Unit::empty(),
             group_due: None,
             seen: SeenSeqNrs::new(),
+            forget_seen: projection.processor.exactly_once() && projection.max_concurrency > 1,
+            covered: SeenSeqNrs::new(),
             paused: false,
             stopping: false,
             reset: None,
@@ -644,6 +655,9 @@ impl<'p, E: Envelope> Run<'p, E> {
             done: already_handled,
             offset: envelope.offset(),
             timestamp_ms: envelope.timestamp_ms(),
+            seen: self
+                .forget_seen
+                .then(|| (envelope.persistence_id().to_owned(), envelope.seq_nr())),
         });
         if already_handled {
             // Handled and committed before a restart (exactly-once, several at a time).
@@ -820,10 +834,14 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn advance(&mut self) {
         let mut last = None;
         while self.window.front().is_some_and(|slot| slot.done) {
-            if let Some(slot) = self.window.pop_front() {
+            if let Some(mut slot) = self.window.pop_front() {
                 self.handled_through = Some(self.base);
                 self.base += 1;
                 self.unsaved += 1;
+                if let Some((pid, seq_nr)) = slot.seen.take() {
+                    let covered = self.covered.entry(pid).or_insert(seq_nr);
+                    *covered = (*covered).max(seq_nr);
+                }
                 last = Some(slot);
             }
         }
@@ -906,10 +924,14 @@ impl<'p, E: Envelope> Run<'p, E> {
         let id = Arc::clone(&self.shared_id);
         let epoch = self.epoch;
         let through = self.handled_through;
+        // Forgotten with this save, or never if it fails: the run then fails, and the restart
+        // from the older stored offset delivers these envelopes again (skipped as seen), so a
+        // later save covers them once more.
+        let covered: Vec<(String, u64)> = self.covered.drain().collect();
         self.unsaved = 0;
         self.saving = Some(
             async move {
-                store.save_offset(&id, epoch, &json).await?;
+                store.save_offset(&id, epoch, &json, &covered).await?;
                 Ok(through)
             }
             .boxed(),

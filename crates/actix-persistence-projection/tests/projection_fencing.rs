@@ -62,6 +62,11 @@ async fn the_in_memory_store_fences_older_owners() {
 }
 
 #[tokio::test]
+async fn the_in_memory_store_forgets_the_seen_rows_its_offset_covers() {
+    offset_store_forgets_the_seen_rows_its_offset_covers(&InMemoryOffsetStore::new()).await;
+}
+
+#[tokio::test]
 async fn a_transaction_whose_owner_was_taken_over_before_its_commit_stores_nothing() {
     use actix_persistence_projection::{OffsetStoreError, TransactionalOffsetStore};
     let store = InMemoryOffsetStore::new();

@@ -101,6 +101,14 @@ impl Db {
         }
     }
 
+    /// Rows in `projection_seen`, by SQL.
+    async fn seen_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*)::BIGINT FROM projection_seen")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+
     /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
     async fn read_model(&self) -> (i64, i64, i64) {
         let row = sqlx::query(
@@ -204,8 +212,14 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
     assert_eq!(store.read_offset(&id()).await.unwrap(), None);
     let epoch = store.take_ownership(&id(), None).await.unwrap();
     assert_eq!(epoch, 1);
-    store.save_offset(&id(), epoch, "{\"a\":1}").await.unwrap();
-    store.save_offset(&id(), epoch, "{\"a\":2}").await.unwrap();
+    store
+        .save_offset(&id(), epoch, "{\"a\":1}", &[])
+        .await
+        .unwrap();
+    store
+        .save_offset(&id(), epoch, "{\"a\":2}", &[])
+        .await
+        .unwrap();
     assert_eq!(
         store.read_offset(&id()).await.unwrap().as_deref(),
         Some("{\"a\":2}")
@@ -344,6 +358,11 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
     handle.abort().await;
     db.settle().await;
     assert_eq!(db.store().read_offset(&id()).await.unwrap(), None);
+    let rows = db.seen_rows().await;
+    assert!(
+        (1..=8).contains(&rows),
+        "one seen row per id handled so far, not covered by any saved offset: {rows}"
+    );
 
     Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
         .with_max_concurrency(8)
@@ -351,6 +370,40 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
         .join()
         .await;
     assert_eq!(db.read_model().await, (32, 32, expected_total(8, 4)));
+    assert_eq!(
+        db.seen_rows().await,
+        0,
+        "the final offset covers every seen row"
+    );
+}
+
+#[tokio::test]
+async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 60, 3).await;
+    let every_5 = SaveOffset {
+        after_envelopes: 5,
+        after: Duration::from_secs(3600),
+    };
+    let state = Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_5)
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(db.read_model().await, (180, 180, expected_total(60, 3)));
+    assert_eq!(
+        db.seen_rows().await,
+        0,
+        "60 ids handled, none left in flight"
+    );
+}
+
+#[tokio::test]
+async fn offset_store_forgets_the_seen_rows_its_offset_covers() {
+    let Some(db) = open().await else { return };
+    common::offset_store_forgets_the_seen_rows_its_offset_covers(&db.store()).await;
 }
 
 #[tokio::test]

@@ -125,10 +125,17 @@ impl OffsetStore for InMemoryOffsetStore {
         id: &ProjectionId,
         epoch: u64,
         offset: &str,
+        covered: &[(String, u64)],
     ) -> Result<(), OffsetStoreError> {
         let mut inner = self.inner();
         inner.check(id, epoch)?;
-        inner.entries.entry(id.clone()).or_default().offset = Some(offset.to_owned());
+        let entry = inner.entries.entry(id.clone()).or_default();
+        entry.offset = Some(offset.to_owned());
+        for (pid, seq_nr) in covered {
+            if entry.seen.get(pid).is_some_and(|seen| seen <= seq_nr) {
+                entry.seen.remove(pid);
+            }
+        }
         Ok(())
     }
 

@@ -10,7 +10,9 @@
 //! source's offset as JSON. Exactly-once projections that handle several envelopes at once also
 //! keep, per persistence id, the highest sequence number handled (`projection_seen`), written in
 //! the handler's transaction: the stored offset may then lag behind handled envelopes, and a
-//! restart skips exactly those.
+//! restart skips exactly those. A row is deleted by the offset save that covers its
+//! persistence id's handled envelopes ([`OffsetStore::save_offset`]'s `covered`), so the table
+//! holds rows only for ids with envelopes handled past the stored offset.
 //!
 //! # Fencing
 //! Two instances of one projection id must not both write (a deploy overlap, a process thought
@@ -81,16 +83,30 @@ pub trait OffsetStore: Send + Sync + 'static {
     ) -> Result<u64, OffsetStoreError>;
 
     /// Saves `offset` as the offset of `id`, replacing the previous one, if `epoch` is still
-    /// the owner epoch of `id` (in the same statement).
+    /// the owner epoch of `id` (in the same statement), and forgets, in the same transaction,
+    /// the seen sequence numbers that `offset` now covers.
+    ///
+    /// `covered` holds, per persistence id, the highest sequence number among the envelopes
+    /// at or before `offset` that were not covered by the previously saved offset (empty for
+    /// at-least-once projections). The seen row of each such persistence id is deleted when
+    /// its stored sequence number is at most the covered one: the source, resumed after
+    /// `offset`, never delivers those envelopes again, so nothing needs to skip them. A row
+    /// whose sequence number is higher (an envelope of that id handled after `offset`) stays.
+    /// A store may leave a row it cannot delete without waiting (PostgreSQL skips rows that a
+    /// handler's transaction in flight holds locked, which is about to raise them): a later
+    /// save forgets it (see `docs/projections.md`, "Bounded seen rows").
     ///
     /// # Errors
-    /// [`OffsetStoreError::Fenced`] (nothing saved) when another instance took ownership;
-    /// [`OffsetStoreError`] when the store cannot be written.
+    /// [`OffsetStoreError::Fenced`] (nothing saved, nothing forgotten) when another instance
+    /// took ownership; [`OffsetStoreError::SeqNrOutOfRange`] when a covered sequence number
+    /// does not fit SQL's BIGINT; [`OffsetStoreError`] when the store cannot be written
+    /// (nothing saved).
     async fn save_offset(
         &self,
         id: &ProjectionId,
         epoch: u64,
         offset: &str,
+        covered: &[(String, u64)],
     ) -> Result<(), OffsetStoreError>;
 
     /// Deletes everything stored for `id` (offset and seen sequence numbers, not its owner

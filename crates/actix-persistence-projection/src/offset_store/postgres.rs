@@ -104,6 +104,20 @@ const UPSERT_SEEN: &str = "INSERT INTO projection_seen \
      ON CONFLICT (projection_name, projection_key, persistence_id) DO UPDATE SET \
      seq_nr = GREATEST(projection_seen.seq_nr, excluded.seq_nr)";
 
+/// Forgets the seen rows the saved offset covers: each persistence id's row whose seq_nr is at
+/// most the covered one (re-checked on the newest row version after a concurrent commit, read
+/// committed: a row a handler's transaction raised past it stays). Rows locked by a handler's
+/// transaction in flight are skipped, not waited for: such a transaction is about to raise the
+/// row past the offset (a later save forgets it), and a save that never waits for a handler's
+/// row lock cannot deadlock with one (the handler's transaction waits for the save instead).
+const FORGET_SEEN: &str = "DELETE FROM projection_seen \
+     WHERE projection_name = $1 AND projection_key = $2 AND persistence_id IN (\
+     SELECT s.persistence_id FROM projection_seen s \
+     JOIN UNNEST($3::text[], $4::bigint[]) AS c(persistence_id, seq_nr) \
+     ON s.persistence_id = c.persistence_id \
+     WHERE s.projection_name = $1 AND s.projection_key = $2 AND s.seq_nr <= c.seq_nr \
+     FOR UPDATE OF s SKIP LOCKED)";
+
 #[async_trait]
 impl OffsetStore for PostgresOffsetStore {
     async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
@@ -166,20 +180,43 @@ impl OffsetStore for PostgresOffsetStore {
         id: &ProjectionId,
         epoch: u64,
         offset: &str,
+        covered: &[(String, u64)],
     ) -> Result<(), OffsetStoreError> {
-        let saved = sqlx::query(UPSERT_OFFSET)
+        let upsert = sqlx::query(UPSERT_OFFSET)
             .bind(&id.name)
             .bind(&id.key)
             .bind(offset)
             .bind(now_ms())
-            .bind(sql_epoch(epoch))
-            .execute(&self.pool)
-            .await
-            .map_err(db(id))?;
+            .bind(sql_epoch(epoch));
+        if covered.is_empty() {
+            let saved = upsert.execute(&self.pool).await.map_err(db(id))?;
+            if saved.rows_affected() == 0 {
+                return Err(fenced(id, epoch));
+            }
+            return Ok(());
+        }
+        let mut pids = Vec::with_capacity(covered.len());
+        let mut seq_nrs = Vec::with_capacity(covered.len());
+        for (pid, seq_nr) in covered {
+            seq_nrs.push(sql_seq_nr(pid, *seq_nr)?);
+            pids.push(pid.as_str());
+        }
+        // The offset and the deletes in one transaction: both or neither are stored.
+        let mut tx = self.pool.begin().await.map_err(db(id))?;
+        let saved = upsert.execute(&mut *tx).await.map_err(db(id))?;
         if saved.rows_affected() == 0 {
+            tx.rollback().await.map_err(db(id))?;
             return Err(fenced(id, epoch));
         }
-        Ok(())
+        sqlx::query(FORGET_SEEN)
+            .bind(&id.name)
+            .bind(&id.key)
+            .bind(&pids)
+            .bind(&seq_nrs)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(id))?;
+        tx.commit().await.map_err(db(id))
     }
 
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {

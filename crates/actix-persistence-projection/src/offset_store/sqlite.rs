@@ -114,6 +114,10 @@ const UPSERT_SEEN: &str = "INSERT INTO projection_seen \
      ON CONFLICT (projection_name, projection_key, persistence_id) DO UPDATE SET \
      seq_nr = MAX(projection_seen.seq_nr, excluded.seq_nr)";
 
+/// Forgets a seen row the saved offset covers (a higher seq_nr, handled after it, stays).
+const FORGET_SEEN: &str = "DELETE FROM projection_seen WHERE projection_name = ? \
+     AND projection_key = ? AND persistence_id = ? AND seq_nr <= ?";
+
 #[async_trait]
 impl OffsetStore for SqliteOffsetStore {
     async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
@@ -176,20 +180,44 @@ impl OffsetStore for SqliteOffsetStore {
         id: &ProjectionId,
         epoch: u64,
         offset: &str,
+        covered: &[(String, u64)],
     ) -> Result<(), OffsetStoreError> {
-        let saved = sqlx::query(UPSERT_OFFSET)
+        let upsert = sqlx::query(UPSERT_OFFSET)
             .bind(&id.name)
             .bind(&id.key)
             .bind(offset)
             .bind(now_ms())
-            .bind(sql_epoch(epoch))
-            .execute(&self.pool)
+            .bind(sql_epoch(epoch));
+        if covered.is_empty() {
+            let saved = upsert.execute(&self.pool).await.map_err(db(id))?;
+            if saved.rows_affected() == 0 {
+                return Err(fenced(id, epoch));
+            }
+            return Ok(());
+        }
+        // The offset and the deletes in one transaction, under SQLite's write lock from its
+        // start: no handler's transaction raises a row between them.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db(id))?;
+        let saved = upsert.execute(&mut *tx).await.map_err(db(id))?;
         if saved.rows_affected() == 0 {
+            tx.rollback().await.map_err(db(id))?;
             return Err(fenced(id, epoch));
         }
-        Ok(())
+        for (pid, seq_nr) in covered {
+            sqlx::query(FORGET_SEEN)
+                .bind(&id.name)
+                .bind(&id.key)
+                .bind(pid)
+                .bind(sql_seq_nr(pid, *seq_nr)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db(id))?;
+        }
+        tx.commit().await.map_err(db(id))
     }
 
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
