@@ -378,6 +378,36 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
 }
 
 #[tokio::test]
+async fn forgotten_seen_rows_still_handle_every_event_once_across_a_crash() {
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 8, 6).await;
+    // Offsets saved (and seen rows forgotten) while calls run, then a crash mid-way.
+    let every_3 = SaveOffset {
+        after_envelopes: 3,
+        after: Duration::from_secs(3600),
+    };
+    let handle = Projection::exactly_once(id(), db.source(true), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_3)
+        .start();
+    handle
+        .wait_for(|p| p.handled >= 25)
+        .await
+        .expect("some handled");
+    handle.abort().await;
+    db.settle().await;
+
+    Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_3)
+        .start()
+        .join()
+        .await;
+    assert_eq!(db.read_model().await, (48, 48, expected_total(8, 6)));
+    assert_eq!(db.seen_rows().await, 0);
+}
+
+#[tokio::test]
 async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 60, 3).await;
