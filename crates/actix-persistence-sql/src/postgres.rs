@@ -617,10 +617,6 @@ impl Dialect for PostgresDialect {
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
 
-    fn has_tag(table: &str, n: usize) -> String {
-        format!("${n} = ANY({table}.tags)")
-    }
-
     /// The database's clock (`$1`, the process's clock, is not used but typed).
     const CURRENT_TIMESTAMP: &'static str = concat!(
         "SELECT GREATEST(",

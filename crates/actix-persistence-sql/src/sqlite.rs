@@ -460,10 +460,6 @@ impl Dialect for SqliteDialect {
         true
     }
 
-    fn has_tag(table: &str, n: usize) -> String {
-        format!("EXISTS (SELECT 1 FROM json_each({table}.tags) AS t WHERE t.value = ${n})")
-    }
-
     /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).
     const CURRENT_TIMESTAMP: &'static str =
         "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";

@@ -205,8 +205,9 @@ macro_rules! __case_table {
     };
 }
 
-/// Expands into one `#[test]` per query conformance case (Q1-Q13 as
-/// `q01_events_by_persistence_id_bounds` .. `q13_late_commit_keeps_the_order_of_an_id`), each against a
+/// Expands into one `#[test]` per query conformance case (Q1-Q15 as
+/// `q01_events_by_persistence_id_bounds` ..
+/// `q15_pipelined_writes_of_one_id_keep_their_order`), each against a
 /// [`QueryStore`](actix_persistence_core::query::QueryStore) fresh from the factory. Same
 /// shape as [`journal_conformance_tests!`](crate::journal_conformance_tests).
 ///
@@ -246,6 +247,8 @@ macro_rules! __query_cases {
             q11_envelopes_decode_into_the_event_type: "Q11 envelopes decode into the event type; a bad payload is an error naming it",
             q12_bad_arguments_are_errors: "Q12 a bad slice range or offset kind is an error",
             q13_late_commit_keeps_the_order_of_an_id: "Q13 an id's next event waits for its late-committing previous one",
+            q14_settled_pass_delivers_what_the_fast_pass_passed: "Q14 an event visible far behind the live edge comes from the settled pass once the window passed",
+            q15_pipelined_writes_of_one_id_keep_their_order: "Q15 writes of one id issued without waiting are stored and delivered in sequence order",
         }
     };
 }
