@@ -27,6 +27,7 @@ async fn connect_creates_the_tables_with_a_global_ordering<B: TestBackend>(db: B
         db.table_names().await,
         // The projection offset store's tables come with the same migrations.
         vec![
+            "event_tag",
             "journal",
             "journal_highest",
             "projection_offset",
