@@ -11,6 +11,18 @@
 //! keep, per persistence id, the highest sequence number handled (`projection_seen`), written in
 //! the handler's transaction: the stored offset may then lag behind handled envelopes, and a
 //! restart skips exactly those.
+//!
+//! # Fencing
+//! Two instances of one projection id must not both write (a deploy overlap, a process thought
+//! dead that still runs). Each instance takes ownership of its id when it starts
+//! ([`OffsetStore::take_ownership`]): the store raises the id's owner epoch in one statement
+//! (table `projection_owner`, migration 0008), as the journal raises a persistence id's epoch
+//! on recovery. Every write of the instance carries its epoch: an exactly-once transaction
+//! checks it under a lock held until its commit ([`TransactionalOffsetStore::save_in`]), an
+//! at-least-once save in the same statement ([`OffsetStore::save_offset`]). A write with an
+//! older epoch stores nothing and fails with [`OffsetStoreError::Fenced`]; the instance stops.
+//! The newer instance reads the offset after its take, so it sees every commit of the older
+//! one that got in before.
 
 use std::collections::HashMap;
 
@@ -51,14 +63,40 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// [`OffsetStoreError`] when the store cannot be read.
     async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError>;
 
-    /// Saves `offset` as the offset of `id`, replacing the previous one.
+    /// Takes ownership of `id` for an instance and returns its owner epoch (from 1), which the
+    /// instance passes to every write (see the module docs on fencing).
+    ///
+    /// `held` is `None` when an instance starts: the epoch is raised whoever held it, fencing
+    /// every older instance. An instance restarting after a failure passes the epoch it holds:
+    /// the epoch is raised only if it is still the stored one (which fences that instance's own
+    /// transactions still in flight), else the instance was taken over.
     ///
     /// # Errors
+    /// [`OffsetStoreError::Fenced`] when `held` is not the stored epoch;
     /// [`OffsetStoreError`] when the store cannot be written.
-    async fn save_offset(&self, id: &ProjectionId, offset: &str) -> Result<(), OffsetStoreError>;
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, OffsetStoreError>;
 
-    /// Deletes everything stored for `id` (offset and seen sequence numbers): the projection
-    /// starts again from the beginning of its source, to rebuild a read model.
+    /// Saves `offset` as the offset of `id`, replacing the previous one, if `epoch` is still
+    /// the owner epoch of `id` (in the same statement).
+    ///
+    /// # Errors
+    /// [`OffsetStoreError::Fenced`] (nothing saved) when another instance took ownership;
+    /// [`OffsetStoreError`] when the store cannot be written.
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+    ) -> Result<(), OffsetStoreError>;
+
+    /// Deletes everything stored for `id` (offset and seen sequence numbers, not its owner
+    /// epoch): the projection starts again from the beginning of its source, to rebuild a read
+    /// model. Not fenced (an operator's call); a running projection's
+    /// [`reset`](crate::ProjectionHandle::reset) checks its ownership first.
     ///
     /// # Errors
     /// [`OffsetStoreError`] when the store cannot be written.
@@ -82,15 +120,20 @@ pub trait TransactionalOffsetStore: OffsetStore {
     /// [`OffsetStoreError`] when no transaction can be started.
     async fn begin(&self, id: &ProjectionId) -> Result<Self::Transaction, OffsetStoreError>;
 
-    /// Within `tx`: saves `offset` (when given) as the offset of `id`, and raises the seen
-    /// sequence number of each `(persistence id, seq_nr)` in `seen` (never lowers it).
+    /// Within `tx`: checks that `epoch` is still the owner epoch of `id`, under a lock held
+    /// until `tx` ends (an instance taking ownership meanwhile waits for the commit), then saves
+    /// `offset` (when given) as the offset of `id`, and raises the seen sequence number of each
+    /// `(persistence id, seq_nr)` in `seen` (never lowers it).
     ///
     /// # Errors
-    /// [`OffsetStoreError`] when the writes fail (the transaction is then rolled back).
+    /// [`OffsetStoreError::Fenced`] when another instance took ownership (the caller rolls
+    /// `tx` back: the handler's writes are not stored); [`OffsetStoreError`] when the writes
+    /// fail (the transaction is then rolled back).
     async fn save_in(
         &self,
         tx: &mut Self::Transaction,
         id: &ProjectionId,
+        epoch: u64,
         offset: Option<&str>,
         seen: &[(String, u64)],
     ) -> Result<(), OffsetStoreError>;
@@ -100,6 +143,19 @@ pub trait TransactionalOffsetStore: OffsetStore {
     /// # Errors
     /// [`OffsetStoreError`] when the commit fails: nothing of the transaction is stored.
     async fn commit(
+        &self,
+        tx: Self::Transaction,
+        id: &ProjectionId,
+    ) -> Result<(), OffsetStoreError>;
+
+    /// Rolls `tx` back and waits until the database did, so its connection goes back to the
+    /// pool with no transaction open. The projection calls it when a handler failed or its
+    /// call was cancelled (the projection stopped or was aborted).
+    ///
+    /// # Errors
+    /// [`OffsetStoreError`] when the rollback fails (the connection is then left to the pool's
+    /// own checks).
+    async fn rollback(
         &self,
         tx: Self::Transaction,
         id: &ProjectionId,
