@@ -431,6 +431,40 @@ async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
 }
 
 #[tokio::test]
+async fn an_offset_save_skips_a_seen_row_a_handler_transaction_holds_and_never_waits_for_it() {
+    let Some(db) = open().await else { return };
+    let store = db.store();
+    let epoch = store.take_ownership(&id(), None).await.unwrap();
+    let mut tx = store.begin(&id()).await.unwrap();
+    let seen = [("p".to_owned(), 5), ("q".to_owned(), 3)];
+    store
+        .save_in(&mut tx, &id(), epoch, None, &seen)
+        .await
+        .unwrap();
+    store.commit(tx, &id()).await.unwrap();
+
+    // A handler's transaction in flight raises p (envelope p 9, past the offset): its row is
+    // locked until it commits.
+    let mut handler = store.begin(&id()).await.unwrap();
+    store
+        .save_in(&mut handler, &id(), epoch, None, &[("p".to_owned(), 9)])
+        .await
+        .unwrap();
+    // The save covering p 5 and q 3 does not wait for it: it forgets q and leaves p.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        store.save_offset(&id(), epoch, "{\"a\":1}", &seen),
+    )
+    .await
+    .expect("the save never waits for a handler's row lock")
+    .unwrap();
+    store.commit(handler, &id()).await.unwrap();
+    let left: Vec<(String, u64)> = store.read_seen(&id()).await.unwrap().into_iter().collect();
+    assert_eq!(left, vec![("p".to_owned(), 9)]);
+    assert_eq!(db.seen_rows().await, 1);
+}
+
+#[tokio::test]
 async fn offset_store_forgets_the_seen_rows_its_offset_covers() {
     let Some(db) = open().await else { return };
     common::offset_store_forgets_the_seen_rows_its_offset_covers(&db.store()).await;
