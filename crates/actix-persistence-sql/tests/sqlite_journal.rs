@@ -111,8 +111,8 @@ async fn corrupt_row_ends_the_replay_with_a_storage_error() {
     common::run(|db: SqliteDb| async move {
         let journal = db.journal().await;
         write_all_ok(&journal, vec![atomic("p-1", 1..=1)]).await;
-        // A row this crate never writes: tags that are not a JSON array (set by an update:
-        // the tag index's insert trigger reads the tags, and rejects an insert of such a row).
+        // A row this crate never writes: tags that are not a JSON array. (Inserted with no
+        // tags, then corrupted: the tag index's insert trigger refuses malformed JSON.)
         db.execute(
             "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
              serializer_id, manifest, payload, tags) \
