@@ -455,7 +455,12 @@ impl actix_persistence::JournalStore for SlowReplayPanickyDelete {
         self.inner.read_highest_sequence_nr(pid, from).await
     }
 
-    async fn delete_messages_to(&self, _: &str, _: u64) -> Result<(), JournalError> {
+    async fn delete_messages_to(
+        &self,
+        _: &str,
+        _: u64,
+        _: actix_persistence::FencingToken,
+    ) -> Result<(), JournalError> {
         panic!("a bug in the store's delete")
     }
 }
@@ -515,6 +520,7 @@ async fn a_panicking_trial_call_does_not_leave_the_circuit_breaker_shut() {
     let delete = |pid: &str| actix_persistence::journal::DeleteMessagesTo {
         persistence_id: pid.to_owned(),
         to_seq_nr: 1,
+        fencing_token: actix_persistence::FencingToken::UNOWNED,
     };
     // The panic is a failure: the breaker opens.
     let first = h.journal.send(delete("x")).await.expect("mailbox");

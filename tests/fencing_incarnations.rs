@@ -20,6 +20,7 @@ on_every_backend!(
     a_write_in_flight_during_a_takeover_is_fenced_and_the_new_owner_persists,
     a_write_stored_before_a_takeover_is_replayed_and_the_new_owner_continues_after_it,
     a_fenced_actor_under_a_backoff_supervisor_is_not_restarted,
+    a_stale_incarnations_delete_is_fenced_deletes_nothing_and_stops_it,
 );
 
 /// Starts a probe of `pid` (group 0), waits until it recovered, and returns it with the
@@ -196,4 +197,59 @@ async fn a_fenced_actor_under_a_backoff_supervisor_is_not_restarted(backend: Bac
     let first = owner.send(Persist(vec![named("owner")]));
     h.control.next_write_for("f3").await.complete();
     assert_eq!(first.await.expect("mailbox").expect("stored"), 1);
+}
+
+async fn a_stale_incarnations_delete_is_fenced_deletes_nothing_and_stops_it(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let (old, old_stopped) = watched_probe(&mut h, "f4").await;
+    let first = old.send(PersistAll(vec![named("one"), named("two")]));
+    h.control.next_write_for("f4").await.complete();
+    first.await.expect("mailbox").expect("stored");
+
+    let (new, recovered) = new_incarnation(&mut h, "f4").await;
+    assert_eq!(recovered.0, 2);
+    old.do_send(DeleteEventsTo(2));
+    let seen = h
+        .seen_until(|s| matches!(s, Seen::DeleteFailed { .. } | Seen::EventsDeleted { .. }))
+        .await;
+    match seen.last() {
+        Some(Seen::DeleteFailed { pid, error }) => {
+            assert_eq!(pid, "f4");
+            assert!(
+                error.contains("fenc"),
+                "the failure says it was fenced: {error}"
+            );
+        }
+        other => panic!("expected the stale delete to fail, saw {other:?}"),
+    }
+    assert_eq!(
+        old_stopped.await,
+        Ok(StopReason::Fenced),
+        "the stale incarnation stops as after a fenced write"
+    );
+    assert_eq!(
+        stored(&h, "f4").await,
+        vec![
+            (1, r#"{"Named":"one"}"#.to_owned()),
+            (2, r#"{"Named":"two"}"#.to_owned()),
+        ],
+        "the stale delete deleted nothing"
+    );
+
+    // The owner deletes.
+    new.do_send(DeleteEventsTo(1));
+    let seen = h
+        .seen_until(|s| matches!(s, Seen::DeleteFailed { .. } | Seen::EventsDeleted { .. }))
+        .await;
+    assert_eq!(
+        seen.last(),
+        Some(&Seen::EventsDeleted {
+            pid: "f4".to_owned(),
+            to_seq_nr: 1
+        })
+    );
+    assert_eq!(
+        stored(&h, "f4").await,
+        vec![(2, r#"{"Named":"two"}"#.to_owned())]
+    );
 }

@@ -329,11 +329,11 @@ async fn a_persist_over_a_limit_is_rejected_before_the_store_and_the_actor_goes_
     let write = h.control.next_write_for("big").await;
     assert_eq!(
         write.writes()[0].lowest_seq_nr(),
-        1,
-        "the rejected write's sequence number is handed out again"
+        2,
+        "the rejected write keeps its sequence number (Akka's onPersistRejected rule)"
     );
     write.complete();
-    assert_eq!(next.await.expect("mailbox").expect("stored"), 1);
+    assert_eq!(next.await.expect("mailbox").expect("stored"), 2);
     assert!(h.seen_so_far().contains(&Seen::Rejected {
         pid: "big".to_owned(),
         seq_nr: 1

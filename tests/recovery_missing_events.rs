@@ -34,7 +34,7 @@ async fn events(h: &Harness, pid: &str, n: u64, deleted_to: u64) {
     let results = store.write_messages(writes).await.expect("stored");
     assert!(results.iter().all(Result::is_ok));
     store
-        .delete_messages_to(pid, deleted_to)
+        .delete_messages_to(pid, deleted_to, actix_persistence::FencingToken::UNOWNED)
         .await
         .expect("deleted");
 }

@@ -6,7 +6,9 @@
 //!
 //! Uses only APIs that predate fencing, so the same file builds on the commit before it for a
 //! side-by-side "before" run:
-//! `cargo run --release -p actix-persistence-bench --bin fencing-cost -- [runs]`
+//! `cargo run --release -p actix-persistence-bench --bin fencing-cost -- [runs]`;
+//! `fencing-cost sqlite-writes E` runs only the SQLite group commit (100 actors x E events)
+//! once, for `valgrind --tool=callgrind`.
 
 use std::time::{Duration, Instant};
 
@@ -167,9 +169,57 @@ fn report(store: &str, runs: Vec<[f64; 3]>) {
     }
 }
 
+/// `sqlite-writes E`: only the SQLite group-commit measure, 100 actors x `E` events, once,
+/// for an instruction count under `valgrind --tool=callgrind` (the difference of two totals
+/// over the difference of their events is the cost per event; start-up and recovery cancel).
+fn sqlite_writes(events_per_actor: u64) {
+    System::new().block_on(async move {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+        let store = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+            .await
+            .expect("open SQLite");
+        let journal = JournalActor::start_with(
+            std::sync::Arc::new(store),
+            JournalConfig {
+                call_timeout: Duration::from_secs(600),
+                ..JournalConfig::default()
+            },
+        );
+        let actors: Vec<_> = (0..ACTORS)
+            .map(|i| counter(&journal, format!("writer-{i}")))
+            .collect();
+        for actor in &actors {
+            actor.send(Recovered).await.expect("recovered");
+        }
+        let started = Instant::now();
+        let writers = actors.iter().map(|actor| async move {
+            for expected in 1..=events_per_actor {
+                let seq_nr = actor.send(Add).await.expect("mailbox").expect("stored");
+                assert_eq!(seq_nr, expected);
+            }
+        });
+        futures::future::join_all(writers).await;
+        println!(
+            "sqlite-writes: {} events in {:.2} s",
+            ACTORS as u64 * events_per_actor,
+            started.elapsed().as_secs_f64()
+        );
+    });
+}
+
 fn main() {
-    let runs: usize = std::env::args()
-        .nth(1)
+    let mut args = std::env::args().skip(1);
+    let first = args.next();
+    if first.as_deref() == Some("sqlite-writes") {
+        let events = args
+            .next()
+            .map(|n| n.parse().expect("events per actor: a number"))
+            .unwrap_or(EVENTS_PER_ACTOR);
+        sqlite_writes(events);
+        return;
+    }
+    let runs: usize = first
         .map(|n| n.parse().expect("runs: a number"))
         .unwrap_or(3);
     System::new().block_on(async move {

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_persistence_core::query::{
-    EventsRequest, Offset, QuerySettings, QueryStore, ReadJournal, StoredEvent, WriteNotifications,
+    EventFilter, EventKey, EventsRequest, Offset, QuerySettings, QueryStore, ReadJournal,
+    StoredEvent, WriteNotifications,
 };
 use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
 use actix_persistence_core::{
@@ -30,6 +31,8 @@ const WRITES_PER_CALL: usize = 10;
 const LIVE_IDS: u64 = 100;
 const LIVE_RATE: u64 = 1_000;
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// A live query that delivers nothing for this long has missed an event.
+const STALL: Duration = Duration::from_secs(20);
 
 fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
     PersistentRepr {
@@ -97,6 +100,38 @@ async fn catch_up(name: &str, store: Arc<dyn QueryStore>, events: u64, ids: u64)
     }
 }
 
+/// The stored events of `entity_type` whose database timestamp is below their id's previous
+/// event's (the order a query by offset relies on), as (id, seq_nr, timestamp, previous).
+async fn timestamps_out_of_order(
+    store: &dyn QueryStore,
+    entity_type: &str,
+) -> Vec<(String, u64, i64, i64)> {
+    let filter = EventFilter::Slices {
+        entity_type: entity_type.to_owned(),
+        min_slice: 0,
+        max_slice: 1023,
+    };
+    let start = EventKey::start_of(i64::MIN);
+    let events = store
+        .read_events(EventsRequest {
+            filter: &filter,
+            after: &start,
+            before_timestamp: i64::MAX,
+            limit: u32::MAX,
+            with_previous_timestamp: true,
+        })
+        .await
+        .expect("read events");
+    events
+        .into_iter()
+        .filter_map(|e| {
+            let previous = e.previous_timestamp?;
+            (previous > e.timestamp)
+                .then(|| (e.repr.persistence_id, e.repr.seq_nr, e.timestamp, previous))
+        })
+        .collect()
+}
+
 /// A store whose live queries are never notified: they poll.
 struct PollingOnly(Arc<dyn QueryStore>);
 
@@ -114,8 +149,13 @@ impl JournalStore for PollingOnly {
     async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
         self.0.read_highest_sequence_nr(pid, from).await
     }
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.0.delete_messages_to(pid, to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
+        self.0.delete_messages_to(pid, to, fencing_token).await
     }
 }
 
@@ -161,12 +201,41 @@ async fn live(
     let mut stream = query.events_by_slices(entity_type, 0, 1023, Offset::NoOffset);
     let reader = {
         let acked = Arc::clone(&acked);
+        let check_store = Arc::clone(&store);
+        let check_type = entity_type.to_owned();
         tokio::spawn(async move {
             let mut histogram = Histogram::<u64>::new(3).expect("histogram");
             let mut pending: HashMap<(String, u64), Instant> = HashMap::new();
             let mut received = 0;
+            let mut delivered_keys: HashMap<(String, u64), u32> = HashMap::new();
             while received < total {
-                let envelope = stream.next().await.expect("live").expect("no error");
+                let next = tokio::time::timeout(STALL, stream.next()).await;
+                let Ok(next) = next else {
+                    // Stalled: say what is missing instead of waiting forever.
+                    let missing: Vec<_> = acked
+                        .lock()
+                        .expect("lock")
+                        .keys()
+                        .filter(|key| !delivered_keys.contains_key(*key))
+                        .cloned()
+                        .collect();
+                    let repeated: Vec<_> = delivered_keys.iter().filter(|(_, n)| **n > 1).collect();
+                    let unordered = timestamps_out_of_order(&*check_store, &check_type).await;
+                    eprintln!(
+                        "ids whose database timestamps are not in sequence order: {unordered:?}"
+                    );
+                    panic!(
+                        "live query stalled after {received} of {total}: {} acknowledged events \
+                         not delivered (e.g. {:?}), repeated {:?}",
+                        missing.len(),
+                        missing.iter().take(5).collect::<Vec<_>>(),
+                        repeated.iter().take(5).collect::<Vec<_>>()
+                    );
+                };
+                let envelope = next.expect("live").expect("no error");
+                *delivered_keys
+                    .entry((envelope.persistence_id.clone(), envelope.seq_nr))
+                    .or_default() += 1;
                 let delivered = Instant::now();
                 received += 1;
                 let key = (envelope.persistence_id, envelope.seq_nr);

@@ -30,13 +30,14 @@ pub enum JournalError {
         seq_nr: u64,
     },
     /// A newer incarnation of this persistence id took ownership of it (its recovery raised
-    /// the id's owner epoch above this writer's fencing token): the write was refused and
-    /// nothing of it was stored. The writing incarnation is stale and must stop; the newer one
-    /// (in this process or another one sharing the database) owns the id. Not a store failure.
+    /// the id's owner epoch above this writer's fencing token): the write or delete was
+    /// refused, and nothing of it was stored or deleted. The incarnation is stale and must
+    /// stop; the newer one (in this process or another one sharing the database) owns the id.
+    /// Not a store failure.
     #[error(
         "persistence id {persistence_id:?} is owned by a newer incarnation (this writer's \
-         fencing token {fencing_token} is older): nothing was stored; stop this incarnation, \
-         route the id to one node at a time"
+         fencing token {fencing_token} is older): nothing was stored or deleted; stop this \
+         incarnation, route the id to one node at a time"
     )]
     Fenced {
         /// The persistence id written to.

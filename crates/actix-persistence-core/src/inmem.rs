@@ -146,10 +146,22 @@ impl JournalStore for InMemoryJournal {
         Ok(self.lock().ids.get(pid).map(|e| e.highest).unwrap_or(0))
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+    /// Checks the token against the id's owner epoch and deletes under one lock.
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
         let mut journal = self.lock();
         let journal = &mut *journal;
         if let Some(events) = journal.ids.get_mut(pid) {
+            if events.owner > fencing_token {
+                return Err(JournalError::Fenced {
+                    persistence_id: pid.to_owned(),
+                    fencing_token: fencing_token.get(),
+                });
+            }
             let kept = if to == u64::MAX {
                 BTreeMap::new()
             } else {

@@ -18,10 +18,17 @@
 //! | tags | at most [`MAX_TAGS`] per event, each at most [`MAX_TAG_BYTES`] bytes, no NUL |
 //! | events per atomic write | at most [`MAX_EVENTS_PER_ATOMIC_WRITE`] |
 //!
-//! A persistent actor checks its writes against them before sending (a write over a limit is
-//! rejected: `on_persist_rejected` runs and the actor goes on), the journal actor checks every
-//! batch before its store sees it, and the built-in stores check again, so a direct caller of a
-//! store gets the same rejection.
+//! Checked twice per persist, each check with its own job:
+//! - a persistent actor checks its writes before sending them: the authoritative check of the
+//!   persist path. A write over a limit is rejected there (`on_persist_rejected` runs, the
+//!   write keeps its sequence numbers and the actor goes on) and never reaches the journal;
+//! - every store checks each atomic write it is given ([`AtomicWrite::check`]) before storing
+//!   anything: a defensive check for direct callers (a `WriteMessages` sent to the journal
+//!   actor, a tool calling the store), which get the same rejection from every store. The
+//!   journal conformance suite (case J27) holds third-party stores to it.
+//!
+//! The journal actor between them does not check: a store's rejection is an answer of a
+//! healthy store and never counts against the circuit breaker.
 
 use crate::error::WriteRejection;
 use crate::store::AtomicWrite;

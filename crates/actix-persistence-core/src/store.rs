@@ -230,12 +230,20 @@ pub trait JournalStore: Send + Sync + 'static {
     /// Deletes the events of `persistence_id` with `seq_nr <= to_seq_nr`. The highest sequence
     /// number is kept.
     ///
+    /// Fenced as writes are: `fencing_token` is the deleting incarnation's token
+    /// ([`FencingToken::UNOWNED`] for a caller that never took ownership). When the id's owner
+    /// epoch is above it, nothing is deleted and the call fails with [`JournalError::Fenced`];
+    /// the check and the delete are one atomic step (one transaction), so a stale incarnation
+    /// can never delete events of the id's new owner.
+    ///
     /// # Errors
-    /// [`JournalError`] when the store cannot be written.
+    /// [`JournalError::Fenced`] for a token below the id's owner epoch; [`JournalError`] when
+    /// the store cannot be written.
     async fn delete_messages_to(
         &self,
         persistence_id: &str,
         to_seq_nr: u64,
+        fencing_token: FencingToken,
     ) -> Result<(), JournalError>;
 
     /// Takes ownership of `persistence_id` for a new incarnation (every recovery calls it
@@ -249,7 +257,7 @@ pub trait JournalStore: Send + Sync + 'static {
     ///
     /// The default implementation, kept so that stores written before fencing existed still
     /// compile, reads the highest sequence number and returns [`FencingToken::UNOWNED`]: it
-    /// does **not** fence, and the journal conformance suite's fencing cases (F1-F4) fail for
+    /// does **not** fence, and the journal conformance suite's fencing cases (F1-F5) fail for
     /// such a store. Override it (see `docs/conformance.md`).
     ///
     /// # Errors
@@ -295,8 +303,13 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
         (**self).read_highest_sequence_nr(pid, from).await
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        (**self).delete_messages_to(pid, to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
+        (**self).delete_messages_to(pid, to, fencing_token).await
     }
 
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {

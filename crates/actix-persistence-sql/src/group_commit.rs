@@ -18,7 +18,21 @@
 //! `max_batch_size` atomic writes, which is stored in consecutive transactions of
 //! `max_batch_size`. Requests are served in the order they were queued, so the atomic writes of
 //! one call, and the calls of one caller, are stored in order.
+//!
+//! **Insert turns.** Transactions overlap (while one commits, the next is written). A caller
+//! may still issue writes of one persistence id without waiting for each other (pipelining):
+//! they must be stored in sequence order, with non-decreasing database timestamps, since
+//! queries by offset rely on that (`QueryStore`'s timestamp promise; query conformance case
+//! Q15). So a transaction takes the [`InsertTurn`] of each persistence id it writes, in the
+//! order the requests were queued, before its first statement, and gives them up after its
+//! last statement, before its commit (without group commit: after its commit). A later
+//! transaction's statement on the id then starts after the earlier one's, waits for its row
+//! lock, commits after it and takes a later timestamp. Ids written by one transaction at a
+//! time (every persistent actor has one write in flight) never wait. Without the turns two
+//! PostgreSQL transactions could insert one id's events in the opposite order, and a live
+//! query delivered the later event first or missed the earlier one.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +41,7 @@ use std::sync::Arc;
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, Ownership, WriteRejection,
 };
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot, Mutex, OwnedMutexGuard};
 
 use crate::error::SqlStoreError;
 
@@ -84,6 +98,81 @@ impl WriteCounters {
     }
 }
 
+/// The insert turns of the persistence ids one transaction writes (see the module
+/// documentation): held from before its first statement until after its last one, given out
+/// per id in the order the writes were queued. Dropping it gives them up.
+#[derive(Default)]
+pub(crate) struct InsertTurn {
+    /// Where the turns come from (to forget ids nobody waits for); `None` for no turns.
+    turns: Option<Arc<IdTurns>>,
+    ids: Vec<String>,
+    guards: Vec<OwnedMutexGuard<()>>,
+}
+
+impl InsertTurn {
+    /// No turns (the caller holds them elsewhere, or needs none).
+    pub(crate) fn none() -> Self {
+        InsertTurn::default()
+    }
+}
+
+impl Drop for InsertTurn {
+    fn drop(&mut self) {
+        self.guards.clear();
+        if let Some(turns) = &self.turns {
+            turns.forget_idle(&self.ids);
+        }
+    }
+}
+
+/// One turn (an async mutex) per persistence id that a transaction holds or waits for.
+#[derive(Default)]
+pub(crate) struct IdTurns {
+    turns: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Takes the turns of one transaction at a time, so that they go in the order asked.
+    taking: Mutex<()>,
+}
+
+impl IdTurns {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Mutex<()>>>> {
+        self.turns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes the turn of every id of `ids`, after the transactions that asked before.
+    pub(crate) async fn take(self: &Arc<Self>, mut ids: Vec<String>) -> InsertTurn {
+        ids.sort_unstable();
+        ids.dedup();
+        let _taking = self.taking.lock().await;
+        let mutexes: Vec<Arc<Mutex<()>>> = {
+            let mut map = self.map();
+            ids.iter()
+                .map(|id| Arc::clone(map.entry(id.clone()).or_default()))
+                .collect()
+        };
+        let mut guards = Vec::with_capacity(mutexes.len());
+        for mutex in mutexes {
+            guards.push(mutex.lock_owned().await);
+        }
+        InsertTurn {
+            turns: Some(Arc::clone(self)),
+            ids,
+            guards,
+        }
+    }
+
+    /// Forgets the turns of `ids` that nobody holds or waits for.
+    fn forget_idle(&self, ids: &[String]) {
+        let mut map = self.map();
+        for id in ids {
+            if map.get(id).is_some_and(|turn| Arc::strong_count(turn) == 1) {
+                map.remove(id);
+            }
+        }
+    }
+}
+
 /// What a SQL journal must provide to be written through a [`Writer`].
 pub(crate) trait Backend: Send + Sync + 'static {
     /// An atomic write checked and converted to the column types.
@@ -94,12 +183,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Stores `writes`, then takes ownership of each of `owners`, in one transaction, and
     /// records it in `counters` if it commits: one result per write and one per owner, in
-    /// order; a success only once the transaction has committed.
+    /// order; a success only once the transaction has committed. `turn` is dropped after the
+    /// last statement, before the commit (see [`InsertTurn`]).
     fn commit_batch<'a>(
         &'a self,
         writes: &'a [Self::Write],
         owners: &'a [String],
         counters: &'a WriteCounters,
+        turn: InsertTurn,
     ) -> impl Future<Output = BatchOutcome> + Send + 'a;
 }
 
@@ -114,6 +205,8 @@ pub(crate) type OwnershipResult = Result<Ownership, JournalError>;
 enum Request<W> {
     Write {
         writes: Vec<W>,
+        /// The persistence id of each write.
+        ids: Vec<String>,
         reply: oneshot::Sender<Vec<AtomicWriteResult>>,
     },
     Own {
@@ -147,6 +240,8 @@ pub(crate) struct Writer<B: Backend> {
     /// `None`: no group commit.
     queue: Option<mpsc::UnboundedSender<Request<B::Write>>>,
     counters: Arc<WriteCounters>,
+    /// The insert turns (see the module documentation), shared with the writer tasks.
+    turns: Arc<IdTurns>,
 }
 
 impl<B: Backend> Clone for Writer<B> {
@@ -155,6 +250,7 @@ impl<B: Backend> Clone for Writer<B> {
             backend: Arc::clone(&self.backend),
             queue: self.queue.clone(),
             counters: Arc::clone(&self.counters),
+            turns: Arc::clone(&self.turns),
         }
     }
 }
@@ -178,6 +274,7 @@ impl<B: Backend> Writer<B> {
     pub(crate) fn start(backend: B, max_batch_size: u32, writers: usize) -> Self {
         let backend = Arc::new(backend);
         let counters = Arc::new(WriteCounters::default());
+        let turns = Arc::new(IdTurns::default());
         let queue = (max_batch_size > 1).then(|| {
             let (queue, requests) = mpsc::unbounded_channel();
             let requests = Arc::new(Mutex::new(requests));
@@ -188,6 +285,7 @@ impl<B: Backend> Writer<B> {
                     Arc::clone(&requests),
                     max_batch_size,
                     Arc::clone(&counters),
+                    Arc::clone(&turns),
                 ));
             }
             queue
@@ -196,6 +294,7 @@ impl<B: Backend> Writer<B> {
             backend,
             queue,
             counters,
+            turns,
         }
     }
 
@@ -212,11 +311,14 @@ impl<B: Backend> Writer<B> {
     pub(crate) async fn write(&self, writes: Vec<AtomicWrite>) -> Vec<AtomicWriteResult> {
         let mut rejected: Vec<Option<AtomicWriteResult>> = Vec::with_capacity(writes.len());
         let mut prepared = Vec::with_capacity(writes.len());
+        let mut ids = Vec::with_capacity(writes.len());
         for write in writes {
+            let id = write.persistence_id().to_owned();
             match B::prepare(write) {
                 Ok(write) => {
                     rejected.push(None);
                     prepared.push(write);
+                    ids.push(id);
                 }
                 Err(rejection) => rejected.push(Some(Err(rejection.into()))),
             }
@@ -226,11 +328,16 @@ impl<B: Backend> Writer<B> {
         } else {
             match &self.queue {
                 None => {
+                    // The ids' turns, in the order the calls were first polled, kept until
+                    // the last transaction of this call has committed.
+                    let _turn = self.turns.take(ids).await;
                     let mut stored = Vec::with_capacity(prepared.len());
                     for write in &prepared {
                         let one = std::slice::from_ref(write);
-                        let (results, _) =
-                            self.backend.commit_batch(one, &[], &self.counters).await;
+                        let (results, _) = self
+                            .backend
+                            .commit_batch(one, &[], &self.counters, InsertTurn::none())
+                            .await;
                         stored.extend(results);
                     }
                     stored
@@ -240,6 +347,7 @@ impl<B: Backend> Writer<B> {
                     let (reply, answer) = oneshot::channel();
                     let request = Request::Write {
                         writes: prepared,
+                        ids,
                         reply,
                     };
                     match queue.send(request) {
@@ -270,7 +378,7 @@ impl<B: Backend> Writer<B> {
             None => {
                 let (_, mut owned) = self
                     .backend
-                    .commit_batch(&[], &owners, &self.counters)
+                    .commit_batch(&[], &owners, &self.counters, InsertTurn::none())
                     .await;
                 owned.pop().unwrap_or_else(|| Err(stopped_error()))
             }
@@ -310,10 +418,11 @@ async fn run_writer<B: Backend>(
     requests: Arc<Mutex<mpsc::UnboundedReceiver<Request<B::Write>>>>,
     max_batch_size: usize,
     counters: Arc<WriteCounters>,
+    turns: Arc<IdTurns>,
 ) {
     let mut carried = None;
     loop {
-        let batch = {
+        let (batch, turn) = {
             let mut requests = requests.lock().await;
             let first = match carried.take() {
                 Some(request) => request,
@@ -337,12 +446,21 @@ async fn run_writer<B: Backend>(
                     Err(_) => break,
                 }
             }
-            batch
+            // Taken before the next writer task can take its batch: turns go in queue order.
+            let ids = batch
+                .iter()
+                .flat_map(|request| match request {
+                    Request::Write { ids, .. } => ids.clone(),
+                    Request::Own { .. } => Vec::new(),
+                })
+                .collect();
+            let turn = turns.take(ids).await;
+            (batch, turn)
         };
         // A caller that gave up (its future was dropped) gets nothing written.
         let batch: Vec<_> = batch.into_iter().filter(|r| !r.abandoned()).collect();
         if !batch.is_empty() {
-            store_batch(&*backend, batch, max_batch_size, &counters).await;
+            store_batch(&*backend, batch, max_batch_size, &counters, turn).await;
         }
     }
 }
@@ -355,6 +473,7 @@ async fn store_batch<B: Backend>(
     batch: Vec<Request<B::Write>>,
     max_batch_size: usize,
     counters: &WriteCounters,
+    turn: InsertTurn,
 ) {
     let mut writes = Vec::new();
     let mut owners = Vec::new();
@@ -365,6 +484,7 @@ async fn store_batch<B: Backend>(
             Request::Write {
                 writes: these,
                 reply,
+                ..
             } => {
                 write_replies.push((reply, these.len()));
                 writes.extend(these);
@@ -386,9 +506,18 @@ async fn store_batch<B: Backend>(
         writes.chunks(max_batch_size).collect()
     };
     let last = chunks.len() - 1;
+    // Kept across the commits of all but the last transaction (a lone oversized request).
+    let mut turn = Some(turn);
     for (i, chunk) in chunks.into_iter().enumerate() {
         let chunk_owners: &[String] = if i == last { &owners } else { &[] };
-        let (stored, taken) = backend.commit_batch(chunk, chunk_owners, counters).await;
+        let this_turn = if i == last {
+            turn.take().unwrap_or_default()
+        } else {
+            InsertTurn::none()
+        };
+        let (stored, taken) = backend
+            .commit_batch(chunk, chunk_owners, counters, this_turn)
+            .await;
         results.extend(stored);
         owned.extend(taken);
     }

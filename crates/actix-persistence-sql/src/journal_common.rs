@@ -43,7 +43,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 }
 
 use crate::error::SqlStoreError;
-use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, WriteCounters};
+use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -150,9 +150,6 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// What follows `persistence_id` in queries by offset so that ids compare byte for byte,
     /// as [`EventKey`] does (PostgreSQL: `COLLATE "C"`).
     const BYTE_ORDER: &'static str = "";
-
-    /// The condition "the event (row of `table`) holds the tag bound as `$n`".
-    fn has_tag(table: &str, n: usize) -> String;
 
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
@@ -284,6 +281,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         writes: &[D::Write],
         owners: &[String],
         counters: &WriteCounters,
+        turn: InsertTurn,
     ) -> BatchOutcome {
         let storage = |e| JournalError::storage("write", e);
         let fail = |error: JournalError| -> BatchOutcome {
@@ -335,6 +333,8 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                 }
             }
         }
+        // Every statement ran: the next transaction may run its own while this one commits.
+        drop(turn);
         let stored = outcomes.iter().filter(|o| o.is_ok()).count();
         if stored == 0 && owners.is_empty() {
             rollback(tx, size).await;
@@ -800,27 +800,40 @@ where
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
         let storage = |e| JournalError::storage("query", e);
-        let (filter, filter_params) = match request.filter {
+        // By slices: the journal through its timestamp index, filtered by entity type and
+        // slice. By tag: the tag's rows of `event_tag` (migration 0007) in query order through
+        // its primary key, each joined to its event.
+        let (from, filter, position, filter_params) = match request.filter {
             EventFilter::Slices { .. } => (
-                "entity_type = $1 AND slice >= $2 AND slice <= $3".to_owned(),
+                "journal",
+                "journal.entity_type = $1 AND journal.slice >= $2 AND journal.slice <= $3",
+                "journal",
                 3,
             ),
-            EventFilter::Tag(_) => (D::has_tag("journal", 1), 1),
+            EventFilter::Tag(_) => (
+                "event_tag JOIN journal ON journal.persistence_id = event_tag.persistence_id \
+                 AND journal.seq_nr = event_tag.seq_nr",
+                "event_tag.tag = $1",
+                "event_tag",
+                1,
+            ),
         };
         let p = filter_params;
         let previous = if request.with_previous_timestamp {
             // The previous event of the same id that the filter selects.
-            let selected = match request.filter {
-                EventFilter::Slices { .. } => String::new(),
-                EventFilter::Tag(_) => format!(" AND {}", D::has_tag("p", 1)),
-            };
-            let previous = |column: &str| {
-                format!(
+            let previous = |column: &str| match request.filter {
+                EventFilter::Slices { .. } => format!(
                     "(SELECT p.{column} FROM journal p \
                       WHERE p.persistence_id = journal.persistence_id \
-                        AND p.seq_nr < journal.seq_nr{selected} \
+                        AND p.seq_nr < journal.seq_nr \
                       ORDER BY p.seq_nr DESC LIMIT 1)"
-                )
+                ),
+                EventFilter::Tag(_) => format!(
+                    "(SELECT p.{column} FROM event_tag p \
+                      WHERE p.persistence_id = journal.persistence_id \
+                        AND p.seq_nr < journal.seq_nr AND p.tag = $1 \
+                      ORDER BY p.seq_nr DESC LIMIT 1)"
+                ),
             };
             format!(
                 ", {} AS previous_timestamp, {} AS previous_seq_nr",
@@ -832,13 +845,16 @@ where
         };
         let order = D::BYTE_ORDER;
         let sql = format!(
-            "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                    manifest, payload, tags, persistence_id, db_timestamp{previous} \
-             FROM journal \
+            "SELECT journal.seq_nr, journal.writer_uuid, journal.write_timestamp, \
+                    journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
+                    journal.persistence_id, journal.db_timestamp{previous} \
+             FROM {from} \
              WHERE {filter} \
-               AND (db_timestamp, persistence_id{order}, seq_nr) > (${}, ${}, ${}) \
-               AND db_timestamp < ${} \
-             ORDER BY db_timestamp, persistence_id{order}, seq_nr \
+               AND ({position}.db_timestamp, {position}.persistence_id{order}, \
+                    {position}.seq_nr) > (${}, ${}, ${}) \
+               AND {position}.db_timestamp < ${} \
+             ORDER BY {position}.db_timestamp, {position}.persistence_id{order}, \
+                      {position}.seq_nr \
              LIMIT ${}",
             p + 1,
             p + 2,
@@ -978,29 +994,63 @@ where
     /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) and
     /// raises how far they were deleted (`journal_highest.deleted_to`, at most the highest
     /// sequence number) in one transaction on the writer; the highest sequence number is kept.
-    pub(crate) async fn delete_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+    ///
+    /// Fenced: the transaction's first statement raises the deleted-to mark only where the
+    /// id's owner epoch is not above `fencing_token`, taking the id's row lock (PostgreSQL) or
+    /// the database write lock (SQLite) that ownership takes also need; when it matches no row
+    /// the id either never wrote (nothing to delete) or has a newer owner
+    /// ([`JournalError::Fenced`], nothing deleted).
+    pub(crate) async fn delete_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
         if !D::stores_text(pid) {
             return Ok(());
         }
         let storage = |e| JournalError::storage("delete", e);
         let mut tx = self.writer.begin().await.map_err(storage)?;
+        let owned = sqlx::query_scalar::<D::Db, i64>(
+            "UPDATE journal_highest \
+             SET deleted_to = CASE \
+                 WHEN deleted_to >= CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
+                 THEN deleted_to \
+                 ELSE CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END END \
+             WHERE persistence_id = $1 AND owner_epoch <= $3 \
+             RETURNING owner_epoch",
+        )
+        .bind(pid)
+        .bind(clamp_seq_nr(to))
+        .bind(token_to_sql(fencing_token))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(storage)?;
+        if owned.is_none() {
+            let epoch = sqlx::query_scalar::<D::Db, i64>(
+                "SELECT owner_epoch FROM journal_highest WHERE persistence_id = $1",
+            )
+            .bind(pid)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(storage)?;
+            // Ends the transaction (nothing was changed) before answering.
+            tx.rollback().await.map_err(storage)?;
+            return match epoch {
+                // Never wrote: no events, nothing to delete.
+                None => Ok(()),
+                Some(_) => Err(JournalError::Fenced {
+                    persistence_id: pid.to_owned(),
+                    fencing_token: fencing_token.get(),
+                }),
+            };
+        }
         sqlx::query::<D::Db>("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
             .bind(pid)
             .bind(clamp_seq_nr(to))
             .execute(&mut *tx)
             .await
             .map_err(storage)?;
-        sqlx::query::<D::Db>(
-            "UPDATE journal_highest \
-             SET deleted_to = CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
-             WHERE persistence_id = $1 \
-               AND deleted_to < CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END",
-        )
-        .bind(pid)
-        .bind(clamp_seq_nr(to))
-        .execute(&mut *tx)
-        .await
-        .map_err(storage)?;
         tx.commit().await.map_err(storage)?;
         Ok(())
     }

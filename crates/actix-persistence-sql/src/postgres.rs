@@ -618,10 +618,6 @@ impl Dialect for PostgresDialect {
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
 
-    fn has_tag(table: &str, n: usize) -> String {
-        format!("${n} = ANY({table}.tags)")
-    }
-
     /// The database's clock (`$1`, the process's clock, is not used but typed).
     const CURRENT_TIMESTAMP: &'static str = concat!(
         "SELECT GREATEST(",
@@ -954,10 +950,17 @@ impl JournalStore for PostgresJournal {
         self.tables().read_highest(pid).await
     }
 
-    /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one statement;
-    /// the highest sequence number is kept.
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.tables().delete_to(pid, to).await
+    /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one transaction
+    /// on the writer side, fenced: its first statement checks `fencing_token` against the id's
+    /// owner epoch under the lock ownership takes need too, and a stale token deletes nothing
+    /// ([`JournalError::Fenced`]). The highest sequence number is kept.
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
+        self.tables().delete_to(pid, to, fencing_token).await
     }
 
     /// Raises the id's owner epoch in `journal_highest` and reads its highest sequence number

@@ -9,8 +9,8 @@ use actix_persistence_core::query::{
     StoredEvent, WriteNotifications, WriteNotifier,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, WriteRejection,
+    AtomicWrite, AtomicWriteResult, FencingToken, JournalError, JournalStore, Ownership,
+    PersistentRepr, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -466,10 +466,6 @@ impl Dialect for SqliteDialect {
         true
     }
 
-    fn has_tag(table: &str, n: usize) -> String {
-        format!("EXISTS (SELECT 1 FROM json_each({table}.tags) AS t WHERE t.value = ${n})")
-    }
-
     /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).
     const CURRENT_TIMESTAMP: &'static str =
         "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";
@@ -806,10 +802,17 @@ impl JournalStore for SqliteJournal {
         self.tables().read_highest(pid).await
     }
 
-    /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one statement on
-    /// the writer connection; the highest sequence number is kept.
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.tables().delete_to(pid, to).await
+    /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one transaction
+    /// on the writer side, fenced: its first statement checks `fencing_token` against the id's
+    /// owner epoch under the lock ownership takes need too, and a stale token deletes nothing
+    /// ([`JournalError::Fenced`]). The highest sequence number is kept.
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
+        self.tables().delete_to(pid, to, fencing_token).await
     }
 
     /// Raises the id's owner epoch in `journal_highest` and reads its highest sequence number

@@ -27,6 +27,7 @@ async fn connect_creates_the_tables_with_a_global_ordering<B: TestBackend>(db: B
         db.table_names().await,
         // The projection offset store's tables come with the same migrations.
         vec![
+            "event_tag",
             "journal",
             "journal_highest",
             "projection_offset",
@@ -46,7 +47,10 @@ async fn connect_creates_the_tables_with_a_global_ordering<B: TestBackend>(db: B
 async fn data_survives_closing_and_reconnecting<B: TestBackend>(db: B) {
     let journal = db.journal().await;
     write_one_to_five(&journal, "p-1").await;
-    journal.delete_messages_to("p-1", 2).await.unwrap();
+    journal
+        .delete_messages_to("p-1", 2, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
     B::close(&journal).await;
     assert!(
         journal.read_highest_sequence_nr("p-1", 0).await.is_err(),

@@ -26,7 +26,10 @@ async fn deleted_to_rises_with_deletes_and_never_passes_the_highest<B: TestBacke
         assert_eq!(store.read_deleted_to("d").await.ok(), Some(Some(0)));
         let steps = [(3, 3), (2, 3), (4, 4), (MAX_SEQ_NR, 5)];
         for (to, expected) in steps {
-            store.delete_messages_to("d", to).await.expect("deleted");
+            store
+                .delete_messages_to("d", to, actix_persistence_core::FencingToken::UNOWNED)
+                .await
+                .expect("deleted");
             assert_eq!(
                 store.read_deleted_to("d").await.ok(),
                 Some(Some(expected)),

@@ -70,7 +70,10 @@ async fn paged_replay_agrees_with_the_in_memory_journal<B: TestBackend>(db: B) {
     write_all_ok(&journal, writes.clone()).await;
     model.write_messages(writes).await.unwrap();
     for store in [&journal as &dyn JournalStore, &model] {
-        store.delete_messages_to("m", 2).await.unwrap();
+        store
+            .delete_messages_to("m", 2, actix_persistence_core::FencingToken::UNOWNED)
+            .await
+            .unwrap();
     }
 
     let bounds = [
@@ -163,9 +166,16 @@ async fn delete_touches_only_its_own_persistence_id<B: TestBackend>(db: B) {
     write_one_to_five(&journal, "p-10").await;
     write_one_to_five(&journal, "P-1").await;
     // Deletes of an unknown id, or up to 0, change nothing.
-    journal.delete_messages_to("p-1", 0).await.unwrap();
     journal
-        .delete_messages_to("never-wrote", MAX)
+        .delete_messages_to("p-1", 0, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
+    journal
+        .delete_messages_to(
+            "never-wrote",
+            MAX,
+            actix_persistence_core::FencingToken::UNOWNED,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -177,7 +187,10 @@ async fn delete_touches_only_its_own_persistence_id<B: TestBackend>(db: B) {
         (vec![], 0)
     );
 
-    journal.delete_messages_to("p-1", 4).await.unwrap();
+    journal
+        .delete_messages_to("p-1", 4, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
     assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![5], 5));
     for pid in ["p-10", "P-1"] {
         assert_eq!(
@@ -191,7 +204,10 @@ async fn delete_touches_only_its_own_persistence_id<B: TestBackend>(db: B) {
 async fn writes_after_a_full_delete_continue_the_sequence<B: TestBackend>(db: B) {
     let journal = db.journal().await;
     write_one_to_five(&journal, "p-1").await;
-    journal.delete_messages_to("p-1", MAX).await.unwrap();
+    journal
+        .delete_messages_to("p-1", MAX, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
     assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![], 5));
     write_all_ok(&journal, vec![atomic("p-1", 6..=7)]).await;
     assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![6, 7], 7));

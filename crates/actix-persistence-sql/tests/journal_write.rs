@@ -140,7 +140,10 @@ async fn seq_nr_above_i64_max_is_rejected_and_bounds_above_it_mean_no_bound<B: T
         recover(&journal, "big", top - 1, top + 5, MAX).await,
         (vec![top - 1, top], top)
     );
-    journal.delete_messages_to("big", MAX).await.unwrap();
+    journal
+        .delete_messages_to("big", MAX, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
     assert_eq!(recover(&journal, "big", 0, MAX, MAX).await, (vec![], top));
 }
 
@@ -303,7 +306,10 @@ async fn persistence_ids_are_byte_exact<B: TestBackend>(db: B) {
             "persistence id {pid:?}"
         );
     }
-    journal.delete_messages_to("a", MAX).await.unwrap();
+    journal
+        .delete_messages_to("a", MAX, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
     assert!(replay_events(&journal, "a", 1, MAX, MAX).await.is_empty());
     assert_eq!(replay_events(&journal, "A", 1, MAX, MAX).await.len(), 2);
     assert_eq!(replay_events(&journal, "a%", 1, MAX, MAX).await.len(), 14);

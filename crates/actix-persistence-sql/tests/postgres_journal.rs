@@ -111,7 +111,10 @@ mod on_a_server {
             assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![1], 1));
             // An id holding NUL has nothing stored, and asking is no error.
             assert_eq!(recover(&journal, "a\0b", 1, MAX, MAX).await, (vec![], 0));
-            journal.delete_messages_to("a\0b", MAX).await.unwrap();
+            journal
+                .delete_messages_to("a\0b", MAX, actix_persistence_core::FencingToken::UNOWNED)
+                .await
+                .unwrap();
         })
         .await;
     }

@@ -1,4 +1,4 @@
-//! The query conformance suite (Q1-Q12) of `actix-persistence-testkit` against the SQL stores:
+//! The query conformance suite (Q1-Q14) of `actix-persistence-testkit` against the SQL stores:
 //! SQLite, and PostgreSQL (a throwaway database per case; skipped with a notice without
 //! DATABASE_URL).
 

@@ -60,7 +60,10 @@ async fn in_memory_database_works_while_the_journal_lives() {
         .await
         .unwrap();
     write_one_to_five(&journal, "p-1").await;
-    journal.delete_messages_to("p-1", 1).await.unwrap();
+    journal
+        .delete_messages_to("p-1", 1, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
     assert_eq!(
         recover(&journal, "p-1", 1, MAX, MAX).await,
         (vec![2, 3, 4, 5], 5)

@@ -1,6 +1,6 @@
 //! [`ControlledQueryStore`]: a query store whose clock and commit visibility a test controls.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -18,16 +18,30 @@ use async_trait::async_trait;
 pub struct QueryControl {
     shift_micros: Arc<AtomicI64>,
     pending: Arc<Mutex<HashSet<String>>>,
+    /// The clock shift (microseconds, above 0) in force when each event written through the
+    /// store was written; events not in it were written at shift 0 or around the store.
+    written_at_shift: Arc<Mutex<HashMap<(String, u64), i64>>>,
 }
 
 impl QueryControl {
-    /// Moves the store's clock forward by `by` (for the queries only: the stored timestamps
-    /// stay as written), so that the late-commit window of a query passes without waiting.
-    /// Move it by the window, not more: a query's settled position would otherwise get ahead
-    /// of the timestamps the store gives to new events.
+    /// Moves the store's clock forward by `by`, so that time passes for the queries without
+    /// waiting: they read a clock `by` later, and events written through the store from now on
+    /// get timestamps `by` later too (events written before keep theirs, as do events written
+    /// around the wrapper). Advance while no write through the store is in flight, so that
+    /// the timestamps keep the order of the writes.
     pub fn advance_clock(&self, by: Duration) {
         let micros = i64::try_from(by.as_micros()).unwrap_or(i64::MAX);
         self.shift_micros.fetch_add(micros, Ordering::SeqCst);
+    }
+
+    fn shift(&self) -> i64 {
+        self.shift_micros.load(Ordering::SeqCst)
+    }
+
+    fn written_at_shift(&self) -> MutexGuard<'_, HashMap<(String, u64), i64>> {
+        self.written_at_shift
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Hides the events of `persistence_id` from queries by offset, as if the transaction
@@ -53,9 +67,10 @@ impl QueryControl {
 }
 
 /// Wraps a [`QueryStore`] so that a test decides when events become visible to queries by
-/// offset ([`QueryControl::hold_commits_of`], [`QueryControl::commit`]) and moves the clock
-/// queries read ([`QueryControl::advance_clock`]): late commits and late-commit windows
-/// without sleeps or real concurrent transactions. Everything else passes through.
+/// offset ([`QueryControl::hold_commits_of`], [`QueryControl::commit`]) and moves the store's
+/// clock ([`QueryControl::advance_clock`]: the clock queries read and the timestamps of the
+/// events written afterwards): late commits and late-commit windows without sleeps or real
+/// concurrent transactions. Everything else passes through.
 #[derive(Debug, Clone)]
 pub struct ControlledQueryStore<S> {
     store: S,
@@ -79,10 +94,18 @@ impl<S: QueryStore> ControlledQueryStore<S> {
 
 #[async_trait]
 impl<S: QueryStore> JournalStore for ControlledQueryStore<S> {
+    /// Writes through, remembering the clock shift of each event for the queries.
     async fn write_messages(
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        let shift = self.control.shift();
+        if shift != 0 {
+            let mut shifts = self.control.written_at_shift();
+            for event in writes.iter().flat_map(|write| write.events.iter()) {
+                shifts.insert((event.persistence_id.clone(), event.seq_nr), shift);
+            }
+        }
         self.store.write_messages(writes).await
     }
 
@@ -94,8 +117,13 @@ impl<S: QueryStore> JournalStore for ControlledQueryStore<S> {
         self.store.read_highest_sequence_nr(pid, from).await
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.store.delete_messages_to(pid, to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
+        self.store.delete_messages_to(pid, to, fencing_token).await
     }
 
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
@@ -107,33 +135,62 @@ impl<S: QueryStore> JournalStore for ControlledQueryStore<S> {
 impl<S: QueryStore> QueryStore for ControlledQueryStore<S> {
     async fn current_timestamp(&self) -> Result<i64, JournalError> {
         let now = self.store.current_timestamp().await?;
-        Ok(now.saturating_add(self.control.shift_micros.load(Ordering::SeqCst)))
+        Ok(now.saturating_add(self.control.shift()))
     }
 
-    /// The store's pages without the held events, reading on until the page is full or the
-    /// store has no more, so a held event never ends a pass early.
+    /// The store's pages without the held events, with the timestamps moved by the clock
+    /// shift each event was written at, reading on until the page is full or the store has no
+    /// more, so a held event never ends a pass early.
     async fn read_events(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
+        let limit = request.limit as usize;
+        // A stored timestamp is at most the largest shift below the one the query sees.
+        let largest_shift = self.control.shift();
+        let mut after: EventKey = if largest_shift == 0 {
+            request.after.clone()
+        } else {
+            EventKey::start_of(request.after.timestamp.saturating_sub(largest_shift))
+        };
         let mut page = Vec::new();
-        let mut after: EventKey = request.after.clone();
         loop {
             let inner = EventsRequest {
                 after: &after,
                 ..request.clone()
             };
             let read = self.store.read_events(inner).await?;
-            let exhausted = read.len() < request.limit as usize;
+            let exhausted = read.len() < limit;
             if let Some(last) = read.last() {
                 after = last.key();
             }
-            page.extend(
-                read.into_iter()
-                    .filter(|event| !self.control.is_pending(&event.repr.persistence_id)),
-            );
-            if exhausted || page.len() >= request.limit as usize {
-                page.truncate(request.limit as usize);
+            {
+                let shifts = self.control.written_at_shift();
+                let shift_of = |pid: &str, seq_nr: u64| {
+                    shifts.get(&(pid.to_owned(), seq_nr)).copied().unwrap_or(0)
+                };
+                for mut event in read {
+                    let pid = event.repr.persistence_id.as_str();
+                    if self.control.is_pending(pid) {
+                        continue;
+                    }
+                    event.timestamp = event
+                        .timestamp
+                        .saturating_add(shift_of(pid, event.repr.seq_nr));
+                    if let (Some(timestamp), Some(seq_nr)) =
+                        (event.previous_timestamp, event.previous_seq_nr)
+                    {
+                        event.previous_timestamp =
+                            Some(timestamp.saturating_add(shift_of(pid, seq_nr)));
+                    }
+                    if event.key() > *request.after && event.timestamp < request.before_timestamp {
+                        page.push(event);
+                    }
+                }
+            }
+            if exhausted || page.len() >= limit {
+                page.sort_by_key(StoredEvent::key);
+                page.truncate(limit);
                 return Ok(page);
             }
         }

@@ -196,8 +196,13 @@ impl<S: JournalStore> JournalStore for DelayingJournal<S> {
         self.inner.read_highest_sequence_nr(pid, from).await
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.inner.delete_messages_to(pid, to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
+        self.inner.delete_messages_to(pid, to, fencing_token).await
     }
     async fn take_ownership(
         &self,

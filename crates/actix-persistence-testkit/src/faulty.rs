@@ -294,11 +294,16 @@ impl<S: JournalStore> JournalStore for FaultyJournal<S> {
         self.inner.read_highest_sequence_nr(pid, from).await
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
         if let Err(arrival) = self.arrive(false) {
             return arrival.answer("delete").await;
         }
-        self.inner.delete_messages_to(pid, to).await
+        self.inner.delete_messages_to(pid, to, fencing_token).await
     }
 
     async fn take_ownership(

@@ -70,8 +70,13 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
         self.store.read_highest_sequence_nr(pid, from).await
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.store.delete_messages_to(pid, to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
+        self.store.delete_messages_to(pid, to, fencing_token).await
     }
     async fn take_ownership(
         &self,

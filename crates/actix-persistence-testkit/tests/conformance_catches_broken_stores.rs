@@ -40,6 +40,10 @@ enum Mutation {
     TakesNoOwnership,
     /// Takes ownership but stores writes whatever their fencing token.
     AcceptsStaleTokens,
+    /// Fences writes but deletes whatever the delete's fencing token.
+    DeletesWithStaleTokens,
+    /// Answers a write over the limits with a storage failure instead of a rejection.
+    FailsWritesOverTheLimits,
 }
 
 struct Mutant {
@@ -102,6 +106,18 @@ impl JournalStore for Mutant {
                 self.inner.write_messages(writes).await?;
                 Ok(vec![Ok(()); events])
             }
+            Mutation::FailsWritesOverTheLimits => Ok(self
+                .inner
+                .write_messages(writes)
+                .await?
+                .into_iter()
+                .map(|r| match r {
+                    Err(AtomicWriteError::Rejected(_)) => Err(AtomicWriteError::Failed(
+                        JournalError::storage("write", std::io::Error::other("value too long")),
+                    )),
+                    other => other,
+                })
+                .collect()),
             Mutation::SwallowsConflicts => Ok(self
                 .inner
                 .write_messages(writes)
@@ -141,8 +157,19 @@ impl JournalStore for Mutant {
         self.inner.read_highest_sequence_nr(&pid, from).await
     }
 
-    async fn delete_messages_to(&self, pid: &str, to: u64) -> Result<(), JournalError> {
-        self.inner.delete_messages_to(&self.pid(pid), to).await
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        fencing_token: actix_persistence_core::FencingToken,
+    ) -> Result<(), JournalError> {
+        let fencing_token = match self.mutation {
+            Mutation::DeletesWithStaleTokens => FencingToken(u64::MAX),
+            _ => fencing_token,
+        };
+        self.inner
+            .delete_messages_to(&self.pid(pid), to, fencing_token)
+            .await
     }
 
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
@@ -296,6 +323,26 @@ async fn suite_catches_a_store_that_accepts_stale_fencing_tokens() {
         &message,
         &["F2", "must fail, but the store reported success"],
     );
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_deletes_with_stale_fencing_tokens() {
+    let message = journal_failure(
+        "f05_older_token_deletes_nothing",
+        Mutation::DeletesWithStaleTokens,
+    )
+    .await;
+    assert_mentions(&message, &["F5", "must fail with JournalError::Fenced"]);
+}
+
+#[actix::test]
+async fn suite_catches_a_store_that_fails_writes_over_the_limits_instead_of_rejecting() {
+    let message = journal_failure(
+        "j27_store_rejects_writes_over_the_limits",
+        Mutation::FailsWritesOverTheLimits,
+    )
+    .await;
+    assert_mentions(&message, &["J27", "must be rejected"]);
 }
 
 #[actix::test]

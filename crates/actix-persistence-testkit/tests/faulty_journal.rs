@@ -212,9 +212,12 @@ async fn never_answer_holds_every_kind_of_call() {
             .await
             .is_err()
     );
-    assert!(tokio::time::timeout(wait, store.delete_messages_to("e", 1))
-        .await
-        .is_err());
+    assert!(tokio::time::timeout(
+        wait,
+        store.delete_messages_to("e", 1, actix_persistence_core::FencingToken::UNOWNED)
+    )
+    .await
+    .is_err());
     let mut replay = store.replay_messages("e", 1, MAX_SEQ_NR, u64::MAX);
     assert!(tokio::time::timeout(wait, replay.next()).await.is_err());
     assert_eq!(faults.store_calls(), 4);
@@ -266,7 +269,7 @@ async fn an_unreachable_store_fails_every_call_until_it_is_reachable() {
         .expect_err("read fails");
     assert_eq!(injected(&read_error), unreachable);
     let delete_error = store
-        .delete_messages_to("g", 1)
+        .delete_messages_to("g", 1, actix_persistence_core::FencingToken::UNOWNED)
         .await
         .expect_err("delete fails");
     assert_eq!(injected(&delete_error), unreachable);
@@ -345,7 +348,10 @@ async fn counters_count_calls_writes_atomic_writes_and_events() {
         .expect("write");
     store.read_highest_sequence_nr("i", 0).await.expect("read");
     let _ = store.replay_messages("i", 1, 2, 10);
-    store.delete_messages_to("i", 1).await.expect("delete");
+    store
+        .delete_messages_to("i", 1, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .expect("delete");
     assert_eq!(faults.store_calls(), 5);
     assert_eq!(faults.write_calls(), 2);
     assert_eq!(faults.atomic_writes_seen(), 3);

@@ -163,13 +163,19 @@ impl Message for ReadHighestSequenceNr {
 }
 
 /// Delete the events of a persistence id up to and including `to_seq_nr`; the highest
-/// sequence number is kept (as Akka's `DeleteMessagesTo`).
+/// sequence number is kept (as Akka's `DeleteMessagesTo`). Fenced as writes are: fails with
+/// [`JournalError::Fenced`], deleting nothing, when the id's owner epoch is above
+/// `fencing_token` (see [`JournalStore::delete_messages_to`](crate::JournalStore::delete_messages_to)).
 #[derive(Debug, Clone)]
 pub struct DeleteMessagesTo {
     /// Whose events.
     pub persistence_id: String,
     /// Delete events with `seq_nr <= to_seq_nr`; `u64::MAX` deletes all.
     pub to_seq_nr: u64,
+    /// The deleting incarnation's token (`PersistenceState::fencing_token`), or
+    /// [`FencingToken::UNOWNED`](crate::FencingToken::UNOWNED) for a caller that never took
+    /// ownership of the id.
+    pub fencing_token: crate::FencingToken,
 }
 
 impl Message for DeleteMessagesTo {

@@ -15,8 +15,12 @@
 //!   one atomic write per `persist`/`persist_all`; their continuations run in call order.
 //! - When a continuation runs, its events are stored (the store acknowledged them) and were
 //!   applied to the actor's state with [`EventSourced::apply`].
-//! - A rejected write (e.g. an event that cannot be serialized) runs
-//!   [`EventSourced::on_persist_rejected`]; the actor goes on. A failed write runs
+//! - A rejected write (an event that cannot be serialized, a write over the
+//!   [limits](crate::limits), or one the store rejected) runs
+//!   [`EventSourced::on_persist_rejected`]; the actor goes on. Its events are not stored, but
+//!   it keeps its sequence numbers, as Akka's `onPersistRejected`: `last_seq_nr` moves to the
+//!   rejected write's highest one, the next write continues after it, and the rejected numbers
+//!   stay a gap in the journal (recovery knows it is no deleted event). A failed write runs
 //!   [`EventSourced::on_persist_failure`] and the actor stops (as Akka's `onPersistFailure`):
 //!   its next incarnation recovers what is really stored.
 //!
@@ -248,7 +252,10 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
         tracing::error!(error = %cause, "recovery failed; stopping the persistent actor");
     }
 
-    /// Runs when the journal rejected a write (nothing was stored); the actor goes on.
+    /// Runs when a write was rejected (nothing was stored): before it was sent (an event that
+    /// cannot be serialized, a write over the [limits](crate::limits)) or by the store; the
+    /// actor goes on. The write keeps its sequence numbers (as Akka's `onPersistRejected`):
+    /// here `last_seq_nr` already reads the rejected write's highest sequence number.
     fn on_persist_rejected(&mut self, cause: &WriteRejection, _ctx: &mut Context<Self>) {
         tracing::warn!(error = %cause, "persist rejected");
     }
@@ -330,13 +337,12 @@ pub trait PersistentActor: EventSourced {
                     let serialized = events
                         .iter()
                         .map(|e| (serialize_caught(self, e), self.tags(e)));
-                    let (write, takes_seq_nrs) =
-                        self.persistence()
-                            .build_write(first, events.len(), serialized);
+                    let write = self
+                        .persistence()
+                        .build_write(first, events.len(), serialized);
                     let highest = first + events.len() as u64 - 1;
-                    if takes_seq_nrs {
-                        self.persistence_mut().take_seq_nrs(highest);
-                    }
+                    // Sent or rejected, the write keeps its sequence numbers (Akka's rule).
+                    self.persistence_mut().take_seq_nrs(highest);
                     (write, highest)
                 }
             }
@@ -391,6 +397,11 @@ pub trait PersistentActor: EventSourced {
     /// highest sequence number is kept, so new events continue the sequence.
     /// [`EventSourced::on_events_deleted`] or [`EventSourced::on_delete_failure`] runs when
     /// the journal answered.
+    ///
+    /// The delete carries the actor's fencing token, as its writes do: after a newer
+    /// incarnation took ownership of the id (here or in another process) it deletes nothing
+    /// and fails with [`JournalError::Fenced`]; `on_delete_failure` runs, then the actor stops
+    /// with [`StopReason::Fenced`] (a supervisor does not restart it).
     fn delete_events_to(&mut self, ctx: &mut Context<Self>, to_seq_nr: u64) {
         snapshots::delete_events_to(self, ctx, to_seq_nr);
     }

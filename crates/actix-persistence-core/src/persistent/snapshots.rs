@@ -6,6 +6,7 @@ use std::time::Duration;
 use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
 
+use super::addr::ActorFailure;
 use super::in_flight::InFlightGuard;
 use super::panics::catch_user;
 use super::state::{now_millis, StopReason};
@@ -329,6 +330,7 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
     let request = act.persistence().journal().send(DeleteMessagesTo {
         persistence_id: act.persistence_id().to_owned(),
         to_seq_nr: bound,
+        fencing_token: act.persistence().fencing_token(),
     });
     let work = act.persistence().enter_work();
     let delete = async move {
@@ -344,8 +346,17 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
                     run_hook(act, ctx, |act, ctx| act.on_events_deleted(to_seq_nr, ctx));
                 }
                 Err(error) => {
+                    let fenced = matches!(error, JournalError::Fenced { .. });
+                    let failure = fenced.then(|| ActorFailure::Persist(error.clone()));
                     let error = DeleteError::Journal(error);
-                    run_hook(act, ctx, |act, ctx| act.on_delete_failure(&error, ctx));
+                    let hook_returned =
+                        run_hook(act, ctx, |act, ctx| act.on_delete_failure(&error, ctx));
+                    // A fenced delete shows that a newer incarnation owns the id: this one
+                    // stops as after a fenced write (a supervisor does not restart it).
+                    if let (true, Some(failure)) = (hook_returned, failure) {
+                        act.persistence().record_failure(failure);
+                        super::driver::stop_with(act, ctx, StopReason::Fenced, std::iter::empty());
+                    }
                 }
             }),
     );

@@ -112,7 +112,7 @@ pub enum StopReason {
     /// Recovery failed (`on_recovery_failure` ran), also when user code panicked during
     /// recovery ([`RecoveryError::Panicked`](super::RecoveryError::Panicked)).
     RecoveryFailure,
-    /// A write was fenced ([`crate::JournalError::Fenced`]): a newer incarnation of the
+    /// A write or a delete was fenced ([`crate::JournalError::Fenced`]): a newer incarnation of the
     /// persistence id owns it, here or in another process. A [`super::BackoffSupervisor`]
     /// does not restart it (a restart would take the id back from its new owner).
     Fenced,
@@ -357,25 +357,28 @@ impl<A: EventSourced> PersistenceState<A> {
         Ok(self.assigned_seq_nr + 1)
     }
 
-    /// Takes the sequence numbers up to `highest` for a write that is sent, or rejected before
-    /// it is sent for an unserializable event. A write over the [limits](crate::limits) takes
-    /// none: the next write gets them again.
+    /// Takes the sequence numbers up to `highest` for a write, whether it is sent or rejected
+    /// before it is sent (an unserializable event, a field over the [limits](crate::limits)):
+    /// as Akka's `onPersistRejected`, a rejected write keeps its sequence numbers, which stay a
+    /// gap (no write stores them; recovery tells such a gap from deleted events by the
+    /// journal's deleted-to mark), and the next write continues after them. Every rejection
+    /// kind, before sending or by the store, follows the same rule.
     pub(crate) fn take_seq_nrs(&mut self, highest: u64) {
         self.assigned_seq_nr = highest;
     }
 
     /// Builds the atomic write of serialized events (each with its tags) numbered from
     /// `first`; the first serialization error, or a field over the [limits](crate::limits),
-    /// rejects the whole atomic write. Also says whether the write takes its sequence numbers
-    /// (see [`take_seq_nrs`](Self::take_seq_nrs)): a write that is sent does, and so does one
-    /// with an unserializable event (its sequence numbers stay a gap that recovery tells from
-    /// deleted events); one over the limits does not (the next write gets them again).
+    /// rejects the whole atomic write. This is the authoritative limits check of the persist
+    /// path (the journal actor does not check again; the stores check for direct callers).
+    /// Either way the write takes its sequence numbers (see
+    /// [`take_seq_nrs`](Self::take_seq_nrs)).
     pub(crate) fn build_write(
         &self,
         first: u64,
         count: usize,
         serialized: impl Iterator<Item = (Result<SerializedEvent, SerializationError>, Vec<String>)>,
-    ) -> (PendingWrite, bool) {
+    ) -> PendingWrite {
         let timestamp = now_millis();
         let mut reprs = Vec::with_capacity(count);
         for (seq_nr, (event, tags)) in (first..).zip(serialized) {
@@ -396,7 +399,7 @@ impl<A: EventSourced> PersistenceState<A> {
                         seq_nr,
                         reason: e.to_string(),
                     };
-                    return (PendingWrite::Rejected(rejection), true);
+                    return PendingWrite::Rejected(rejection);
                 }
             }
         }
@@ -404,8 +407,8 @@ impl<A: EventSourced> PersistenceState<A> {
             .map(|write| write.with_fencing_token(self.fencing_token))
             .and_then(|write| crate::limits::check_limits(&write).map(|()| write));
         match write {
-            Ok(write) => (PendingWrite::Ready(write), true),
-            Err(rejection) => (PendingWrite::Rejected(rejection), false),
+            Ok(write) => PendingWrite::Ready(write),
+            Err(rejection) => PendingWrite::Rejected(rejection),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The journal conformance cases J1-J26 of `conformance/journal.md`, the fencing cases F1-F4, and the model check.
+//! The journal conformance cases J1-J27 of `conformance/journal.md`, the fencing cases F1-F5, and the model check.
 //!
 //! Every case drives the store through the real [`JournalActor`]: writes as
 //! [`WriteMessages`] (checking the batch-level answer and one result per atomic write, routed
@@ -142,16 +142,33 @@ impl JournalUnderTest {
         })
     }
 
-    /// Deletes up to `to` through [`DeleteMessagesTo`], expecting success.
+    /// Deletes up to `to` through [`DeleteMessagesTo`] without a token (the suite's writes
+    /// take no ownership), expecting success.
     pub(crate) async fn delete(&self, pid: &str, to: u64) {
         let what = format!("delete up to {to} of {pid:?}");
+        if let Err(e) = self
+            .delete_with(&what, pid, to, FencingToken::UNOWNED)
+            .await
+        {
+            panic!("{what} failed: {e}");
+        }
+    }
+
+    /// Deletes up to `to` through [`DeleteMessagesTo`] carrying `token`; the journal's answer.
+    pub(crate) async fn delete_with(
+        &self,
+        what: &str,
+        pid: &str,
+        to: u64,
+        token: FencingToken,
+    ) -> Result<(), JournalError> {
         let request = self.actor.send(DeleteMessagesTo {
             persistence_id: pid.to_owned(),
             to_seq_nr: to,
+            fencing_token: token,
         });
-        match within(&what, request).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => panic!("{what} failed: {e}"),
+        match within(what, request).await {
+            Ok(answer) => answer,
             Err(e) => panic!("{what}: the journal actor is gone: {e}"),
         }
     }
@@ -575,7 +592,7 @@ pub async fn j20_delete_then_replay_across_deleted(store: Arc<dyn JournalStore>)
 }
 
 // ---------------------------------------------------------------------------------------------
-// J21-J26: rejections, atomicity, second writers, ids and metadata.
+// J21-J27: rejections, atomicity, second writers, ids and metadata.
 
 /// J21: a persistent actor persists 6, an unserializable 7 and 8 with three `persist` calls in
 /// one command: 6 succeeds, 7 is rejected, 8 succeeds, all in one batch that succeeds (7 never
@@ -1000,7 +1017,7 @@ pub async fn j26_metadata_round_trip(store: Arc<dyn JournalStore>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// F1-F4: one writer per persistence id, enforced by the store (fencing).
+// F1-F5: one writer per persistence id, enforced by the store (fencing), for writes and deletes.
 
 /// An atomic write of `events` carrying `token`.
 fn fenced_write(events: Vec<PersistentRepr>, token: FencingToken) -> AtomicWrite {
@@ -1218,6 +1235,98 @@ pub async fn f04_fenced_write_fails_alone_in_a_batch(store: Arc<dyn JournalStore
     check_replay("F4 the owner's 6", &f.replay(6, MAX, MAX).await, &six, 6);
     let other_replay = f.journal.replay(&other.pid, 1, MAX, MAX).await;
     check_replay("F4 the other id", &other_replay, &theirs, 2);
+}
+
+/// F5: after B took ownership over A, A's delete fails with [`JournalError::Fenced`] and
+/// deletes nothing (replay and highest unchanged, no deleted-to mark); so does a delete
+/// without a token; B's delete then deletes.
+pub async fn f05_older_token_deletes_nothing(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let a = f.journal.take_ownership(f.pid()).await.fencing_token;
+    let b = f.journal.take_ownership(f.pid()).await.fencing_token;
+    for (token, to, what) in [
+        (a, 3, "F5 stale owner's delete up to 3"),
+        (a, MAX, "F5 stale owner's delete of all"),
+        (FencingToken::UNOWNED, 3, "F5 delete without a token"),
+    ] {
+        match f.journal.delete_with(what, f.pid(), to, token).await {
+            Err(JournalError::Fenced { persistence_id, .. }) => assert_eq!(
+                persistence_id,
+                f.pid(),
+                "{what}: the fenced error must name the persistence id"
+            ),
+            other => panic!(
+                "{what}: a delete with a fencing token older than the owner epoch must fail \
+                 with JournalError::Fenced and delete nothing, got {other:?}"
+            ),
+        }
+    }
+    f.expect_replay("F5 nothing deleted", (1, MAX, MAX), 1..=5, 5)
+        .await;
+    if let Ok(Some(deleted_to)) = f.journal.store.read_deleted_to(f.pid()).await {
+        assert_eq!(deleted_to, 0, "F5: no deleted-to mark after fenced deletes");
+    }
+    if let Err(e) = f
+        .journal
+        .delete_with("F5 owner's delete up to 3", f.pid(), 3, b)
+        .await
+    {
+        panic!("F5: the owner's delete up to 3 failed: {e}");
+    }
+    f.expect_replay("F5 after the owner's delete", (1, MAX, MAX), 4..=5, 5)
+        .await;
+}
+
+/// J27: writes over the [limits](actix_persistence_core::limits) sent straight to the
+/// journal (past a persistent actor's check) are rejected by the store, each alone, storing
+/// nothing, while the well-formed write between them is stored; the store stays healthy.
+pub async fn j27_store_rejects_writes_over_the_limits(store: Arc<dyn JournalStore>) {
+    use actix_persistence_core::limits::{MAX_MANIFEST_BYTES, MAX_PAYLOAD_BYTES, MAX_TAGS};
+    let f = setup(store).await;
+    let writer = Writer::new(f.pid());
+    let over = |seq_nr: u64, change: &dyn Fn(&mut PersistentRepr)| {
+        let mut events = writer.events("over", [seq_nr]);
+        change(&mut events[0]);
+        atomic(events)
+    };
+    let six = writer.events("fine", [6]);
+    let writes = vec![
+        over(6, &|e| e.payload = vec![b'x'; MAX_PAYLOAD_BYTES + 1]),
+        over(6, &|e| e.manifest = "m".repeat(MAX_MANIFEST_BYTES + 1)),
+        atomic(six.clone()),
+        over(7, &|e| e.tags = vec!["t".to_owned(); MAX_TAGS + 1]),
+        over(7, &|e| e.writer_uuid = "w\0".to_owned()),
+    ];
+    let reply = f
+        .journal
+        .write(
+            "J27 batch with writes over the limits",
+            writer.incarnation,
+            writes,
+        )
+        .await;
+    let got = outcomes("J27", reply, 5);
+    for i in [0, 1, 3, 4] {
+        assert!(
+            matches!(&got[i], WriteOutcome::Rejected(_)),
+            "J27: write #{i} is over a limit and must be rejected (not stored, not failed: \
+             call AtomicWrite::check in write_messages), got {:?}",
+            got[i]
+        );
+    }
+    assert!(
+        matches!(got[2], WriteOutcome::Stored),
+        "J27: the well-formed write between them must be stored, got {:?}",
+        got[2]
+    );
+    f.expect_replay("J27 the setup's events", (1, 5, MAX), 1..=5, 6)
+        .await;
+    check_replay(
+        "J27 only the well-formed 6 (nothing of 7)",
+        &f.replay(6, MAX, MAX).await,
+        &six,
+        6,
+    );
 }
 
 /// The model check as a case: [`super::check_journal_against_model`] with

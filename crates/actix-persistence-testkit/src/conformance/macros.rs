@@ -2,9 +2,9 @@
 //! `__snapshot_cases!`: both the `CASES` tables and the test-generating macros are expanded
 //! from it, so a case can never be in one and missing from the other.
 
-/// Expands into one `#[test]` per journal conformance case (J1-J26 as `j01_replay_all` ..
-/// `j26_metadata_round_trip`, the fencing cases F1-F4 as `f01_ownership_raises_the_epoch` ..
-/// `f04_fenced_write_fails_alone_in_a_batch`, and the model check as `journal_agrees_with_model`), each
+/// Expands into one `#[test]` per journal conformance case (J1-J27 as `j01_replay_all` ..
+/// `j27_store_rejects_writes_over_the_limits`, the fencing cases F1-F5 as
+/// `f01_ownership_raises_the_epoch` .. `f05_older_token_deletes_nothing`, and the model check as `journal_agrees_with_model`), each
 /// running in an Actix system of its own against a store fresh from the factory.
 ///
 /// The factory is an expression callable with no argument that returns a future of the store:
@@ -155,10 +155,12 @@ macro_rules! __journal_cases {
             j24_second_writer_fails: "J24 a second writer of a stored sequence number fails, never overwrites",
             j25_persistence_ids_are_byte_exact: "J25 persistence ids are compared byte for byte",
             j26_metadata_round_trip: "J26 metadata survives write and replay unchanged",
+            j27_store_rejects_writes_over_the_limits: "J27 the store rejects writes over the limits, each alone; the rest of the batch is stored",
             f01_ownership_raises_the_epoch: "F1 taking ownership raises the owner epoch and reads the highest sequence number",
             f02_older_token_is_fenced_and_stores_nothing: "F2 a write with an older fencing token fails with Fenced and stores nothing",
             f03_write_before_takeover_is_replayed: "F3 a write committed before a takeover is replayed by the new owner; later ones are fenced",
             f04_fenced_write_fails_alone_in_a_batch: "F4 a fenced write fails alone; the rest of its batch is stored",
+            f05_older_token_deletes_nothing: "F5 a delete with an older fencing token fails with Fenced and deletes nothing",
             journal_agrees_with_model: "The journal agrees with a simple model on generated operations",
         }
     };
@@ -203,8 +205,9 @@ macro_rules! __case_table {
     };
 }
 
-/// Expands into one `#[test]` per query conformance case (Q1-Q13 as
-/// `q01_events_by_persistence_id_bounds` .. `q13_late_commit_keeps_the_order_of_an_id`), each against a
+/// Expands into one `#[test]` per query conformance case (Q1-Q15 as
+/// `q01_events_by_persistence_id_bounds` ..
+/// `q15_pipelined_writes_of_one_id_keep_their_order`), each against a
 /// [`QueryStore`](actix_persistence_core::query::QueryStore) fresh from the factory. Same
 /// shape as [`journal_conformance_tests!`](crate::journal_conformance_tests).
 ///
@@ -244,6 +247,8 @@ macro_rules! __query_cases {
             q11_envelopes_decode_into_the_event_type: "Q11 envelopes decode into the event type; a bad payload is an error naming it",
             q12_bad_arguments_are_errors: "Q12 a bad slice range or offset kind is an error",
             q13_late_commit_keeps_the_order_of_an_id: "Q13 an id's next event waits for its late-committing previous one",
+            q14_settled_pass_delivers_what_the_fast_pass_passed: "Q14 an event visible far behind the live edge comes from the settled pass once the window passed",
+            q15_pipelined_writes_of_one_id_keep_their_order: "Q15 writes of one id issued without waiting are stored and delivered in sequence order",
         }
     };
 }

@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q13 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q15 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -428,9 +428,13 @@ pub async fn q09_deleted_events_are_not_delivered(store: Arc<dyn QueryStore>) {
     let pid = format!("{entity_type}|1");
     let tag = fresh("q9-");
     t.write_range(&pid, 1, 5, &[&tag]).await;
-    within("Q9 delete", t.store.delete_messages_to(&pid, 3))
-        .await
-        .expect("Q9 delete");
+    within(
+        "Q9 delete",
+        t.store
+            .delete_messages_to(&pid, 3, actix_persistence_core::FencingToken::UNOWNED),
+    )
+    .await
+    .expect("Q9 delete");
     let by_slices = collect(
         "Q9 slices",
         t.query
@@ -632,6 +636,127 @@ pub async fn q13_late_commit_keeps_the_order_of_an_id(store: Arc<dyn QueryStore>
     );
 }
 
+/// Q14: an event that becomes visible far behind the live edge (further back than the fast
+/// pass looks again each round) is delivered by the settled pass once the late-commit window
+/// has passed, once, and the query goes on without repeats.
+pub async fn q14_settled_pass_delivers_what_the_fast_pass_passed(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q14");
+    let (late, live_id) = (format!("{entity_type}|late"), format!("{entity_type}|live"));
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    t.write_range(&live_id, 1, 1, &[]).await;
+    assert_eq!(
+        keys(&take("Q14", &mut live, 1).await),
+        vec![(live_id.clone(), 1)],
+        "Q14 first"
+    );
+    // `late` 1 is inserted now and its transaction stays open.
+    t.control.hold_commits_of(&late);
+    t.write_range(&late, 1, 1, &[]).await;
+    // A quarter of the window passes (more than the fast pass looks back), the query reads
+    // past `late` 1 and delivers a later event.
+    t.control.advance_clock(CASE_WINDOW / 4);
+    t.write_range(&live_id, 2, 2, &[]).await;
+    assert_eq!(
+        keys(&take("Q14", &mut live, 1).await),
+        vec![(live_id.clone(), 2)],
+        "Q14 the later event"
+    );
+    // `late` 1 commits within the window: only the settled pass can find it, when the
+    // window has passed.
+    t.control.commit(&late);
+    t.control.advance_clock(CASE_WINDOW);
+    assert_eq!(
+        keys(&take("Q14 settled", &mut live, 1).await),
+        vec![(late.clone(), 1)],
+        "Q14 the late event, from the settled pass"
+    );
+    t.write_range(&live_id, 3, 3, &[]).await;
+    t.write_range(&late, 2, 2, &[]).await;
+    let rest = take("Q14", &mut live, 2).await;
+    let mut rest = keys(&rest);
+    rest.sort();
+    assert_eq!(
+        rest,
+        vec![(late.clone(), 2), (live_id.clone(), 3)],
+        "Q14: the query goes on, nothing repeats"
+    );
+    let all = collect(
+        "Q14 current",
+        t.query
+            .current_events_by_slices(&entity_type, 0, 1023, Offset::NoOffset),
+    )
+    .await;
+    assert_distinct_and_ordered("Q14 current", &all);
+    assert_eq!(all.len(), 5, "Q14: the current query gives all five once");
+}
+
+/// Q15: writes of one persistence id issued without waiting for each other (a caller that
+/// pipelines them; 20 ids x 60 events, more than one group-commit batch) are stored in
+/// sequence order: each event's database timestamp is at least its previous event's, and a
+/// live query running meanwhile delivers every event once, each id's in order.
+pub async fn q15_pipelined_writes_of_one_id_keep_their_order(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q15");
+    let ids: Vec<String> = (0..20).map(|i| format!("{entity_type}|{i}")).collect();
+    let mut live = t
+        .query
+        .events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    // Every write is issued before the first is acknowledged, each id's in sequence order.
+    let t = &t;
+    let writes: Vec<_> = (1..=60u64)
+        .flat_map(|seq_nr| ids.iter().map(move |id| (id, seq_nr)))
+        .map(|(id, seq_nr)| t.write(vec![event(id, seq_nr, &[])]))
+        .collect();
+    let reader = take("Q15 live", &mut live, 1200);
+    let writing = futures::future::join_all(writes).then(|_| async {
+        // Every write is acknowledged: let the settled pass run.
+        t.control.advance_clock(CASE_WINDOW);
+    });
+    let (envelopes, ()) = futures::join!(reader, writing);
+    assert_distinct_and_ordered("Q15 live", &envelopes);
+    let filter = actix_persistence_core::query::EventFilter::Slices {
+        entity_type: entity_type.clone(),
+        min_slice: 0,
+        max_slice: 1023,
+    };
+    let start = actix_persistence_core::query::EventKey::start_of(i64::MIN);
+    let stored = within(
+        "Q15 read_events",
+        t.store
+            .read_events(actix_persistence_core::query::EventsRequest {
+                filter: &filter,
+                after: &start,
+                before_timestamp: i64::MAX,
+                limit: 10_000,
+                with_previous_timestamp: true,
+            }),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("Q15 read_events failed: {e}"));
+    assert_eq!(stored.len(), 1200, "Q15: 1,200 stored events");
+    for e in &stored {
+        let seq_nr = e.repr.seq_nr;
+        if seq_nr > 1 {
+            assert_eq!(
+                e.previous_seq_nr,
+                Some(seq_nr - 1),
+                "Q15: previous of {:?} {seq_nr}",
+                e.repr.persistence_id
+            );
+            let previous = e.previous_timestamp.unwrap_or(i64::MAX);
+            assert!(
+                previous <= e.timestamp,
+                "Q15: {:?} {seq_nr} has database timestamp {} below its previous event's {previous}",
+                e.repr.persistence_id,
+                e.timestamp
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -666,7 +791,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q13." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q15." }
 }
 
 impl Case for QueryCase {
