@@ -126,8 +126,12 @@ async fn timestamps_out_of_order(
         .into_iter()
         .filter_map(|e| {
             let previous = e.previous_timestamp?;
-            (previous > e.timestamp)
-                .then(|| (e.repr.persistence_id, e.repr.seq_nr, e.timestamp, previous))
+            (previous > e.timestamp).then_some((
+                e.repr.persistence_id,
+                e.repr.seq_nr,
+                e.timestamp,
+                previous,
+            ))
         })
         .collect()
 }

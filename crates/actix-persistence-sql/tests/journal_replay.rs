@@ -152,7 +152,10 @@ async fn replay_reads_exactly_one_page_ahead<B: TestBackend>(db: B) {
             "the second page was not read ahead (connection taken: {taken})"
         );
     }
-    journal.delete_messages_to("ahead", 30).await.unwrap();
+    journal
+        .delete_messages_to("ahead", 30, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
 
     let rest: Vec<u64> = events.map(|e| e.unwrap().seq_nr).collect().await;
     let expected: Vec<u64> = (2..=20).chain(31..=100).collect();
