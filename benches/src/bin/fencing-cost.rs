@@ -179,6 +179,7 @@ fn sqlite_writes(events_per_actor: u64) {
         let store = SqliteJournal::connect(&SqliteJournalOptions::new(url))
             .await
             .expect("open SQLite");
+        let counters = store.clone();
         let journal = JournalActor::start_with(
             std::sync::Arc::new(store),
             JournalConfig {
@@ -200,10 +201,15 @@ fn sqlite_writes(events_per_actor: u64) {
             }
         });
         futures::future::join_all(writers).await;
+        let stats = counters.stats();
         println!(
-            "sqlite-writes: {} events in {:.2} s",
+            "sqlite-writes: {} events in {:.2} s; {} transactions stored {} atomic writes \
+             (largest batch {})",
             ACTORS as u64 * events_per_actor,
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            stats.transactions,
+            stats.atomic_writes,
+            stats.largest_batch
         );
     });
 }

@@ -50,6 +50,17 @@ pub enum OffsetStoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// Another instance of the same projection id took ownership of it (a deploy overlap, or a
+    /// process thought dead that is still running): this instance's write was refused and
+    /// stored nothing (an exactly-once transaction was rolled back with the handler's
+    /// writes). The instance stops; the one holding the newer epoch carries on.
+    #[error("projection {id} was taken over by another instance (this instance holds owner epoch {epoch}, the store has a newer one): its write was refused and this instance stops")]
+    Fenced {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The owner epoch this instance holds (see [`OffsetStore::take_ownership`](crate::OffsetStore::take_ownership)).
+        epoch: u64,
+    },
     /// A sequence number above `i64::MAX`, which SQL databases cannot store.
     #[error("sequence number {seq_nr} of persistence id {persistence_id:?} is above i64::MAX and cannot be stored")]
     SeqNrOutOfRange {
@@ -67,7 +78,18 @@ pub enum OffsetStoreError {
 pub enum ProjectionError {
     /// The offset store failed.
     #[error(transparent)]
-    OffsetStore(#[from] OffsetStoreError),
+    OffsetStore(OffsetStoreError),
+    /// Another instance of the same projection id took ownership of it (its offset store
+    /// refused this instance's write with [`OffsetStoreError::Fenced`]): the instance stops
+    /// for good, in [`ProjectionState::Fenced`](crate::ProjectionState::Fenced), without
+    /// restarting (as a fenced persistent actor stops).
+    #[error("projection {id} was taken over by another instance (this instance held owner epoch {epoch}); it stops and the newer instance carries on")]
+    Fenced {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The owner epoch this instance held.
+        epoch: u64,
+    },
     /// The source could not be opened or its stream failed.
     #[error("source of projection {id} failed: {source}")]
     Source {
@@ -92,4 +114,13 @@ pub enum ProjectionError {
         /// The handler's error, or the panic message.
         message: String,
     },
+}
+
+impl From<OffsetStoreError> for ProjectionError {
+    fn from(error: OffsetStoreError) -> Self {
+        match error {
+            OffsetStoreError::Fenced { id, epoch } => ProjectionError::Fenced { id, epoch },
+            other => ProjectionError::OffsetStore(other),
+        }
+    }
 }

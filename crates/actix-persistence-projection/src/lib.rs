@@ -17,6 +17,9 @@
 //!   its stored offset ([`HandlerRecovery`], [`RestartBackoff`]);
 //! - scale-out: one instance per slice range ([`slice_ranges`]), in as many processes as
 //!   wanted, sharing the offset store;
+//! - fencing: an instance takes ownership of its id when it starts
+//!   ([`OffsetStore::take_ownership`]); an older instance of the same id can no longer commit
+//!   and stops ([`ProjectionError::Fenced`], [`ProjectionState::Fenced`]);
 //! - control: [`Projection::start`] runs it as a task on the Actix (Tokio) runtime and returns
 //!   a [`ProjectionHandle`] (pause, resume, stop, reset, [`Progress`], [`Lag`]);
 //!   [`ProjectionActor`] wraps the handle in an actor.

@@ -17,12 +17,19 @@ pub enum ProjectionState {
     Completed,
     /// Gave up after `RestartBackoff::max_restarts` restarts.
     Failed,
+    /// Stopped for good because another instance of the same projection id took ownership of
+    /// it ([`ProjectionError::Fenced`](crate::ProjectionError::Fenced), in
+    /// [`Progress::last_error`]); nothing of the refused write was stored.
+    Fenced,
 }
 
 impl ProjectionState {
-    /// Stopped, completed or failed: the projection's task has ended.
+    /// Stopped, completed, failed or fenced: the projection's task has ended.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Stopped | Self::Completed | Self::Failed)
+        matches!(
+            self,
+            Self::Stopped | Self::Completed | Self::Failed | Self::Fenced
+        )
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -17,7 +17,8 @@ use crate::handle::{Command, ProjectionHandle, ResetError};
 use crate::handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
 use crate::offset_store::{OffsetStore, SeenSeqNrs, TransactionalOffsetStore};
 use crate::processor::{
-    AsGroup, AttemptError, Commit, Grouped, OneAtATime, Processor, Single, Transactional,
+    panic_message, AsGroup, AttemptError, Commit, Grouped, OneAtATime, Processor, Single,
+    Transactional,
 };
 use crate::progress::{Progress, ProjectionState};
 use crate::settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
@@ -137,12 +138,7 @@ impl<E: Envelope> Projection<E> {
         H: TransactionalHandler<E, St::Transaction>,
     {
         let store = Arc::new(store);
-        let processor = Transactional::<St, H, OneAtATime> {
-            id: id.clone(),
-            store: Arc::clone(&store),
-            handler,
-            _grouped: PhantomData,
-        };
+        let processor = Transactional::new(id.clone(), Arc::clone(&store), OneAtATime(handler));
         Self::new(id, Arc::new(source), store, Arc::new(processor), None)
     }
 
@@ -160,12 +156,7 @@ impl<E: Envelope> Projection<E> {
         H: TransactionalGroupedHandler<E, St::Transaction>,
     {
         let store = Arc::new(store);
-        let processor = Transactional::<St, H, AsGroup> {
-            id: id.clone(),
-            store: Arc::clone(&store),
-            handler,
-            _grouped: PhantomData,
-        };
+        let processor = Transactional::new(id.clone(), Arc::clone(&store), AsGroup(handler));
         Self::new(
             id,
             Arc::new(source),
@@ -231,10 +222,22 @@ impl<E: Envelope> Projection<E> {
     ) {
         let random = std::collections::hash_map::RandomState::new();
         let mut restarts_in_a_row = 0u32;
+        // The owner epoch this instance holds: taken when it starts (fencing older instances),
+        // taken again on each restart only while still held (fencing this instance's own
+        // transactions of the failed run that may still be on their way).
+        let mut epoch: Option<u64> = None;
         loop {
             progress.send_modify(|p| p.state = ProjectionState::Starting);
             let before = progress.borrow().handled;
-            let end = Run::new(&self, &progress).execute(&mut commands).await;
+            let end = match self.store.take_ownership(&self.id, epoch).await {
+                Ok(taken) => {
+                    epoch = Some(taken);
+                    Run::new(&self, &progress, taken)
+                        .execute(&mut commands)
+                        .await
+                }
+                Err(error) => Err(error.into()),
+            };
             let made_progress = progress.borrow().handled > before;
             match end {
                 Ok(RunEnd::Stopped) => {
@@ -246,7 +249,14 @@ impl<E: Envelope> Projection<E> {
                     return;
                 }
                 Ok(RunEnd::Reset(ack)) => {
-                    let result = self.store.reset(&self.id).await.map_err(ResetError::Store);
+                    // Only the owner resets: taking ownership again checks it still is.
+                    let result = match self.store.take_ownership(&self.id, epoch).await {
+                        Ok(taken) => {
+                            epoch = Some(taken);
+                            self.store.reset(&self.id).await.map_err(ResetError::Store)
+                        }
+                        Err(error) => Err(ResetError::Store(error)),
+                    };
                     if result.is_ok() {
                         progress.send_modify(|p| {
                             p.offset = None;
@@ -255,6 +265,14 @@ impl<E: Envelope> Projection<E> {
                     }
                     let _ = ack.send(result);
                     restarts_in_a_row = 0;
+                }
+                Err(error @ ProjectionError::Fenced { .. }) => {
+                    tracing::error!(projection = %self.id, %error, "projection fenced; this instance stops");
+                    progress.send_modify(|p| {
+                        p.last_error = Some(error.to_string());
+                        p.state = ProjectionState::Fenced;
+                    });
+                    return;
                 }
                 Err(error) => {
                     if made_progress {
@@ -324,21 +342,16 @@ const PUBLISH_AFTER: u64 = 256;
 const PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Progress of a run not yet published.
-struct Unpublished<O> {
+#[derive(Default)]
+struct Unpublished {
     handled: u64,
     skipped: u64,
-    offset: Option<(O, i64)>,
+    /// The handled prefix moved (its offset is cloned once per publication, not per envelope).
+    offset_moved: bool,
 }
 
-impl<O> Default for Unpublished<O> {
-    fn default() -> Self {
-        Unpublished {
-            handled: 0,
-            skipped: 0,
-            offset: None,
-        }
-    }
-}
+/// A save of the offset under way: the window index it saves through.
+type Saving = BoxFuture<'static, Result<Option<u64>, OffsetStoreError>>;
 
 /// How one run ended without failing.
 enum RunEnd {
@@ -352,6 +365,9 @@ struct Slot<O> {
     done: bool,
     offset: O,
     timestamp_ms: i64,
+    /// Its persistence id and seq_nr, kept only when its seen row is to be forgotten once the
+    /// saved offset covers it (exactly-once, several at a time).
+    seen: Option<(String, u64)>,
 }
 
 /// Envelopes (or a group) handled by one handler call.
@@ -380,15 +396,23 @@ enum Event<E> {
     Command(Option<Command>),
     Finished(Outcome),
     Envelope(Option<Result<E, crate::error::BoxError>>),
-    GroupDue,
-    SaveDue,
-    PublishDue,
+    /// The earliest of the group, save and publication deadlines passed.
+    Due,
+    /// The offset save under way ended.
+    Saved(Result<Option<u64>, OffsetStoreError>),
 }
 
 /// The state of one run, from reading the stored offset to its end.
 struct Run<'p, E: Envelope> {
     projection: &'p Projection<E>,
     progress: &'p watch::Sender<Progress<E::Offset>>,
+    /// The owner epoch of this instance, carried by every offset write (fencing).
+    epoch: u64,
+    /// The projection's id, shared with the units' futures.
+    shared_id: Arc<ProjectionId>,
+    /// Units carry their persistence ids (to keep each id in order) only when several run at
+    /// once.
+    track_pids: bool,
     /// Envelopes pulled and not yet part of the handled prefix, from index `base`.
     window: VecDeque<Slot<E::Offset>>,
     base: u64,
@@ -397,12 +421,21 @@ struct Run<'p, E: Envelope> {
     handled_through: Option<u64>,
     saved_through: Option<u64>,
     handled_offset: Option<E::Offset>,
+    handled_timestamp_ms: Option<i64>,
     unsaved: usize,
     save_due: Option<Instant>,
+    /// The offset save under way (at most one, in the background of the handler calls), and
+    /// whether another is due once it ended.
+    saving: Option<Saving>,
+    save_again: bool,
     /// Progress not yet published to the handle: published every `PUBLISH_AFTER` envelopes or
     /// 1 ms after the first, so watchers are not woken once per envelope.
-    unpublished: Unpublished<E::Offset>,
+    unpublished: Unpublished,
     publish_due: Option<Instant>,
+    /// One timer for the earliest deadline (group, save, publication), reset only when that
+    /// deadline changes.
+    timer: Pin<Box<tokio::time::Sleep>>,
+    timer_at: Option<Instant>,
     /// Units waiting for their turn (a persistence id in flight, or no free slot).
     waiting: VecDeque<Unit<E>>,
     busy: HashSet<String>,
@@ -410,6 +443,12 @@ struct Run<'p, E: Envelope> {
     group: Unit<E>,
     group_due: Option<Instant>,
     seen: SeenSeqNrs,
+    /// Exactly-once with several calls at once: the seen rows are forgotten as the saved offset
+    /// covers them.
+    forget_seen: bool,
+    /// Per persistence id, the highest seq_nr in the handled prefix since the last save
+    /// started: the seen rows that save covers (see [`OffsetStore::save_offset`]).
+    covered: SeenSeqNrs,
     paused: bool,
     stopping: bool,
     reset: Option<oneshot::Sender<Result<(), ResetError>>>,
@@ -419,26 +458,37 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn new(
         projection: &'p Projection<E>,
         progress: &'p watch::Sender<Progress<E::Offset>>,
+        epoch: u64,
     ) -> Self {
         Run {
             projection,
             progress,
+            epoch,
+            shared_id: Arc::new(projection.id.clone()),
+            track_pids: projection.max_concurrency > 1,
             window: VecDeque::new(),
             base: 0,
             next_idx: 0,
             handled_through: None,
             saved_through: None,
             handled_offset: None,
+            handled_timestamp_ms: None,
             unsaved: 0,
             save_due: None,
+            saving: None,
+            save_again: false,
             unpublished: Unpublished::default(),
             publish_due: None,
+            timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+            timer_at: None,
             waiting: VecDeque::new(),
             busy: HashSet::new(),
             in_flight: FuturesUnordered::new(),
             group: Unit::empty(),
             group_due: None,
             seen: SeenSeqNrs::new(),
+            forget_seen: projection.processor.exactly_once() && projection.max_concurrency > 1,
+            covered: SeenSeqNrs::new(),
             paused: false,
             stopping: false,
             reset: None,
@@ -519,26 +569,38 @@ impl<'p, E: Envelope> Run<'p, E> {
                 && !self.stopping
                 && !stream_done
                 && self.window.len() < self.window_limit();
-            let group_due = self.group_due;
-            let save_due = self.save_due;
-            let publish_due = self.publish_due;
+            let next_due = [self.group_due, self.save_due, self.publish_due]
+                .into_iter()
+                .flatten()
+                .min();
+            if next_due != self.timer_at {
+                if let Some(at) = next_due {
+                    self.timer.as_mut().reset(at);
+                }
+                self.timer_at = next_due;
+            }
+            let timer_set = self.timer_at.is_some();
+            let saving = self.saving.is_some();
             let event = tokio::select! {
                 biased;
                 command = commands.recv() => Event::Command(command),
                 Some(outcome) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     Event::Finished(outcome)
                 }
-                _ = sleep_until(group_due), if group_due.is_some() => Event::GroupDue,
-                _ = sleep_until(save_due), if save_due.is_some() => Event::SaveDue,
-                _ = sleep_until(publish_due), if publish_due.is_some() => Event::PublishDue,
+                saved = poll_saving(&mut self.saving), if saving => Event::Saved(saved),
+                () = &mut self.timer, if timer_set => Event::Due,
                 next = stream.next(), if can_pull => Event::Envelope(next),
             };
             match event {
                 Event::Command(command) => self.command(command).await?,
-                Event::Finished(outcome) => self.finished(outcome).await?,
-                Event::GroupDue => self.close_group(),
-                Event::SaveDue => self.save_handled().await?,
-                Event::PublishDue => self.publish(),
+                Event::Finished(outcome) => {
+                    if let Err(error) = self.finished(outcome) {
+                        self.save_handled_after_failure().await;
+                        return Err(error);
+                    }
+                }
+                Event::Saved(saved) => self.saved(saved)?,
+                Event::Due => self.due()?,
                 Event::Envelope(Some(Ok(envelope))) => self.accept(envelope),
                 Event::Envelope(Some(Err(source))) => {
                     self.save_handled_after_failure().await;
@@ -584,26 +646,32 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn accept(&mut self, envelope: E) {
         let idx = self.next_idx;
         self.next_idx += 1;
-        let already_handled = self
-            .seen
-            .get(envelope.persistence_id())
-            .is_some_and(|&seen| seen >= envelope.seq_nr());
+        let already_handled = !self.seen.is_empty()
+            && self
+                .seen
+                .get(envelope.persistence_id())
+                .is_some_and(|&seen| seen >= envelope.seq_nr());
         self.window.push_back(Slot {
             done: already_handled,
             offset: envelope.offset(),
             timestamp_ms: envelope.timestamp_ms(),
+            seen: self
+                .forget_seen
+                .then(|| (envelope.persistence_id().to_owned(), envelope.seq_nr())),
         });
         if already_handled {
             // Handled and committed before a restart (exactly-once, several at a time).
             self.advance();
             return;
         }
-        let pid = envelope.persistence_id().to_owned();
+        let pid = self
+            .track_pids
+            .then(|| envelope.persistence_id().to_owned());
         match self.projection.grouping {
             None => self.waiting.push_back(Unit {
                 idxs: vec![idx],
                 envelopes: vec![envelope],
-                pids: vec![pid],
+                pids: pid.into_iter().collect(),
             }),
             Some(grouping) => {
                 if self.group.envelopes.is_empty() {
@@ -666,15 +734,15 @@ impl<'p, E: Envelope> Run<'p, E> {
         let commit = self.commit_for(&unit);
         let processor = Arc::clone(&self.projection.processor);
         let recovery = self.projection.recovery;
-        let id = self.projection.id.clone();
+        let id = Arc::clone(&self.shared_id);
         let offset_saved = commit.offset.is_some();
         async move {
             let Unit {
                 idxs,
-                envelopes,
+                mut envelopes,
                 pids,
             } = unit;
-            let result = handle_with_retries(&*processor, &envelopes, &commit, recovery, &id)
+            let result = handle_with_retries(&*processor, &mut envelopes, &commit, recovery, &id)
                 .await
                 .map(|skipped| {
                     if skipped {
@@ -693,6 +761,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         if !self.exactly_once() {
             return Commit::default();
         }
+        let epoch = self.epoch;
         if self.offset_in_transaction() {
             // One unit at a time, in order: once it commits, everything before it is handled.
             let offset = unit
@@ -700,6 +769,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 .last()
                 .and_then(|e| serde_json::to_string(&e.offset()).ok());
             return Commit {
+                epoch,
                 offset,
                 seen: Vec::new(),
             };
@@ -712,20 +782,21 @@ impl<'p, E: Envelope> Run<'p, E> {
                 None => seen.push((pid.to_owned(), envelope.seq_nr())),
             }
         }
-        Commit { offset: None, seen }
+        Commit {
+            epoch,
+            offset: None,
+            seen,
+        }
     }
 
-    async fn finished(&mut self, outcome: Outcome) -> Result<(), ProjectionError> {
+    fn finished(&mut self, outcome: Outcome) -> Result<(), ProjectionError> {
         for pid in &outcome.pids {
             self.busy.remove(pid);
         }
         let (offset_saved, skipped) = match outcome.result {
             Ok(Handled::Done { offset_saved }) => (offset_saved, false),
             Ok(Handled::Skipped { offset_saved }) => (offset_saved, true),
-            Err(error) => {
-                self.save_handled_after_failure().await;
-                return Err(error);
-            }
+            Err(error) => return Err(error),
         };
         let count = outcome.idxs.len() as u64;
         for &idx in &outcome.idxs {
@@ -751,7 +822,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         }
         if !self.offset_in_transaction() {
             if self.unsaved >= self.projection.save_offset.after_envelopes {
-                self.save_handled().await?;
+                self.start_save()?;
             } else if self.unsaved > 0 && self.save_due.is_none() {
                 self.save_due = Some(Instant::now() + self.projection.save_offset.after);
             }
@@ -763,16 +834,21 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn advance(&mut self) {
         let mut last = None;
         while self.window.front().is_some_and(|slot| slot.done) {
-            if let Some(slot) = self.window.pop_front() {
+            if let Some(mut slot) = self.window.pop_front() {
                 self.handled_through = Some(self.base);
                 self.base += 1;
                 self.unsaved += 1;
+                if let Some((pid, seq_nr)) = slot.seen.take() {
+                    let covered = self.covered.entry(pid).or_insert(seq_nr);
+                    *covered = (*covered).max(seq_nr);
+                }
                 last = Some(slot);
             }
         }
         if let Some(slot) = last {
-            self.handled_offset = Some(slot.offset.clone());
-            self.unpublished.offset = Some((slot.offset, slot.timestamp_ms));
+            self.handled_offset = Some(slot.offset);
+            self.handled_timestamp_ms = Some(slot.timestamp_ms);
+            self.unpublished.offset_moved = true;
             if self.publish_due.is_none() {
                 self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
             }
@@ -785,24 +861,53 @@ impl<'p, E: Envelope> Run<'p, E> {
         let Unpublished {
             handled,
             skipped,
-            offset,
+            offset_moved,
         } = std::mem::take(&mut self.unpublished);
-        if handled == 0 && offset.is_none() {
+        if handled == 0 && !offset_moved {
             return;
         }
+        let offset = if offset_moved {
+            self.handled_offset.clone()
+        } else {
+            None
+        };
+        let timestamp_ms = self.handled_timestamp_ms;
         self.progress.send_modify(|p| {
             p.handled += handled;
             p.skipped += skipped;
-            if let Some((offset, timestamp_ms)) = offset {
-                p.offset = Some(offset);
-                p.last_handled_timestamp_ms = Some(timestamp_ms);
+            if offset.is_some() {
+                p.offset = offset;
+                p.last_handled_timestamp_ms = timestamp_ms;
             }
         });
     }
 
-    /// Saves the handled prefix's offset unless a transaction already saved it.
-    async fn save_handled(&mut self) -> Result<(), ProjectionError> {
+    /// Handles the deadlines that passed (the timer fired).
+    fn due(&mut self) -> Result<(), ProjectionError> {
+        // The timer is spent: the next deadline sets it again.
+        self.timer_at = None;
+        let now = Instant::now();
+        if self.group_due.is_some_and(|at| at <= now) {
+            self.close_group();
+        }
+        if self.publish_due.is_some_and(|at| at <= now) {
+            self.publish();
+        }
+        if self.save_due.is_some_and(|at| at <= now) {
+            self.start_save()?;
+        }
+        Ok(())
+    }
+
+    /// Starts saving the handled prefix's offset in the background, unless a transaction
+    /// already saved it; while a save is under way, another follows once it ended. Saves
+    /// never overlap, so they are stored in order.
+    fn start_save(&mut self) -> Result<(), ProjectionError> {
         self.save_due = None;
+        if self.saving.is_some() {
+            self.save_again = true;
+            return Ok(());
+        }
         if self.handled_through <= self.saved_through {
             self.unsaved = 0;
             return Ok(());
@@ -815,10 +920,49 @@ impl<'p, E: Envelope> Run<'p, E> {
                 id: self.id().clone(),
                 source,
             })?;
-        let projection = self.projection;
-        projection.store.save_offset(&projection.id, &json).await?;
-        self.saved_through = self.handled_through;
+        let store = Arc::clone(&self.projection.store);
+        let id = Arc::clone(&self.shared_id);
+        let epoch = self.epoch;
+        let through = self.handled_through;
+        // Forgotten with this save, or never if it fails: the run then fails, and the restart
+        // from the older stored offset delivers these envelopes again (skipped as seen), so a
+        // later save covers them once more.
+        let covered: Vec<(String, u64)> = self.covered.drain().collect();
         self.unsaved = 0;
+        self.saving = Some(
+            async move {
+                store.save_offset(&id, epoch, &json, &covered).await?;
+                Ok(through)
+            }
+            .boxed(),
+        );
+        Ok(())
+    }
+
+    /// A background save ended.
+    fn saved(
+        &mut self,
+        saved: Result<Option<u64>, OffsetStoreError>,
+    ) -> Result<(), ProjectionError> {
+        self.saving = None;
+        self.saved_through = self.saved_through.max(saved?);
+        if std::mem::take(&mut self.save_again) {
+            self.start_save()?;
+        }
+        Ok(())
+    }
+
+    /// Saves the handled prefix's offset unless a transaction already saved it, and waits
+    /// until it is stored (after the save under way, if any).
+    async fn save_handled(&mut self) -> Result<(), ProjectionError> {
+        self.save_again = false;
+        if let Some(saving) = self.saving.take() {
+            self.saved_through = self.saved_through.max(saving.await?);
+        }
+        self.start_save()?;
+        if let Some(saving) = self.saving.take() {
+            self.saved_through = self.saved_through.max(saving.await?);
+        }
         Ok(())
     }
 
@@ -856,18 +1000,22 @@ impl<E> Unit<E> {
         }
     }
 
-    fn push(&mut self, idx: u64, envelope: E, pid: String) {
+    fn push(&mut self, idx: u64, envelope: E, pid: Option<String>) {
         self.idxs.push(idx);
         self.envelopes.push(envelope);
-        if !self.pids.contains(&pid) {
-            self.pids.push(pid);
+        if let Some(pid) = pid {
+            if !self.pids.contains(&pid) {
+                self.pids.push(pid);
+            }
         }
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+/// The save under way's result (pending forever when there is none; the loop polls it only
+/// when there is one).
+async fn poll_saving(saving: &mut Option<Saving>) -> Result<Option<u64>, OffsetStoreError> {
+    match saving {
+        Some(saving) => saving.await,
         None => futures::future::pending().await,
     }
 }
@@ -875,7 +1023,7 @@ async fn sleep_until(at: Option<Instant>) {
 /// Calls the handler, retrying with backoff; `Ok(true)` when the envelopes were skipped.
 async fn handle_with_retries<E: Envelope>(
     processor: &dyn Processor<E>,
-    envelopes: &[E],
+    envelopes: &mut Vec<E>,
     commit: &Commit,
     recovery: HandlerRecovery,
     id: &ProjectionId,
@@ -889,8 +1037,9 @@ async fn handle_with_retries<E: Envelope>(
         let message = match attempt {
             Ok(Ok(())) => return Ok(false),
             Ok(Err(AttemptError::Store(error))) => return Err(error.into()),
+            Ok(Err(AttemptError::Lost(message))) => return Err(lost(id, envelopes, message)),
             Ok(Err(AttemptError::Handler(error))) => error.to_string(),
-            Err(panic) => format!("handler panicked: {}", panic_message(&panic)),
+            Err(panic) => format!("handler panicked: {}", panic_message(&*panic)),
         };
         let first = envelopes.first();
         let persistence_id = first
@@ -905,8 +1054,14 @@ async fn handle_with_retries<E: Envelope>(
         match recovery.then {
             AfterRetries::Skip => {
                 tracing::error!(projection = %id, persistence_id, seq_nr, envelopes = envelopes.len(), attempts, error = %message, "handler failed; skipping the envelopes");
-                processor.record_skip(commit).await?;
-                return Ok(true);
+                return match processor.record_skip(commit).await {
+                    Ok(()) => Ok(true),
+                    Err(AttemptError::Store(error)) => Err(error.into()),
+                    Err(AttemptError::Handler(error)) => {
+                        Err(lost(id, envelopes, error.to_string()))
+                    }
+                    Err(AttemptError::Lost(message)) => Err(lost(id, envelopes, message)),
+                };
             }
             AfterRetries::Fail => {
                 return Err(ProjectionError::Handler {
@@ -921,12 +1076,16 @@ async fn handle_with_retries<E: Envelope>(
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".to_owned()
+/// The error of a unit whose transaction's task ended without a result (not retried).
+fn lost<E: Envelope>(id: &ProjectionId, envelopes: &[E], message: String) -> ProjectionError {
+    let first = envelopes.first();
+    ProjectionError::Handler {
+        id: id.clone(),
+        persistence_id: first
+            .map(|e| e.persistence_id().to_owned())
+            .unwrap_or_default(),
+        seq_nr: first.map_or(0, |e| e.seq_nr()),
+        attempts: 1,
+        message: format!("the transaction's task ended without a result: {message}"),
     }
 }

@@ -181,14 +181,53 @@ async fn exactly_once_with_max_concurrency_after_a_crash_handles_every_event_onc
     // The offset was never saved (1000 envelopes, an hour): the restart reads everything again
     // and skips what the seen sequence numbers say was committed.
     assert_eq!(store.read_offset(&id()).await.unwrap(), None);
+    let rows = store.read_seen(&id()).await.unwrap().len();
+    assert!(
+        (1..=8).contains(&rows),
+        "seen rows before the restart: {rows}"
+    );
 
-    Projection::exactly_once(id(), current_source(&journal), store, balances.clone())
-        .with_max_concurrency(8)
-        .start()
-        .join()
-        .await;
+    Projection::exactly_once(
+        id(),
+        current_source(&journal),
+        store.clone(),
+        balances.clone(),
+    )
+    .with_max_concurrency(8)
+    .start()
+    .join()
+    .await;
     let handled = balances.handled.lock().unwrap().clone();
     assert_eq!(handled.len(), 40);
     let distinct: std::collections::HashSet<_> = handled.into_iter().collect();
     assert_eq!(distinct.len(), 40);
+    assert!(
+        store.read_seen(&id()).await.unwrap().is_empty(),
+        "the final offset covers every seen row"
+    );
+}
+
+#[tokio::test]
+async fn exactly_once_with_max_concurrency_forgets_the_seen_rows_the_offset_covers() {
+    let journal = InMemoryJournal::new();
+    let store = InMemoryOffsetStore::new();
+    write_many(&journal, 60, 3).await;
+    let balances = Balances::default();
+    let state = Projection::exactly_once(
+        id(),
+        current_source(&journal),
+        store.clone(),
+        balances.clone(),
+    )
+    .with_max_concurrency(8)
+    .with_save_offset(SaveOffset {
+        after_envelopes: 5,
+        after: std::time::Duration::from_secs(3600),
+    })
+    .start()
+    .join()
+    .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(balances.handled.lock().unwrap().len(), 180);
+    assert!(store.read_seen(&id()).await.unwrap().is_empty());
 }

@@ -63,25 +63,26 @@ impl Db {
         self.journal.pool()
     }
 
+    /// The stored owner epoch of [`id`].
+    async fn owner_epoch(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COALESCE(MAX(owner_epoch), 0)::BIGINT FROM projection_owner \
+             WHERE projection_name = 'balance'",
+        )
+        .fetch_one(self.pool())
+        .await
+        .unwrap()
+    }
+
     /// After `abort` (a crash inside this process): waits until no transaction of the aborted
     /// projection is still open or committing, as after a real crash once the server has
     /// closed the dead process's connections (see docs/projections.md, "Restarts").
     async fn settle(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            // A real crash closes the dead process's connections, and the server rolls back
-            // what they left open. An aborted task leaves its connection idle in the pool with
-            // the transaction open (sqlx rolls it back only when the connection is used
-            // again): end those sessions as the server would. A COMMIT on its way ('active')
-            // is waited for.
-            sqlx::query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                 AND state IN ('idle in transaction', 'idle in transaction (aborted)')",
-            )
-            .execute(self.pool())
-            .await
-            .unwrap();
+            // An aborted projection's transaction task rolls back by itself (the runner never
+            // leaves a transaction open on a pooled connection); a COMMIT on its way is
+            // waited for.
             let open: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
                  AND pid <> pg_backend_pid() AND xact_start IS NOT NULL",
@@ -98,6 +99,14 @@ impl Db {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Rows in `projection_seen`, by SQL.
+    async fn seen_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*)::BIGINT FROM projection_seen")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
     }
 
     /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
@@ -139,6 +148,8 @@ async fn apply(
 struct ReadModel {
     fail_once: bool,
     failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Calls wait here after writing, inside their transaction.
+    gate: Option<CallGate>,
 }
 
 impl ReadModel {
@@ -158,6 +169,9 @@ impl TransactionalHandler<Env, Transaction<'static, Postgres>> for ReadModel {
         envelope: &Env,
     ) -> Result<(), HandlerError> {
         apply(tx, envelope).await?;
+        if let Some(gate) = &self.gate {
+            gate.pass().await;
+        }
         if self.should_fail(envelope) {
             return Err("fails after writing: the transaction must roll back".into());
         }
@@ -196,8 +210,16 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
     let Some(db) = open().await else { return };
     let store = db.store();
     assert_eq!(store.read_offset(&id()).await.unwrap(), None);
-    store.save_offset(&id(), "{\"a\":1}").await.unwrap();
-    store.save_offset(&id(), "{\"a\":2}").await.unwrap();
+    let epoch = store.take_ownership(&id(), None).await.unwrap();
+    assert_eq!(epoch, 1);
+    store
+        .save_offset(&id(), epoch, "{\"a\":1}", &[])
+        .await
+        .unwrap();
+    store
+        .save_offset(&id(), epoch, "{\"a\":2}", &[])
+        .await
+        .unwrap();
     assert_eq!(
         store.read_offset(&id()).await.unwrap().as_deref(),
         Some("{\"a\":2}")
@@ -207,13 +229,19 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
 
     let mut tx = store.begin(&id()).await.unwrap();
     store
-        .save_in(&mut tx, &id(), None, &[("p".into(), 5), ("q".into(), 2)])
+        .save_in(
+            &mut tx,
+            &id(),
+            epoch,
+            None,
+            &[("p".into(), 5), ("q".into(), 2)],
+        )
         .await
         .unwrap();
     store.commit(tx, &id()).await.unwrap();
     let mut tx = store.begin(&id()).await.unwrap();
     store
-        .save_in(&mut tx, &id(), Some("{\"a\":3}"), &[("p".into(), 3)])
+        .save_in(&mut tx, &id(), epoch, Some("{\"a\":3}"), &[("p".into(), 3)])
         .await
         .unwrap();
     drop(tx); // rolled back
@@ -330,6 +358,11 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
     handle.abort().await;
     db.settle().await;
     assert_eq!(db.store().read_offset(&id()).await.unwrap(), None);
+    let rows = db.seen_rows().await;
+    assert!(
+        (1..=8).contains(&rows),
+        "one seen row per id handled so far, not covered by any saved offset: {rows}"
+    );
 
     Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
         .with_max_concurrency(8)
@@ -337,4 +370,160 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
         .join()
         .await;
     assert_eq!(db.read_model().await, (32, 32, expected_total(8, 4)));
+    assert_eq!(
+        db.seen_rows().await,
+        0,
+        "the final offset covers every seen row"
+    );
+}
+
+#[tokio::test]
+async fn forgotten_seen_rows_still_handle_every_event_once_across_a_crash() {
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 8, 6).await;
+    // Offsets saved (and seen rows forgotten) while calls run, then a crash mid-way.
+    let every_3 = SaveOffset {
+        after_envelopes: 3,
+        after: Duration::from_secs(3600),
+    };
+    let handle = Projection::exactly_once(id(), db.source(true), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_3)
+        .start();
+    handle
+        .wait_for(|p| p.handled >= 25)
+        .await
+        .expect("some handled");
+    handle.abort().await;
+    db.settle().await;
+
+    Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_3)
+        .start()
+        .join()
+        .await;
+    assert_eq!(db.read_model().await, (48, 48, expected_total(8, 6)));
+    assert_eq!(db.seen_rows().await, 0);
+}
+
+#[tokio::test]
+async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 60, 3).await;
+    let every_5 = SaveOffset {
+        after_envelopes: 5,
+        after: Duration::from_secs(3600),
+    };
+    let state = Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_5)
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(db.read_model().await, (180, 180, expected_total(60, 3)));
+    assert_eq!(
+        db.seen_rows().await,
+        0,
+        "60 ids handled, none left in flight"
+    );
+}
+
+#[tokio::test]
+async fn an_offset_save_skips_a_seen_row_a_handler_transaction_holds_and_never_waits_for_it() {
+    let Some(db) = open().await else { return };
+    let store = db.store();
+    let epoch = store.take_ownership(&id(), None).await.unwrap();
+    let mut tx = store.begin(&id()).await.unwrap();
+    let seen = [("p".to_owned(), 5), ("q".to_owned(), 3)];
+    store
+        .save_in(&mut tx, &id(), epoch, None, &seen)
+        .await
+        .unwrap();
+    store.commit(tx, &id()).await.unwrap();
+
+    // A handler's transaction in flight raises p (envelope p 9, past the offset): its row is
+    // locked until it commits.
+    let mut handler = store.begin(&id()).await.unwrap();
+    store
+        .save_in(&mut handler, &id(), epoch, None, &[("p".to_owned(), 9)])
+        .await
+        .unwrap();
+    // The save covering p 5 and q 3 does not wait for it: it forgets q and leaves p.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        store.save_offset(&id(), epoch, "{\"a\":1}", &seen),
+    )
+    .await
+    .expect("the save never waits for a handler's row lock")
+    .unwrap();
+    store.commit(handler, &id()).await.unwrap();
+    let left: Vec<(String, u64)> = store.read_seen(&id()).await.unwrap().into_iter().collect();
+    assert_eq!(left, vec![("p".to_owned(), 9)]);
+    assert_eq!(db.seen_rows().await, 1);
+}
+
+#[tokio::test]
+async fn offset_store_forgets_the_seen_rows_its_offset_covers() {
+    let Some(db) = open().await else { return };
+    common::offset_store_forgets_the_seen_rows_its_offset_covers(&db.store()).await;
+}
+
+#[tokio::test]
+async fn offset_store_fences_older_owners() {
+    let Some(db) = open().await else { return };
+    common::offset_store_fences_older_owners(&db.store()).await;
+}
+
+#[tokio::test]
+async fn of_two_instances_the_older_is_fenced_and_its_writes_roll_back() {
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 5, 6).await;
+    let gate = CallGate::new(5);
+    let older = Projection::exactly_once(
+        id(),
+        db.source(false),
+        db.store(),
+        ReadModel {
+            gate: Some(gate.clone()),
+            ..ReadModel::default()
+        },
+    )
+    .start();
+    // The older instance committed 5 envelopes and waits inside its 6th transaction, after
+    // writing the read model.
+    eventually(|| gate.waiting() == 1).await;
+    let newer =
+        Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default()).start();
+    // The newer instance takes ownership at once (the older one locks the owner row only
+    // when it saves its offset).
+    let mut rounds = 0;
+    while db.owner_epoch().await < 2 {
+        if gate.waiting() == 1 {
+            gate.release(1);
+        }
+        rounds += 1;
+        assert!(rounds < 20_000, "the newer instance never took ownership");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    gate.release(1000);
+
+    let fenced = older
+        .wait_for(|p| p.state == ProjectionState::Fenced)
+        .await
+        .expect("the older instance is fenced");
+    assert!(
+        fenced
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("taken over")),
+        "{:?}",
+        fenced.last_error
+    );
+    assert_eq!(older.join().await, ProjectionState::Fenced);
+    assert_eq!(newer.join().await, ProjectionState::Completed);
+    // Every event in the read model once: the older instance's write after the take-over was
+    // rolled back with its offset.
+    assert_eq!(db.read_model().await, (30, 30, expected_total(5, 6)));
 }

@@ -18,13 +18,14 @@ use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
 struct Db {
     _dir: tempfile::TempDir,
+    url: String,
     journal: SqliteJournal,
 }
 
 async fn open() -> Db {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("journal.db").display());
-    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url.clone()))
         .await
         .unwrap();
     sqlx::query(
@@ -34,7 +35,11 @@ async fn open() -> Db {
     .execute(journal.writer_pool())
     .await
     .unwrap();
-    Db { _dir: dir, journal }
+    Db {
+        _dir: dir,
+        url,
+        journal,
+    }
 }
 
 impl Db {
@@ -58,6 +63,29 @@ impl Db {
 
     fn pool(&self) -> &SqlitePool {
         self.journal.writer_pool()
+    }
+
+    /// The stored owner epoch of [`id`], read on a connection of its own (the writer
+    /// connection may be inside a projection's transaction).
+    async fn owner_epoch(&self) -> i64 {
+        let reader = SqlitePool::connect(&self.url).await.unwrap();
+        let epoch = sqlx::query_scalar(
+            "SELECT COALESCE(MAX(owner_epoch), 0) FROM projection_owner \
+             WHERE projection_name = 'balance'",
+        )
+        .fetch_one(&reader)
+        .await
+        .unwrap();
+        reader.close().await;
+        epoch
+    }
+
+    /// Rows in `projection_seen`, by SQL.
+    async fn seen_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM projection_seen")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
     }
 
     /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
@@ -96,6 +124,8 @@ async fn apply(tx: &mut Transaction<'static, Sqlite>, envelope: &Env) -> Result<
 struct ReadModel {
     fail_once: bool,
     failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Calls wait here after writing, inside their transaction.
+    gate: Option<CallGate>,
 }
 
 impl ReadModel {
@@ -115,6 +145,9 @@ impl TransactionalHandler<Env, Transaction<'static, Sqlite>> for ReadModel {
         envelope: &Env,
     ) -> Result<(), HandlerError> {
         apply(tx, envelope).await?;
+        if let Some(gate) = &self.gate {
+            gate.pass().await;
+        }
         if self.should_fail(envelope) {
             return Err("fails after writing: the transaction must roll back".into());
         }
@@ -153,8 +186,16 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
     let db = open().await;
     let store = db.store();
     assert_eq!(store.read_offset(&id()).await.unwrap(), None);
-    store.save_offset(&id(), "{\"a\":1}").await.unwrap();
-    store.save_offset(&id(), "{\"a\":2}").await.unwrap();
+    let epoch = store.take_ownership(&id(), None).await.unwrap();
+    assert_eq!(epoch, 1);
+    store
+        .save_offset(&id(), epoch, "{\"a\":1}", &[])
+        .await
+        .unwrap();
+    store
+        .save_offset(&id(), epoch, "{\"a\":2}", &[])
+        .await
+        .unwrap();
     assert_eq!(
         store.read_offset(&id()).await.unwrap().as_deref(),
         Some("{\"a\":2}")
@@ -164,13 +205,19 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
 
     let mut tx = store.begin(&id()).await.unwrap();
     store
-        .save_in(&mut tx, &id(), None, &[("p".into(), 5), ("q".into(), 2)])
+        .save_in(
+            &mut tx,
+            &id(),
+            epoch,
+            None,
+            &[("p".into(), 5), ("q".into(), 2)],
+        )
         .await
         .unwrap();
     store.commit(tx, &id()).await.unwrap();
     let mut tx = store.begin(&id()).await.unwrap();
     store
-        .save_in(&mut tx, &id(), Some("{\"a\":3}"), &[("p".into(), 3)])
+        .save_in(&mut tx, &id(), epoch, Some("{\"a\":3}"), &[("p".into(), 3)])
         .await
         .unwrap();
     drop(tx); // rolled back
@@ -191,7 +238,6 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
 }
 
 #[tokio::test]
-#[ignore = "hangs about 1 run in 10: aborting the task mid-statement leaves sqlx's SQLite connection at a non-zero transaction depth ('begin_with at non-zero transaction depth'); run with --ignored; the PostgreSQL and in-memory crash tests cover the guarantee"]
 async fn exactly_once_read_model_and_offset_agree_after_a_crash() {
     let db = open().await;
     write_many(&db.journal, 5, 6).await;
@@ -228,7 +274,6 @@ async fn a_failed_exactly_once_call_rolls_back_its_writes_before_the_retry() {
 }
 
 #[tokio::test]
-#[ignore = "hangs about 1 run in 10: aborting the task mid-statement leaves sqlx's SQLite connection at a non-zero transaction depth ('begin_with at non-zero transaction depth'); run with --ignored; the PostgreSQL and in-memory crash tests cover the guarantee"]
 async fn grouped_exactly_once_commits_each_group_with_its_offset() {
     let db = open().await;
     write_many(&db.journal, 4, 5).await;
@@ -269,7 +314,6 @@ async fn grouped_exactly_once_commits_each_group_with_its_offset() {
 }
 
 #[tokio::test]
-#[ignore = "hangs about 1 run in 10: aborting the task mid-statement leaves sqlx's SQLite connection at a non-zero transaction depth ('begin_with at non-zero transaction depth'); run with --ignored; the PostgreSQL and in-memory crash tests cover the guarantee"]
 async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_crash() {
     let db = open().await;
     write_many(&db.journal, 8, 4).await;
@@ -287,6 +331,11 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
         .expect("some handled");
     handle.abort().await;
     assert_eq!(db.store().read_offset(&id()).await.unwrap(), None);
+    let rows = db.seen_rows().await;
+    assert!(
+        (1..=8).contains(&rows),
+        "one seen row per id handled so far, not covered by any saved offset: {rows}"
+    );
 
     Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
         .with_max_concurrency(8)
@@ -294,4 +343,125 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
         .join()
         .await;
     assert_eq!(db.read_model().await, (32, 32, expected_total(8, 4)));
+    assert_eq!(
+        db.seen_rows().await,
+        0,
+        "the final offset covers every seen row"
+    );
+}
+
+#[tokio::test]
+async fn forgotten_seen_rows_still_handle_every_event_once_across_a_crash() {
+    let db = open().await;
+    write_many(&db.journal, 8, 6).await;
+    // Offsets saved (and seen rows forgotten) while calls run, then a crash mid-way.
+    let every_3 = SaveOffset {
+        after_envelopes: 3,
+        after: Duration::from_secs(3600),
+    };
+    let handle = Projection::exactly_once(id(), db.source(true), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_3)
+        .start();
+    handle
+        .wait_for(|p| p.handled >= 25)
+        .await
+        .expect("some handled");
+    handle.abort().await;
+
+    Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_3)
+        .start()
+        .join()
+        .await;
+    assert_eq!(db.read_model().await, (48, 48, expected_total(8, 6)));
+    assert_eq!(db.seen_rows().await, 0);
+}
+
+#[tokio::test]
+async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
+    let db = open().await;
+    write_many(&db.journal, 60, 3).await;
+    let every_5 = SaveOffset {
+        after_envelopes: 5,
+        after: Duration::from_secs(3600),
+    };
+    let state = Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default())
+        .with_max_concurrency(8)
+        .with_save_offset(every_5)
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(db.read_model().await, (180, 180, expected_total(60, 3)));
+    assert_eq!(
+        db.seen_rows().await,
+        0,
+        "60 ids handled, none left in flight"
+    );
+}
+
+#[tokio::test]
+async fn offset_store_forgets_the_seen_rows_its_offset_covers() {
+    let db = open().await;
+    common::offset_store_forgets_the_seen_rows_its_offset_covers(&db.store()).await;
+}
+
+#[tokio::test]
+async fn offset_store_fences_older_owners() {
+    let db = open().await;
+    common::offset_store_fences_older_owners(&db.store()).await;
+}
+
+#[tokio::test]
+async fn of_two_instances_the_older_is_fenced_and_its_writes_roll_back() {
+    let db = open().await;
+    write_many(&db.journal, 5, 6).await;
+    let gate = CallGate::new(5);
+    let older = Projection::exactly_once(
+        id(),
+        db.source(false),
+        db.store(),
+        ReadModel {
+            gate: Some(gate.clone()),
+            ..ReadModel::default()
+        },
+    )
+    .start();
+    // The older instance committed 5 envelopes and waits inside its 6th transaction, after
+    // writing the read model.
+    eventually(|| gate.waiting() == 1).await;
+    let newer =
+        Projection::exactly_once(id(), db.source(false), db.store(), ReadModel::default()).start();
+    // The newer instance waits for SQLite's write lock (the older one's transaction holds
+    // it): let the older one commit one transaction at a time until the newer took ownership.
+    let mut rounds = 0;
+    while db.owner_epoch().await < 2 {
+        if gate.waiting() == 1 {
+            gate.release(1);
+        }
+        rounds += 1;
+        assert!(rounds < 20_000, "the newer instance never took ownership");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    gate.release(1000);
+
+    let fenced = older
+        .wait_for(|p| p.state == ProjectionState::Fenced)
+        .await
+        .expect("the older instance is fenced");
+    assert!(
+        fenced
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("taken over")),
+        "{:?}",
+        fenced.last_error
+    );
+    assert_eq!(older.join().await, ProjectionState::Fenced);
+    assert_eq!(newer.join().await, ProjectionState::Completed);
+    // Every event in the read model once: the older instance's write after the take-over was
+    // rolled back with its offset.
+    assert_eq!(db.read_model().await, (30, 30, expected_total(5, 6)));
 }

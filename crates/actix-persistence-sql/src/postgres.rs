@@ -23,8 +23,9 @@ use sqlx::{Connection, Executor, Postgres, Transaction};
 use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
-    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
+    all_distinct, check_batch_sizes, check_max_connections, clamp_seq_nr, in_use,
+    ownership_from_row, ownerships_in_order, rejection, token_to_sql, ConnectionsInUse, Dialect,
+    JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -586,11 +587,11 @@ impl Dialect for PostgresDialect {
         insert_atomic_write(conn, write)
     }
 
-    fn take_ownership<'c>(
+    fn take_ownerships<'c>(
         conn: &'c mut PgConnection,
-        persistence_id: &'c str,
-    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c {
-        take_ownership(conn, persistence_id)
+        persistence_ids: &'c [String],
+    ) -> impl Future<Output = Result<Vec<Ownership>, JournalError>> + Send + 'c {
+        take_ownerships(conn, persistence_ids)
     }
 
     fn insert_batch<'c>(
@@ -700,7 +701,35 @@ async fn insert_batch(
     Ok(usize::try_from(inserted).is_ok_and(|n| n == count))
 }
 
-/// [`Dialect::take_ownership`] for PostgreSQL: [`TAKE_OWNERSHIP`], which locks the id's row.
+/// [`Dialect::take_ownerships`] for PostgreSQL: distinct ids in one statement (the ids bound
+/// as one array, their rows locked in id order, as the batch insert locks them), which returns
+/// each id's row; otherwise [`take_ownership`] per id.
+async fn take_ownerships(
+    conn: &mut PgConnection,
+    persistence_ids: &[String],
+) -> Result<Vec<Ownership>, JournalError> {
+    const TAKE_OWNERSHIPS: &str = "\
+        INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+        SELECT id, 0, 1 FROM UNNEST($1::text[]) AS t(id) ORDER BY id \
+        ON CONFLICT (persistence_id) \
+        DO UPDATE SET owner_epoch = journal_highest.owner_epoch + 1 \
+        RETURNING persistence_id, highest_seq_nr, owner_epoch";
+    if persistence_ids.len() == 1 || !all_distinct(persistence_ids) {
+        let mut owned = Vec::with_capacity(persistence_ids.len());
+        for persistence_id in persistence_ids {
+            owned.push(take_ownership(conn, persistence_id).await?);
+        }
+        return Ok(owned);
+    }
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(TAKE_OWNERSHIPS)
+        .bind(persistence_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| JournalError::storage("take ownership", e))?;
+    ownerships_in_order(persistence_ids, rows)
+}
+
+/// One id's ownership take for PostgreSQL: [`TAKE_OWNERSHIP`], which locks the id's row.
 async fn take_ownership(
     conn: &mut PgConnection,
     persistence_id: &str,

@@ -23,8 +23,9 @@ use sqlx::{Connection, Sqlite, Transaction};
 use crate::error::SqlStoreError;
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
-    check_batch_sizes, check_max_connections, clamp_seq_nr, in_use, ownership_from_row, rejection,
-    token_to_sql, ConnectionsInUse, Dialect, JournalTables, SqlBackend, TAKE_OWNERSHIP,
+    all_distinct, check_batch_sizes, check_max_connections, clamp_seq_nr, in_use,
+    ownership_from_row, ownerships_in_order, rejection, token_to_sql, ConnectionsInUse, Dialect,
+    JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
@@ -438,11 +439,11 @@ impl Dialect for SqliteDialect {
         futures::FutureExt::map(insert_batch(conn, writes), Some)
     }
 
-    fn take_ownership<'c>(
+    fn take_ownerships<'c>(
         conn: &'c mut SqliteConnection,
-        persistence_id: &'c str,
-    ) -> impl Future<Output = Result<Ownership, JournalError>> + Send + 'c {
-        take_ownership(conn, persistence_id)
+        persistence_ids: &'c [String],
+    ) -> impl Future<Output = Result<Vec<Ownership>, JournalError>> + Send + 'c {
+        take_ownerships(conn, persistence_ids)
     }
 
     fn serializer_id_to_sql(id: u32) -> i64 {
@@ -605,6 +606,50 @@ fn events_of(writes: &[PreparedWrite]) -> Vec<(&PersistentRepr, &str)> {
         );
     }
     events
+}
+
+/// [`Dialect::take_ownerships`] for SQLite: distinct ids in one multi-row upsert per
+/// [`IDS_PER_STATEMENT`] ids, which returns each id's row; otherwise one statement per id.
+async fn take_ownerships(
+    conn: &mut SqliteConnection,
+    persistence_ids: &[String],
+) -> Result<Vec<Ownership>, JournalError> {
+    if persistence_ids.len() == 1 || !all_distinct(persistence_ids) {
+        let mut owned = Vec::with_capacity(persistence_ids.len());
+        for persistence_id in persistence_ids {
+            owned.push(take_ownership(conn, persistence_id).await?);
+        }
+        return Ok(owned);
+    }
+    let mut owned = Vec::with_capacity(persistence_ids.len());
+    for chunk in persistence_ids.chunks(IDS_PER_STATEMENT) {
+        let mut sql = String::with_capacity(200 + chunk.len() * 10);
+        sql.push_str(
+            "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str("(?,0,1)");
+        }
+        sql.push_str(
+            " ON CONFLICT (persistence_id) \
+             DO UPDATE SET owner_epoch = journal_highest.owner_epoch + 1 \
+             RETURNING persistence_id, highest_seq_nr, owner_epoch",
+        );
+        // Of varying size: prepared for this execution only (see `is_cached`).
+        let mut query = sqlx::query_as::<_, (String, i64, i64)>(&sql).persistent(false);
+        for persistence_id in chunk {
+            query = query.bind(persistence_id.as_str());
+        }
+        let rows = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| JournalError::storage("take ownership", e))?;
+        owned.extend(ownerships_in_order(chunk, rows)?);
+    }
+    Ok(owned)
 }
 
 async fn take_ownership(

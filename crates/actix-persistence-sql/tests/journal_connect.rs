@@ -25,12 +25,13 @@ async fn connect_creates_the_tables_with_a_global_ordering<B: TestBackend>(db: B
     let journal = db.journal().await;
     assert_eq!(
         db.table_names().await,
-        // The projection offset store's tables come with the same migrations.
+        // The projection offset store's tables come with the same migrations (0005, 0008).
         vec![
             "event_tag",
             "journal",
             "journal_highest",
             "projection_offset",
+            "projection_owner",
             "projection_seen",
             "snapshot"
         ]

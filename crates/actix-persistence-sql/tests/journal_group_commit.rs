@@ -63,6 +63,7 @@ backend_tests! {
     call_with_more_writes_than_the_bound_is_stored_in_order_in_several_transactions,
     queued_call_dropped_before_the_writer_took_it_stores_nothing,
     writes_fail_with_a_clear_error_once_the_writer_task_is_gone,
+    ownership_takes_queued_together_each_get_their_ids_epoch_and_highest,
 }
 
 async fn two_hundred_concurrent_single_write_calls_share_few_transactions<B: TestBackend>(db: B) {
@@ -369,4 +370,46 @@ async fn writes_fail_with_a_clear_error_once_the_writer_task_is_gone<B: TestBack
             other => panic!("expected the stopped writer, got {other:?}"),
         }
     }
+}
+
+/// Ownership takes queued together (a thousand recoveries at once) share a transaction with
+/// one multi-row statement for distinct ids: each take must still get its own id's new epoch
+/// and highest sequence number, whatever order the database returns the rows in. A batch
+/// asking for one id twice raises it twice (two tokens).
+async fn ownership_takes_queued_together_each_get_their_ids_epoch_and_highest<B: TestBackend>(
+    db: B,
+) {
+    let journal = db.journal().await;
+    // Ids with 1..=i events (id 0 never wrote), and a first takeover of every odd one.
+    for i in 1..40u64 {
+        write_all_ok(&journal, vec![atomic(&format!("own-{i}"), 1..=i)]).await;
+    }
+    for i in (1..40u64).step_by(2) {
+        journal.take_ownership(&format!("own-{i}")).await.unwrap();
+    }
+    // Distinct ids, queued together: one multi-row take.
+    let ids: Vec<String> = (0..40).rev().map(|i| format!("own-{i}")).collect();
+    let owned = futures::future::join_all(ids.iter().map(|id| journal.take_ownership(id))).await;
+    for (id, ownership) in ids.iter().zip(owned) {
+        let ownership = ownership.unwrap();
+        let i: u64 = id["own-".len()..].parse().unwrap();
+        assert_eq!(ownership.highest_seq_nr, i, "highest of {id}");
+        let expected = if i % 2 == 1 { 2 } else { 1 };
+        assert_eq!(ownership.fencing_token.get(), expected, "token of {id}");
+    }
+    // One id twice in a batch: raised twice.
+    let ids = ["own-7", "own-8", "own-7"];
+    let owned = futures::future::join_all(ids.iter().map(|id| journal.take_ownership(id))).await;
+    let tokens: Vec<u64> = owned
+        .into_iter()
+        .map(|o| o.unwrap().fencing_token.get())
+        .collect();
+    assert_eq!(tokens[1], 2, "own-8 once more");
+    let mut seven = vec![tokens[0], tokens[2]];
+    seven.sort_unstable();
+    assert_eq!(
+        seven,
+        vec![3, 4],
+        "own-7 taken twice in the batch: raised twice"
+    );
 }

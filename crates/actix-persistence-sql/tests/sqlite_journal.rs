@@ -111,13 +111,16 @@ async fn corrupt_row_ends_the_replay_with_a_storage_error() {
     common::run(|db: SqliteDb| async move {
         let journal = db.journal().await;
         write_all_ok(&journal, vec![atomic("p-1", 1..=1)]).await;
-        // A row this crate never writes: tags that are not a JSON array.
+        // A row this crate never writes: tags that are not a JSON array. (Inserted with no
+        // tags, then corrupted: the tag index's insert trigger refuses malformed JSON.)
         db.execute(
             "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
              serializer_id, manifest, payload, tags) \
-             VALUES ('p-1', 2, 'w', 0, 1, '', x'00', 'oops')",
+             VALUES ('p-1', 2, 'w', 0, 1, '', x'00', '[]')",
         )
         .await;
+        db.execute("UPDATE journal SET tags = 'oops' WHERE persistence_id = 'p-1' AND seq_nr = 2")
+            .await;
 
         let results: Vec<_> = journal.replay_messages("p-1", 1, MAX, MAX).collect().await;
         assert_eq!(

@@ -21,9 +21,32 @@ struct Entry {
 /// [`InMemoryTransaction`] with [`on_commit`](InMemoryTransaction::on_commit), and the commit
 /// applies them and the offset together, under the store's lock; a transaction that is dropped
 /// (the handler failed) applies nothing.
+///
+/// Ownership (fencing) works as in the SQL stores: the owner epochs live beside the offsets,
+/// the commit checks the transaction's epoch under the same lock that applies it.
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryOffsetStore {
-    entries: Arc<Mutex<HashMap<ProjectionId, Entry>>>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: HashMap<ProjectionId, Entry>,
+    /// Owner epoch per projection id; kept by `reset`.
+    owners: HashMap<ProjectionId, u64>,
+}
+
+impl Inner {
+    fn check(&self, id: &ProjectionId, epoch: u64) -> Result<(), OffsetStoreError> {
+        if self.owners.get(id) == Some(&epoch) {
+            Ok(())
+        } else {
+            Err(OffsetStoreError::Fenced {
+                id: id.clone(),
+                epoch,
+            })
+        }
+    }
 }
 
 impl InMemoryOffsetStore {
@@ -32,10 +55,10 @@ impl InMemoryOffsetStore {
         Self::default()
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<ProjectionId, Entry>> {
-        // A panic while holding the lock leaves the map consistent (every update is one
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the maps consistent (every update is one
         // assignment), so a poisoned lock is still usable.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -43,6 +66,7 @@ impl InMemoryOffsetStore {
 /// together by the commit.
 #[derive(Default)]
 pub struct InMemoryTransaction {
+    epoch: Option<u64>,
     offset: Option<String>,
     seen: Vec<(String, u64)>,
     effects: Vec<Box<dyn FnOnce() + Send>>,
@@ -51,6 +75,7 @@ pub struct InMemoryTransaction {
 impl std::fmt::Debug for InMemoryTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InMemoryTransaction")
+            .field("epoch", &self.epoch)
             .field("offset", &self.offset)
             .field("seen", &self.seen)
             .field("effects", &self.effects.len())
@@ -69,24 +94,53 @@ impl InMemoryTransaction {
 #[async_trait]
 impl OffsetStore for InMemoryOffsetStore {
     async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
-        Ok(self.entries().get(id).and_then(|e| e.offset.clone()))
+        Ok(self.inner().entries.get(id).and_then(|e| e.offset.clone()))
     }
 
     async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError> {
         Ok(self
-            .entries()
+            .inner()
+            .entries
             .get(id)
             .map(|e| e.seen.clone())
             .unwrap_or_default())
     }
 
-    async fn save_offset(&self, id: &ProjectionId, offset: &str) -> Result<(), OffsetStoreError> {
-        self.entries().entry(id.clone()).or_default().offset = Some(offset.to_owned());
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, OffsetStoreError> {
+        let mut inner = self.inner();
+        if let Some(epoch) = held {
+            inner.check(id, epoch)?;
+        }
+        let epoch = inner.owners.entry(id.clone()).or_insert(0);
+        *epoch += 1;
+        Ok(*epoch)
+    }
+
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+        covered: &[(String, u64)],
+    ) -> Result<(), OffsetStoreError> {
+        let mut inner = self.inner();
+        inner.check(id, epoch)?;
+        let entry = inner.entries.entry(id.clone()).or_default();
+        entry.offset = Some(offset.to_owned());
+        for (pid, seq_nr) in covered {
+            if entry.seen.get(pid).is_some_and(|seen| seen <= seq_nr) {
+                entry.seen.remove(pid);
+            }
+        }
         Ok(())
     }
 
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
-        self.entries().remove(id);
+        self.inner().entries.remove(id);
         Ok(())
     }
 }
@@ -102,10 +156,15 @@ impl TransactionalOffsetStore for InMemoryOffsetStore {
     async fn save_in(
         &self,
         tx: &mut InMemoryTransaction,
-        _id: &ProjectionId,
+        id: &ProjectionId,
+        epoch: u64,
         offset: Option<&str>,
         seen: &[(String, u64)],
     ) -> Result<(), OffsetStoreError> {
+        // Checked here for an early answer, and again by the commit under the lock that
+        // applies the transaction.
+        self.inner().check(id, epoch)?;
+        tx.epoch = Some(epoch);
         if let Some(offset) = offset {
             tx.offset = Some(offset.to_owned());
         }
@@ -118,11 +177,14 @@ impl TransactionalOffsetStore for InMemoryOffsetStore {
         tx: InMemoryTransaction,
         id: &ProjectionId,
     ) -> Result<(), OffsetStoreError> {
-        let mut entries = self.entries();
+        let mut inner = self.inner();
+        if let Some(epoch) = tx.epoch {
+            inner.check(id, epoch)?;
+        }
         for effect in tx.effects {
             effect();
         }
-        let entry = entries.entry(id.clone()).or_default();
+        let entry = inner.entries.entry(id.clone()).or_default();
         if let Some(offset) = tx.offset {
             entry.offset = Some(offset);
         }
@@ -130,6 +192,15 @@ impl TransactionalOffsetStore for InMemoryOffsetStore {
             let slot = entry.seen.entry(pid).or_insert(0);
             *slot = (*slot).max(seq_nr);
         }
+        Ok(())
+    }
+
+    async fn rollback(
+        &self,
+        tx: InMemoryTransaction,
+        _id: &ProjectionId,
+    ) -> Result<(), OffsetStoreError> {
+        drop(tx);
         Ok(())
     }
 }

@@ -10,7 +10,21 @@
 //! source's offset as JSON. Exactly-once projections that handle several envelopes at once also
 //! keep, per persistence id, the highest sequence number handled (`projection_seen`), written in
 //! the handler's transaction: the stored offset may then lag behind handled envelopes, and a
-//! restart skips exactly those.
+//! restart skips exactly those. A row is deleted by the offset save that covers its
+//! persistence id's handled envelopes ([`OffsetStore::save_offset`]'s `covered`), so the table
+//! holds rows only for ids with envelopes handled past the stored offset.
+//!
+//! # Fencing
+//! Two instances of one projection id must not both write (a deploy overlap, a process thought
+//! dead that still runs). Each instance takes ownership of its id when it starts
+//! ([`OffsetStore::take_ownership`]): the store raises the id's owner epoch in one statement
+//! (table `projection_owner`, migration 0008), as the journal raises a persistence id's epoch
+//! on recovery. Every write of the instance carries its epoch: an exactly-once transaction
+//! checks it under a lock held until its commit ([`TransactionalOffsetStore::save_in`]), an
+//! at-least-once save in the same statement ([`OffsetStore::save_offset`]). A write with an
+//! older epoch stores nothing and fails with [`OffsetStoreError::Fenced`]; the instance stops.
+//! The newer instance reads the offset after its take, so it sees every commit of the older
+//! one that got in before.
 
 use std::collections::HashMap;
 
@@ -51,14 +65,54 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// [`OffsetStoreError`] when the store cannot be read.
     async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError>;
 
-    /// Saves `offset` as the offset of `id`, replacing the previous one.
+    /// Takes ownership of `id` for an instance and returns its owner epoch (from 1), which the
+    /// instance passes to every write (see the module docs on fencing).
+    ///
+    /// `held` is `None` when an instance starts: the epoch is raised whoever held it, fencing
+    /// every older instance. An instance restarting after a failure passes the epoch it holds:
+    /// the epoch is raised only if it is still the stored one (which fences that instance's own
+    /// transactions still in flight), else the instance was taken over.
     ///
     /// # Errors
+    /// [`OffsetStoreError::Fenced`] when `held` is not the stored epoch;
     /// [`OffsetStoreError`] when the store cannot be written.
-    async fn save_offset(&self, id: &ProjectionId, offset: &str) -> Result<(), OffsetStoreError>;
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, OffsetStoreError>;
 
-    /// Deletes everything stored for `id` (offset and seen sequence numbers): the projection
-    /// starts again from the beginning of its source, to rebuild a read model.
+    /// Saves `offset` as the offset of `id`, replacing the previous one, if `epoch` is still
+    /// the owner epoch of `id` (in the same statement), and forgets, in the same transaction,
+    /// the seen sequence numbers that `offset` now covers.
+    ///
+    /// `covered` holds, per persistence id, the highest sequence number among the envelopes
+    /// at or before `offset` that were not covered by the previously saved offset (empty for
+    /// at-least-once projections). The seen row of each such persistence id is deleted when
+    /// its stored sequence number is at most the covered one: the source, resumed after
+    /// `offset`, never delivers those envelopes again, so nothing needs to skip them. A row
+    /// whose sequence number is higher (an envelope of that id handled after `offset`) stays.
+    /// A store may leave a row it cannot delete without waiting (PostgreSQL skips rows that a
+    /// handler's transaction in flight holds locked, which is about to raise them): a later
+    /// save forgets it (see `docs/projections.md`, "Bounded seen rows").
+    ///
+    /// # Errors
+    /// [`OffsetStoreError::Fenced`] (nothing saved, nothing forgotten) when another instance
+    /// took ownership; [`OffsetStoreError::SeqNrOutOfRange`] when a covered sequence number
+    /// does not fit SQL's BIGINT; [`OffsetStoreError`] when the store cannot be written
+    /// (nothing saved).
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+        covered: &[(String, u64)],
+    ) -> Result<(), OffsetStoreError>;
+
+    /// Deletes everything stored for `id` (offset and seen sequence numbers, not its owner
+    /// epoch): the projection starts again from the beginning of its source, to rebuild a read
+    /// model. Not fenced (an operator's call); a running projection's
+    /// [`reset`](crate::ProjectionHandle::reset) checks its ownership first.
     ///
     /// # Errors
     /// [`OffsetStoreError`] when the store cannot be written.
@@ -82,15 +136,20 @@ pub trait TransactionalOffsetStore: OffsetStore {
     /// [`OffsetStoreError`] when no transaction can be started.
     async fn begin(&self, id: &ProjectionId) -> Result<Self::Transaction, OffsetStoreError>;
 
-    /// Within `tx`: saves `offset` (when given) as the offset of `id`, and raises the seen
-    /// sequence number of each `(persistence id, seq_nr)` in `seen` (never lowers it).
+    /// Within `tx`: checks that `epoch` is still the owner epoch of `id`, under a lock held
+    /// until `tx` ends (an instance taking ownership meanwhile waits for the commit), then saves
+    /// `offset` (when given) as the offset of `id`, and raises the seen sequence number of each
+    /// `(persistence id, seq_nr)` in `seen` (never lowers it).
     ///
     /// # Errors
-    /// [`OffsetStoreError`] when the writes fail (the transaction is then rolled back).
+    /// [`OffsetStoreError::Fenced`] when another instance took ownership (the caller rolls
+    /// `tx` back: the handler's writes are not stored); [`OffsetStoreError`] when the writes
+    /// fail (the transaction is then rolled back).
     async fn save_in(
         &self,
         tx: &mut Self::Transaction,
         id: &ProjectionId,
+        epoch: u64,
         offset: Option<&str>,
         seen: &[(String, u64)],
     ) -> Result<(), OffsetStoreError>;
@@ -100,6 +159,19 @@ pub trait TransactionalOffsetStore: OffsetStore {
     /// # Errors
     /// [`OffsetStoreError`] when the commit fails: nothing of the transaction is stored.
     async fn commit(
+        &self,
+        tx: Self::Transaction,
+        id: &ProjectionId,
+    ) -> Result<(), OffsetStoreError>;
+
+    /// Rolls `tx` back and waits until the database did, so its connection goes back to the
+    /// pool with no transaction open. The projection calls it when a handler failed or its
+    /// call was cancelled (the projection stopped or was aborted).
+    ///
+    /// # Errors
+    /// [`OffsetStoreError`] when the rollback fails (the connection is then left to the pool's
+    /// own checks).
+    async fn rollback(
         &self,
         tx: Self::Transaction,
         id: &ProjectionId,

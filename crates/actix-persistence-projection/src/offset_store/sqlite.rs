@@ -72,15 +72,51 @@ fn db(id: &ProjectionId) -> impl FnOnce(sqlx::Error) -> OffsetStoreError + '_ {
     }
 }
 
+/// Saves the offset only while the given epoch owns the id (no row changed: fenced).
+/// Under SQLite's write lock (an exactly-once transaction begins `IMMEDIATE`; a single statement
+/// takes it too) no take of ownership runs between the check and the commit.
 const UPSERT_OFFSET: &str = "INSERT INTO projection_offset \
-     (projection_name, projection_key, current_offset, last_updated) VALUES (?, ?, ?, ?) \
+     (projection_name, projection_key, current_offset, last_updated) \
+     SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM projection_owner \
+     WHERE projection_name = ?1 AND projection_key = ?2 AND owner_epoch = ?5) \
      ON CONFLICT (projection_name, projection_key) DO UPDATE SET \
      current_offset = excluded.current_offset, last_updated = excluded.last_updated";
+
+/// The owner epoch of an id, locked until the transaction ends (see [`UPSERT_OFFSET`]).
+const OWNER_EPOCH: &str = "SELECT owner_epoch FROM projection_owner \
+     WHERE projection_name = ? AND projection_key = ?";
+
+/// Takes ownership whoever held it: raises the epoch (1 for a new id).
+const TAKE_OWNERSHIP: &str = "INSERT INTO projection_owner \
+     (projection_name, projection_key, owner_epoch) VALUES (?, ?, 1) \
+     ON CONFLICT (projection_name, projection_key) DO UPDATE SET \
+     owner_epoch = projection_owner.owner_epoch + 1 RETURNING owner_epoch";
+
+/// Takes ownership again only if the given epoch still holds it (no row back: fenced).
+const RETAKE_OWNERSHIP: &str = "UPDATE projection_owner SET owner_epoch = owner_epoch + 1 \
+     WHERE projection_name = ? AND projection_key = ? AND owner_epoch = ? \
+     RETURNING owner_epoch";
+
+fn fenced(id: &ProjectionId, epoch: u64) -> OffsetStoreError {
+    OffsetStoreError::Fenced {
+        id: id.clone(),
+        epoch,
+    }
+}
+
+/// An epoch as SQL's BIGINT (epochs start at 1 and grow by 1: never near the limit).
+fn sql_epoch(epoch: u64) -> i64 {
+    i64::try_from(epoch).unwrap_or(i64::MAX)
+}
 
 const UPSERT_SEEN: &str = "INSERT INTO projection_seen \
      (projection_name, projection_key, persistence_id, seq_nr) VALUES (?, ?, ?, ?) \
      ON CONFLICT (projection_name, projection_key, persistence_id) DO UPDATE SET \
      seq_nr = MAX(projection_seen.seq_nr, excluded.seq_nr)";
+
+/// Forgets a seen row the saved offset covers (a higher seq_nr, handled after it, stays).
+const FORGET_SEEN: &str = "DELETE FROM projection_seen WHERE projection_name = ? \
+     AND projection_key = ? AND persistence_id = ? AND seq_nr <= ?";
 
 #[async_trait]
 impl OffsetStore for SqliteOffsetStore {
@@ -119,16 +155,69 @@ impl OffsetStore for SqliteOffsetStore {
             .map_err(db(id))
     }
 
-    async fn save_offset(&self, id: &ProjectionId, offset: &str) -> Result<(), OffsetStoreError> {
-        sqlx::query(UPSERT_OFFSET)
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, OffsetStoreError> {
+        let query = match held {
+            None => sqlx::query_scalar::<_, i64>(TAKE_OWNERSHIP)
+                .bind(&id.name)
+                .bind(&id.key),
+            Some(epoch) => sqlx::query_scalar::<_, i64>(RETAKE_OWNERSHIP)
+                .bind(&id.name)
+                .bind(&id.key)
+                .bind(sql_epoch(epoch)),
+        };
+        match query.fetch_optional(&self.pool).await.map_err(db(id))? {
+            Some(epoch) => Ok(u64::try_from(epoch).unwrap_or(0)),
+            None => Err(fenced(id, held.unwrap_or(0))),
+        }
+    }
+
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+        covered: &[(String, u64)],
+    ) -> Result<(), OffsetStoreError> {
+        let upsert = sqlx::query(UPSERT_OFFSET)
             .bind(&id.name)
             .bind(&id.key)
             .bind(offset)
             .bind(now_ms())
-            .execute(&self.pool)
+            .bind(sql_epoch(epoch));
+        if covered.is_empty() {
+            let saved = upsert.execute(&self.pool).await.map_err(db(id))?;
+            if saved.rows_affected() == 0 {
+                return Err(fenced(id, epoch));
+            }
+            return Ok(());
+        }
+        // The offset and the deletes in one transaction, under SQLite's write lock from its
+        // start: no handler's transaction raises a row between them.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db(id))?;
-        Ok(())
+        let saved = upsert.execute(&mut *tx).await.map_err(db(id))?;
+        if saved.rows_affected() == 0 {
+            tx.rollback().await.map_err(db(id))?;
+            return Err(fenced(id, epoch));
+        }
+        for (pid, seq_nr) in covered {
+            sqlx::query(FORGET_SEEN)
+                .bind(&id.name)
+                .bind(&id.key)
+                .bind(pid)
+                .bind(sql_seq_nr(pid, *seq_nr)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db(id))?;
+        }
+        tx.commit().await.map_err(db(id))
     }
 
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
@@ -162,18 +251,34 @@ impl TransactionalOffsetStore for SqliteOffsetStore {
         &self,
         tx: &mut Self::Transaction,
         id: &ProjectionId,
+        epoch: u64,
         offset: Option<&str>,
         seen: &[(String, u64)],
     ) -> Result<(), OffsetStoreError> {
         if let Some(offset) = offset {
-            sqlx::query(UPSERT_OFFSET)
+            // The fencing check and the save in one statement.
+            let saved = sqlx::query(UPSERT_OFFSET)
                 .bind(&id.name)
                 .bind(&id.key)
                 .bind(offset)
                 .bind(now_ms())
+                .bind(sql_epoch(epoch))
                 .execute(&mut **tx)
                 .await
                 .map_err(db(id))?;
+            if saved.rows_affected() == 0 {
+                return Err(fenced(id, epoch));
+            }
+        } else {
+            let owner: Option<i64> = sqlx::query_scalar(OWNER_EPOCH)
+                .bind(&id.name)
+                .bind(&id.key)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(db(id))?;
+            if owner != Some(sql_epoch(epoch)) {
+                return Err(fenced(id, epoch));
+            }
         }
         for (pid, seq_nr) in seen {
             sqlx::query(UPSERT_SEEN)
@@ -194,5 +299,13 @@ impl TransactionalOffsetStore for SqliteOffsetStore {
         id: &ProjectionId,
     ) -> Result<(), OffsetStoreError> {
         tx.commit().await.map_err(db(id))
+    }
+
+    async fn rollback(
+        &self,
+        tx: Self::Transaction,
+        id: &ProjectionId,
+    ) -> Result<(), OffsetStoreError> {
+        tx.rollback().await.map_err(db(id))
     }
 }

@@ -235,3 +235,166 @@ pub async fn eventually(mut condition: impl FnMut() -> bool) {
     }
     panic!("condition never held");
 }
+
+/// Lets the first `free` calls through, then each call waits for a permit the test hands out
+/// (for handlers of any form: call [`pass`](Self::pass) inside them).
+#[derive(Clone)]
+pub struct CallGate {
+    free: usize,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    permits: Arc<Semaphore>,
+}
+
+impl CallGate {
+    pub fn new(free: usize) -> Self {
+        CallGate {
+            free,
+            calls: Arc::default(),
+            waiting: Arc::default(),
+            permits: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    pub async fn pass(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.calls.fetch_add(1, SeqCst) >= self.free {
+            self.waiting.fetch_add(1, SeqCst);
+            self.permits.acquire().await.expect("open").forget();
+            self.waiting.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Calls waiting for a permit now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn release(&self, n: usize) {
+        self.permits.add_permits(n);
+    }
+}
+
+/// The fencing contract of an offset store: once a newer instance took ownership of an id,
+/// every write of the older epoch stores nothing and fails with `Fenced`.
+pub async fn offset_store_fences_older_owners<S>(store: &S)
+where
+    S: actix_persistence_projection::TransactionalOffsetStore,
+{
+    use actix_persistence_projection::{OffsetStoreError, ProjectionId};
+    fn is_fenced<T: std::fmt::Debug>(result: Result<T, OffsetStoreError>, held: u64) -> bool {
+        matches!(result, Err(OffsetStoreError::Fenced { epoch, .. }) if epoch == held)
+    }
+    let id = ProjectionId::for_slices("fenced", 0, 1023);
+    let old = store.take_ownership(&id, None).await.unwrap();
+    store.save_offset(&id, old, "1", &[]).await.unwrap();
+    let new = store.take_ownership(&id, None).await.unwrap();
+    assert!(new > old, "a start raises the epoch");
+
+    assert!(is_fenced(store.save_offset(&id, old, "2", &[]).await, old));
+    let mut tx = store.begin(&id).await.unwrap();
+    assert!(is_fenced(
+        store.save_in(&mut tx, &id, old, Some("3"), &[]).await,
+        old
+    ));
+    store.rollback(tx, &id).await.unwrap();
+    let mut tx = store.begin(&id).await.unwrap();
+    assert!(is_fenced(
+        store
+            .save_in(&mut tx, &id, old, None, &[("p".into(), 9)])
+            .await,
+        old
+    ));
+    store.rollback(tx, &id).await.unwrap();
+    // The older instance restarting learns it was taken over.
+    assert!(is_fenced(store.take_ownership(&id, Some(old)).await, old));
+    assert_eq!(store.read_offset(&id).await.unwrap().as_deref(), Some("1"));
+    assert!(store.read_seen(&id).await.unwrap().is_empty());
+
+    // The owner writes; its own restart keeps ownership and fences its older epoch.
+    store.save_offset(&id, new, "4", &[]).await.unwrap();
+    let again = store.take_ownership(&id, Some(new)).await.unwrap();
+    assert_eq!(again, new + 1);
+    assert!(is_fenced(store.save_offset(&id, new, "5", &[]).await, new));
+    let mut tx = store.begin(&id).await.unwrap();
+    store
+        .save_in(&mut tx, &id, again, Some("6"), &[("p".into(), 9)])
+        .await
+        .unwrap();
+    store.commit(tx, &id).await.unwrap();
+    assert_eq!(store.read_offset(&id).await.unwrap().as_deref(), Some("6"));
+    assert_eq!(store.read_seen(&id).await.unwrap()["p"], 9);
+
+    // A reset keeps the owner; another id is not fenced by this one.
+    store.reset(&id).await.unwrap();
+    store.save_offset(&id, again, "7", &[]).await.unwrap();
+    let other = ProjectionId::for_slices("fenced", 0, 511);
+    let first = store.take_ownership(&other, None).await.unwrap();
+    assert_eq!(first, 1);
+    store.save_offset(&other, first, "8", &[]).await.unwrap();
+    assert_eq!(store.read_offset(&id).await.unwrap().as_deref(), Some("7"));
+}
+
+/// The bounded seen rows of an offset store: an offset save forgets, in its own transaction,
+/// the seen rows it covers (seq_nr at most the covered one), keeps the rows of envelopes
+/// handled past it, and a fenced save forgets nothing.
+pub async fn offset_store_forgets_the_seen_rows_its_offset_covers<S>(store: &S)
+where
+    S: actix_persistence_projection::TransactionalOffsetStore,
+{
+    use actix_persistence_projection::{OffsetStoreError, ProjectionId};
+    let id = ProjectionId::for_slices("forget", 0, 1023);
+    let epoch = store.take_ownership(&id, None).await.unwrap();
+    let mut tx = store.begin(&id).await.unwrap();
+    let seen = [
+        ("p".to_owned(), 5),
+        ("q".to_owned(), 2),
+        ("r".to_owned(), 7),
+        ("s".to_owned(), 1),
+    ];
+    store
+        .save_in(&mut tx, &id, epoch, None, &seen)
+        .await
+        .unwrap();
+    store.commit(tx, &id).await.unwrap();
+    // Another projection's rows are not touched.
+    let other = ProjectionId::for_slices("forget", 0, 511);
+    let other_epoch = store.take_ownership(&other, None).await.unwrap();
+    let mut tx = store.begin(&other).await.unwrap();
+    store
+        .save_in(&mut tx, &other, other_epoch, None, &[("p".to_owned(), 1)])
+        .await
+        .unwrap();
+    store.commit(tx, &other).await.unwrap();
+
+    // p and q covered (q below its covered seq_nr), r handled past the offset (7 > 6), s not
+    // in this save, t never seen.
+    let covered = [
+        ("p".to_owned(), 5),
+        ("q".to_owned(), 3),
+        ("r".to_owned(), 6),
+        ("t".to_owned(), 4),
+    ];
+    store.save_offset(&id, epoch, "1", &covered).await.unwrap();
+    let mut left: Vec<(String, u64)> = store.read_seen(&id).await.unwrap().into_iter().collect();
+    left.sort();
+    assert_eq!(left, vec![("r".to_owned(), 7), ("s".to_owned(), 1)]);
+    assert_eq!(store.read_offset(&id).await.unwrap().as_deref(), Some("1"));
+    assert_eq!(store.read_seen(&other).await.unwrap()["p"], 1);
+
+    // A fenced save stores nothing and forgets nothing.
+    let newer = store.take_ownership(&id, None).await.unwrap();
+    let fenced = store
+        .save_offset(&id, epoch, "2", &[("r".to_owned(), 9), ("s".to_owned(), 1)])
+        .await;
+    assert!(matches!(fenced, Err(OffsetStoreError::Fenced { .. })));
+    assert_eq!(store.read_seen(&id).await.unwrap().len(), 2);
+    assert_eq!(store.read_offset(&id).await.unwrap().as_deref(), Some("1"));
+
+    // The owner's next save covers the rest.
+    store
+        .save_offset(&id, newer, "3", &[("r".to_owned(), 8), ("s".to_owned(), 1)])
+        .await
+        .unwrap();
+    assert!(store.read_seen(&id).await.unwrap().is_empty());
+}
