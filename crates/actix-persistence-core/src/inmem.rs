@@ -17,8 +17,10 @@ use crate::store::{
     ReplayStream,
 };
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Events {
+    /// The persistence id, the same allocation as its key in [`Journal::ids`].
+    id: Arc<str>,
     /// Per sequence number: the event and its timestamp (microseconds, see [`Journal::clock`]).
     stored: BTreeMap<u64, (PersistentRepr, i64)>,
     highest: u64,
@@ -28,11 +30,51 @@ struct Events {
     deleted_to: u64,
 }
 
+impl Events {
+    fn new(id: Arc<str>) -> Self {
+        Events {
+            id,
+            stored: BTreeMap::new(),
+            highest: 0,
+            owner: FencingToken::UNOWNED,
+            deleted_to: 0,
+        }
+    }
+}
+
+/// Adds empty events for `pid` to `ids` (the id's one allocation, shared by its index entries).
+fn add_id<'a>(ids: &'a mut HashMap<Arc<str>, Events>, pid: &str) -> &'a mut Events {
+    ids.entry(Arc::from(pid))
+        .or_insert_with_key(|id| Events::new(Arc::clone(id)))
+}
+
+/// A position in the query index: the order of [`EventKey`] (timestamp, then persistence id
+/// bytes, then sequence number), with the id shared with the journal's map instead of copied
+/// per event.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct TimeKey {
+    timestamp: i64,
+    /// `Ord` of `str` compares bytes, as [`EventKey`]'s does.
+    persistence_id: Arc<str>,
+    seq_nr: u64,
+}
+
+impl TimeKey {
+    fn from_event_key(key: &EventKey) -> Self {
+        TimeKey {
+            timestamp: key.timestamp,
+            persistence_id: Arc::from(key.persistence_id.as_str()),
+            seq_nr: key.seq_nr,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Journal {
-    ids: HashMap<String, Events>,
+    /// Per persistence id (the key is shared with [`Journal::by_time`]'s entries).
+    ids: HashMap<Arc<str>, Events>,
     /// Every stored event in query order.
-    by_time: BTreeSet<EventKey>,
+    by_time: BTreeSet<TimeKey>,
     /// The last timestamp given: timestamps never go down, so commit order is timestamp order.
     last_timestamp: i64,
 }
@@ -80,10 +122,10 @@ impl InMemoryJournal {
         let mut journal = self.lock();
         let timestamp = journal.clock();
         let journal = &mut *journal;
-        let events = journal
-            .ids
-            .entry(write.persistence_id().to_owned())
-            .or_default();
+        let events = match journal.ids.get_mut(write.persistence_id()) {
+            Some(events) => events,
+            None => add_id(&mut journal.ids, write.persistence_id()),
+        };
         if write.fencing_token < events.owner {
             return Err(JournalError::Fenced {
                 persistence_id: write.persistence_id().to_owned(),
@@ -104,9 +146,9 @@ impl InMemoryJournal {
         }
         events.highest = events.highest.max(write.highest_seq_nr());
         for event in write.events {
-            journal.by_time.insert(EventKey {
+            journal.by_time.insert(TimeKey {
                 timestamp,
-                persistence_id: event.persistence_id.clone(),
+                persistence_id: Arc::clone(&events.id),
                 seq_nr: event.seq_nr,
             });
             events.stored.insert(event.seq_nr, (event, timestamp));
@@ -169,9 +211,9 @@ impl JournalStore for InMemoryJournal {
             };
             let deleted = std::mem::replace(&mut events.stored, kept);
             for (seq_nr, (_, timestamp)) in deleted {
-                journal.by_time.remove(&EventKey {
+                journal.by_time.remove(&TimeKey {
                     timestamp,
-                    persistence_id: pid.to_owned(),
+                    persistence_id: Arc::clone(&events.id),
                     seq_nr,
                 });
             }
@@ -183,7 +225,10 @@ impl JournalStore for InMemoryJournal {
     /// Raises the id's owner epoch and reads its highest sequence number under one lock.
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
         let mut journal = self.lock();
-        let events = journal.ids.entry(pid.to_owned()).or_default();
+        let events = match journal.ids.get_mut(pid) {
+            Some(events) => events,
+            None => add_id(&mut journal.ids, pid),
+        };
         events.owner = FencingToken(events.owner.get().saturating_add(1));
         Ok(Ownership {
             fencing_token: events.owner,
@@ -210,12 +255,13 @@ impl QueryStore for InMemoryJournal {
     ) -> Result<Vec<StoredEvent>, JournalError> {
         let journal = self.lock();
         let mut page = Vec::new();
-        let range = (Bound::Excluded(request.after), Bound::Unbounded);
-        for key in journal.by_time.range::<EventKey, _>(range) {
+        let after = TimeKey::from_event_key(request.after);
+        let range = (Bound::Excluded(&after), Bound::Unbounded);
+        for key in journal.by_time.range::<TimeKey, _>(range) {
             if key.timestamp >= request.before_timestamp || page.len() >= request.limit as usize {
                 break;
             }
-            let Some(events) = journal.ids.get(&key.persistence_id) else {
+            let Some(events) = journal.ids.get(&*key.persistence_id) else {
                 continue;
             };
             let Some((repr, timestamp)) = events.stored.get(&key.seq_nr) else {
@@ -251,7 +297,7 @@ impl QueryStore for InMemoryJournal {
         limit: u32,
     ) -> Result<Vec<String>, JournalError> {
         let journal = self.lock();
-        let mut ids: Vec<&String> = journal
+        let mut ids: Vec<&Arc<str>> = journal
             .ids
             .iter()
             .filter(|(id, events)| {
@@ -260,7 +306,11 @@ impl QueryStore for InMemoryJournal {
             .map(|(id, _)| id)
             .collect();
         ids.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        Ok(ids.into_iter().take(limit as usize).cloned().collect())
+        Ok(ids
+            .into_iter()
+            .take(limit as usize)
+            .map(|id| id.to_string())
+            .collect())
     }
 
     fn write_notifications(&self) -> Option<WriteNotifications> {

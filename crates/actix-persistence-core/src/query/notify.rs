@@ -1,6 +1,9 @@
 //! In-process notification of writes, so live queries read new events without waiting for
 //! the next poll (as Akka's `publish-events`).
 
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use tokio::sync::watch;
 
 /// Sends a notification to every live query of a store after each commit. Held by a store;
@@ -8,13 +11,17 @@ use tokio::sync::watch;
 #[derive(Debug, Clone)]
 pub struct WriteNotifier {
     sender: watch::Sender<u64>,
+    /// How many [`WriteNotifications`] exist: [`notify`](Self::notify) sends nothing while
+    /// none does (one atomic load per commit instead of the channel's lock and wake-up).
+    listeners: Arc<AtomicUsize>,
 }
 
 /// The receiving end a live query waits on: it wakes up after every notification sent since
 /// it last looked (several notifications in between wake it once).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WriteNotifications {
     receiver: watch::Receiver<u64>,
+    listeners: Arc<AtomicUsize>,
 }
 
 impl WriteNotifier {
@@ -22,21 +29,53 @@ impl WriteNotifier {
     pub fn new() -> Self {
         WriteNotifier {
             sender: watch::Sender::new(0),
+            listeners: Arc::new(AtomicUsize::new(0)),
         }
     }
 
-    /// Tells every live query that events were committed. Costs a counter increment when no
-    /// query listens.
+    /// Tells every live query that events were committed; call it after the commit. Costs one
+    /// atomic load when no query listens.
+    ///
+    /// Skipping the send then loses nothing: a receiver subscribed later starts from the
+    /// version current at its subscription (a send before it never wakes it), and its first
+    /// read after subscribing sees this commit. The `SeqCst` fences here and in
+    /// [`subscribe`](Self::subscribe) order the two: either this load sees the new listener
+    /// (and sends), or the listener's reads after subscribing see the commit.
     pub fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.listeners.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         self.sender
             .send_modify(|count| *count = count.wrapping_add(1));
     }
 
-    /// A receiver for a new live query.
+    /// A receiver for a new live query. Read the store after subscribing, never before: a
+    /// commit whose notification came before the subscription is not told to it.
     pub fn subscribe(&self) -> WriteNotifications {
+        self.listeners.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         WriteNotifications {
             receiver: self.sender.subscribe(),
+            listeners: Arc::clone(&self.listeners),
         }
+    }
+}
+
+impl Clone for WriteNotifications {
+    fn clone(&self) -> Self {
+        self.listeners.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        WriteNotifications {
+            receiver: self.receiver.clone(),
+            listeners: Arc::clone(&self.listeners),
+        }
+    }
+}
+
+impl Drop for WriteNotifications {
+    fn drop(&mut self) {
+        self.listeners.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
