@@ -93,3 +93,42 @@ impl WriteNotifications {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listeners(notifier: &WriteNotifier) -> usize {
+        notifier.listeners.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn sends_only_while_a_query_listens_and_wakes_every_listener() {
+        let notifier = WriteNotifier::new();
+        notifier.notify();
+        assert_eq!(listeners(&notifier), 0);
+        assert_eq!(
+            *notifier.sender.borrow(),
+            0,
+            "nobody listens: nothing is sent"
+        );
+
+        let mut first = notifier.subscribe();
+        let mut second = first.clone();
+        assert_eq!(listeners(&notifier), 2);
+        notifier.notify();
+        assert_eq!(*notifier.sender.borrow(), 1);
+        first.notified().await;
+        second.notified().await;
+
+        drop(first);
+        drop(second);
+        assert_eq!(listeners(&notifier), 0);
+        notifier.notify();
+        assert_eq!(*notifier.sender.borrow(), 1, "the last listener is gone");
+
+        let mut late = notifier.subscribe();
+        notifier.notify();
+        late.notified().await;
+    }
+}
