@@ -29,6 +29,7 @@ use super::{
     EnvelopeStream, EventFilter, EventKey, EventsRequest, Offset, QueryError, QuerySettings,
     QueryStore, RawEnvelope, SeenEvent, StoredEvent, TimestampOffset, WriteNotifications,
 };
+use crate::error::JournalError;
 
 /// Where a query by offset is in its round.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +62,23 @@ pub(crate) struct OffsetQuery {
     phase: Phase,
     notifications: Option<WriteNotifications>,
     next_round: Instant,
+    /// The next page of the pass, read while the consumer drains the buffer.
+    prefetch: Option<Prefetch>,
+}
+
+/// A page read ahead: the request it answers (pass, position, bound) and the task reading it,
+/// aborted when dropped (a query dropped, or a position that moved elsewhere).
+struct Prefetch {
+    fast: bool,
+    after: EventKey,
+    bound: i64,
+    task: tokio::task::JoinHandle<Result<Vec<StoredEvent>, JournalError>>,
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl OffsetQuery {
@@ -106,6 +124,7 @@ impl OffsetQuery {
             phase: Phase::Start,
             notifications,
             next_round: Instant::now(),
+            prefetch: None,
         };
         stream::unfold(state, |mut state| async move {
             let item = state.next().await?;
@@ -170,20 +189,78 @@ impl OffsetQuery {
         }
     }
 
+    /// One page from `after` up to `bound`: the page read ahead if it answers this request,
+    /// else read now.
+    async fn read_page(
+        &mut self,
+        after: &EventKey,
+        bound: i64,
+        fast: bool,
+    ) -> Result<Vec<StoredEvent>, QueryError> {
+        if let Some(mut prefetch) = self.prefetch.take() {
+            if prefetch.fast == fast && prefetch.bound == bound && prefetch.after == *after {
+                return match (&mut prefetch.task).await {
+                    Ok(page) => Ok(page?),
+                    Err(error) => Err(JournalError::storage("read a query page", error).into()),
+                };
+            }
+        }
+        Ok(self
+            .store
+            .read_events(self.request(after, bound, fast))
+            .await?)
+    }
+
+    /// Starts reading the page after `after` (when the page just read was full): the store
+    /// works on it while the consumer takes the envelopes of this one. At most one page is
+    /// read ahead.
+    fn read_ahead(&mut self, after: EventKey, bound: i64, fast: bool) {
+        let store = Arc::clone(&self.store);
+        let filter = self.filter.clone();
+        let limit = self.settings.page_size.max(1);
+        let position = after.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task = runtime.spawn(async move {
+            store
+                .read_events(EventsRequest {
+                    filter: &filter,
+                    after: &position,
+                    before_timestamp: bound,
+                    limit,
+                    with_previous_timestamp: fast,
+                })
+                .await
+        });
+        self.prefetch = Some(Prefetch {
+            fast,
+            after,
+            bound,
+            task,
+        });
+    }
+
     async fn settled_page(&mut self, bound: i64, fast_bound: i64) -> Result<(), QueryError> {
         let after = self.settled.clone();
-        let page = self
-            .store
-            .read_events(self.request(&after, bound, false))
-            .await?;
+        let page = self.read_page(&after, bound, false).await?;
         let full = page.len() >= self.settings.page_size.max(1) as usize;
-        for event in page {
-            self.advance_settled(event.key());
+        let last = page.len().saturating_sub(1);
+        for (i, event) in page.into_iter().enumerate() {
+            // Only the settled timestamp is read while the page is delivered (offsets, and
+            // which `seen` entries to keep): the whole key is set once, at the page's last
+            // event, which saves a persistence id copy per event.
+            self.advance_settled_timestamp(event.timestamp);
+            if i == last {
+                self.settled = event.key();
+            }
             if !self.is_delivered(&event) {
                 self.deliver(event);
             }
         }
-        if !full {
+        if full {
+            self.read_ahead(self.settled.clone(), bound, false);
+        } else {
             // Everything below `bound` is read.
             let end = EventKey::start_of(bound);
             if end > self.settled {
@@ -199,10 +276,7 @@ impl OffsetQuery {
             self.fast = self.settled.clone();
         }
         let after = self.fast.clone();
-        let page = self
-            .store
-            .read_events(self.request(&after, bound, true))
-            .await?;
+        let page = self.read_page(&after, bound, true).await?;
         let full = page.len() >= self.settings.page_size.max(1) as usize;
         for event in page {
             self.fast = event.key();
@@ -210,7 +284,9 @@ impl OffsetQuery {
                 self.deliver(event);
             }
         }
-        if !full {
+        if full {
+            self.read_ahead(self.fast.clone(), bound, true);
+        } else {
             self.phase = if self.live { Phase::Wait } else { Phase::Done };
         }
         Ok(())
@@ -232,6 +308,15 @@ impl OffsetQuery {
                     Either::Right(_) => Phase::Fast { bound: i64::MAX },
                 };
             }
+        }
+    }
+
+    /// Moves the settled timestamp up to `timestamp` (the rest of the key is set by the
+    /// caller), forgetting seen events below it.
+    fn advance_settled_timestamp(&mut self, timestamp: i64) {
+        if timestamp > self.settled.timestamp {
+            self.settled.timestamp = timestamp;
+            self.seen.retain(|_, seen| seen.timestamp >= timestamp);
         }
     }
 

@@ -27,7 +27,8 @@ pub struct QuerySettings {
     /// missed by queries running meanwhile. Default: 2 s.
     pub late_commit_window: Duration,
     /// Events (or persistence ids) read per query (`query.page-size`). A stream holds at most
-    /// one page in memory. Default: 1000.
+    /// two pages in memory: the one its consumer takes envelopes from and, by slice and by tag,
+    /// the next one, read meanwhile. Default: 1000.
     pub page_size: u32,
 }
 

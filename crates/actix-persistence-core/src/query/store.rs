@@ -133,7 +133,9 @@ impl StoredEvent {
 /// A journal store that answers queries. The store keeps, with every event, a **database
 /// timestamp**: microseconds since the Unix epoch on the database's clock, taken when the
 /// event is inserted (before its transaction commits), never lower than the timestamp of the
-/// same persistence id's previous event. The slice and the entity type of the persistence id
+/// same persistence id's previous event, and visible only once that previous event is, also
+/// when a caller issues one id's writes without waiting for each other (query conformance
+/// case Q15). The slice and the entity type of the persistence id
 /// are stored with it, so a page of a slice range is one indexed read.
 ///
 /// Implementations only read pages; [`ReadJournal`](super::ReadJournal) builds the current and
