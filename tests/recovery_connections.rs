@@ -1,6 +1,8 @@
-//! A recovering actor never holds a pooled connection while its `apply` runs: a replay reads a
-//! page, gives the connection back, and only then hands the page's events to the actor. Checked
-//! from inside `apply` on SQLite and PostgreSQL, with pages of 10 events.
+//! A recovering actor never keeps a pooled connection checked out for its `apply`: a replay
+//! reads a page, gives the connection back, and only then hands the page's events to the actor.
+//! The next page is read ahead by a task of its own while the actor applies the current one, so
+//! one connection may be in use by that query meanwhile, never more, and none once the last
+//! page was read. Checked from inside `apply` on SQLite and PostgreSQL, with pages of 10 events.
 
 mod support;
 
@@ -28,6 +30,22 @@ fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
         timestamp: 1,
         tags: Vec::new(),
     }
+}
+
+/// The read-ahead may hold one connection while a page is applied; the last page (events 51
+/// to 55, read while 41 to 50 were applied, and not full: nothing follows it) is applied with
+/// every connection back in the pool.
+fn assert_at_most_the_read_ahead(probed: &[u32]) {
+    assert_eq!(probed.len(), EVENTS as usize);
+    assert!(
+        probed.iter().all(|&in_use| in_use <= 1),
+        "more than the read-ahead's connection in use: {probed:?}"
+    );
+    assert_eq!(
+        &probed[50..],
+        &[0; 5],
+        "in use after the last page: {probed:?}"
+    );
 }
 
 /// Stores `EVENTS` events, recovers a ledger from `journal`, and returns what
@@ -67,7 +85,7 @@ async fn no_reader_connection_is_checked_out_while_apply_runs_on_sqlite() {
     .await
     .expect("open SQLite");
     let probed = reads_in_use_during_apply(journal, |j| j.connections_in_use().reads).await;
-    assert_eq!(probed, vec![0; EVENTS as usize]);
+    assert_at_most_the_read_ahead(&probed);
 }
 
 #[actix::test]
@@ -83,5 +101,5 @@ async fn no_reader_connection_is_checked_out_while_apply_runs_on_postgres() {
     .await
     .expect("connect to the test database");
     let probed = reads_in_use_during_apply(journal, |j| j.connections_in_use().reads).await;
-    assert_eq!(probed, vec![0; EVENTS as usize]);
+    assert_at_most_the_read_ahead(&probed);
 }

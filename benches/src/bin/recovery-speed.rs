@@ -2,8 +2,10 @@
 //! events (default 1,000,000), on SQLite and on PostgreSQL, without a snapshot and with one
 //! 1,000 events before the end.
 //!
-//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events]`
-//! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped).
+//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events] [sqlite|postgres|both] [replay-batch-size]`
+//! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped). Each
+//! store prints `<store>: ... written` on stderr before its replay starts (for profiling
+//! the replay alone, e.g. `perf record -p` from that moment).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,17 +114,32 @@ async fn fill(store: &dyn JournalStore, events: u64) -> Duration {
     started.elapsed()
 }
 
-/// Recovers a fresh incarnation and returns (seconds, events replayed).
+/// CPU time of this process so far (every thread: the actor's and SQLite's workers), seconds.
+fn process_cpu_seconds() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
+        return f64::NAN;
+    }
+    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
+}
+
+/// Recovers a fresh incarnation and returns (seconds, events replayed, CPU seconds of this
+/// process meanwhile).
 async fn recover(
     store: Arc<dyn JournalStore>,
     snapshots: Arc<dyn SnapshotStore>,
     events: u64,
-) -> (f64, u64) {
+) -> (f64, u64, f64) {
     let journal = JournalActor::start_with(store, JournalConfig::default());
     let persistence = PersistenceState::new(journal, PID)
         .expect("valid id")
         .with_snapshot_store(snapshots, Duration::from_secs(60))
         .with_recovery_timeout(Duration::from_secs(120));
+    let cpu = process_cpu_seconds();
     let started = Instant::now();
     let counter = Counter {
         persistence,
@@ -132,12 +149,13 @@ async fn recover(
     .start();
     let (total, replayed, last) = counter.send(Recovered).await.expect("recovered");
     let seconds = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu;
     assert_eq!(
         (total, last),
         (events, events),
         "the recovered state is complete"
     );
-    (seconds, replayed)
+    (seconds, replayed, cpu)
 }
 
 async fn measure(
@@ -152,9 +170,10 @@ async fn measure(
         "{name}: {events} events written in {:.1} s",
         filled.as_secs_f64()
     );
-    let (seconds, replayed) = recover(Arc::clone(&store), Arc::clone(&snapshots), events).await;
+    let (seconds, replayed, cpu) =
+        recover(Arc::clone(&store), Arc::clone(&snapshots), events).await;
     println!(
-        "| {name} | {events} | none | {replayed} | {seconds:.2} | {:.0} |",
+        "| {name} | {events} | none | {replayed} | {seconds:.2} | {:.0} | {cpu:.2} |",
         replayed as f64 / seconds
     );
     if let Some(url) = analyze {
@@ -162,9 +181,10 @@ async fn measure(
         use sqlx::{Connection, Executor};
         let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
         conn.execute("ANALYZE journal").await.expect("analyze");
-        let (seconds, replayed) = recover(Arc::clone(&store), Arc::clone(&snapshots), events).await;
+        let (seconds, replayed, cpu) =
+            recover(Arc::clone(&store), Arc::clone(&snapshots), events).await;
         println!(
-            "| {name} (after ANALYZE) | {events} | none | {replayed} | {seconds:.2} | {:.0} |",
+            "| {name} (after ANALYZE) | {events} | none | {replayed} | {seconds:.2} | {:.0} | {cpu:.2} |",
             replayed as f64 / seconds
         );
     }
@@ -179,9 +199,9 @@ async fn measure(
         .save(metadata, snapshot)
         .await
         .expect("save the snapshot");
-    let (seconds, replayed) = recover(store, snapshots, events).await;
+    let (seconds, replayed, cpu) = recover(store, snapshots, events).await;
     println!(
-        "| {name} | {events} | at {at} | {replayed} | {seconds:.3} | {:.0} |",
+        "| {name} | {events} | at {at} | {replayed} | {seconds:.3} | {:.0} | {cpu:.3} |",
         replayed as f64 / seconds
     );
 }
@@ -192,21 +212,38 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1_000_000)
         .max(SNAPSHOT_BEFORE_END + 1);
+    let stores = std::env::args().nth(2).unwrap_or_else(|| "both".to_owned());
+    let page: Option<u32> = std::env::args().nth(3).and_then(|n| n.parse().ok());
+    let (sqlite, postgres) = (stores != "postgres", stores != "sqlite");
     System::new().block_on(async move {
         println!(
-            "| store | events stored | snapshot | events replayed | seconds | replayed events/s |"
+            "| store | events stored | snapshot | events replayed | seconds | replayed events/s | CPU s (this process) |"
         );
-        println!("|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|");
         let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
-        let sqlite = SqliteJournal::connect(&SqliteJournalOptions::new(url))
-            .await
-            .expect("open SQLite");
-        let snapshots = Arc::new(sqlite.snapshot_store());
-        measure("SQLite", Arc::new(sqlite), snapshots, events, None).await;
-
-        if let Some(db) = TestDatabase::create().await {
-            let postgres = PostgresJournal::connect(&PostgresJournalOptions::new(db.url()))
+        if sqlite {
+            let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+            let mut options = SqliteJournalOptions::new(url);
+            if let Some(page) = page {
+                options.replay_batch_size = page;
+            }
+            let sqlite = SqliteJournal::connect(&options)
+                .await
+                .expect("open SQLite");
+            let snapshots = Arc::new(sqlite.snapshot_store());
+            measure("SQLite", Arc::new(sqlite), snapshots, events, None).await;
+        }
+        let db = if postgres {
+            TestDatabase::create().await
+        } else {
+            None
+        };
+        if let Some(db) = db {
+            let mut options = PostgresJournalOptions::new(db.url());
+            if let Some(page) = page {
+                options.replay_batch_size = page;
+            }
+            let postgres = PostgresJournal::connect(&options)
                 .await
                 .expect("connect to PostgreSQL");
             let snapshots = Arc::new(postgres.snapshot_store());

@@ -62,6 +62,14 @@ pub enum SqlStoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The task reading a replay's next page ahead (see `replay_messages` of the SQL journals)
+    /// ended without its page: it panicked, or the runtime it ran on shut down. The replay
+    /// ends with this error; recovery fails and can be retried.
+    #[error("the replay's read-ahead of its next page did not finish: {reason}")]
+    ReplayTask {
+        /// Why the task ended (Tokio's join error).
+        reason: String,
+    },
     /// A snapshot holds a value the database cannot store: a sequence number above `i64::MAX`,
     /// or (PostgreSQL) a NUL character in a text column. Nothing was stored.
     #[error("snapshot of persistence id {persistence_id:?} at sequence number {seq_nr} cannot be stored: {reason}")]

@@ -19,7 +19,7 @@ use actix_persistence_core::{
     WriteRejection,
 };
 use futures::future::BoxFuture;
-use futures::stream::{self, StreamExt};
+use futures::stream;
 use sqlx::{
     ColumnIndex, Connection, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row,
     Transaction, Type,
@@ -458,17 +458,17 @@ pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) query_window: Option<&'a AtomicI64>,
 }
 
-/// The columns of the replay query, in its `SELECT` order.
+/// The columns of the replay query, in its `SELECT` order (not the persistence id: the
+/// replay knows it, and one column less is one value less to copy per event).
 #[derive(Clone, Copy)]
 enum ReplayColumn {
-    PersistenceId = 0,
-    SeqNr = 1,
-    WriterUuid = 2,
-    WriteTimestamp = 3,
-    SerializerId = 4,
-    Manifest = 5,
-    Payload = 6,
-    Tags = 7,
+    SeqNr = 0,
+    WriterUuid = 1,
+    WriteTimestamp = 2,
+    SerializerId = 3,
+    Manifest = 4,
+    Payload = 5,
+    Tags = 6,
 }
 
 /// The narrowest and widest timestamp window of one query page, microseconds.
@@ -489,12 +489,97 @@ struct ReplayCursor<D: Dialect> {
     window: i64,
 }
 
-/// The events of one page (a failed page ends with its error), and the cursor for the next
-/// page if there may be one.
-type Page<D> = (
-    Vec<Result<PersistentRepr, JournalError>>,
-    Option<ReplayCursor<D>>,
-);
+/// The events of one page (a failed page ends with its error), and the query of the next page
+/// if there may be one (not started: a future does nothing until polled).
+struct Page {
+    events: Vec<Result<PersistentRepr, JournalError>>,
+    next: Option<BoxFuture<'static, Page>>,
+}
+
+impl Page {
+    fn failed(error: JournalError) -> Self {
+        Page {
+            events: vec![Err(error)],
+            next: None,
+        }
+    }
+}
+
+/// A replay that reads one page ahead: when the actor takes a page, the query of the next page
+/// starts as a task of its own on the runtime, so the database (PostgreSQL's server, SQLite's
+/// worker thread) reads it while the actor applies the current page. The next page's query
+/// starts only once the previous page was handed out: at most two pages are held (the one being
+/// applied and the one read ahead), whatever the length of the history.
+///
+/// The read-ahead task gives its reader connection back as soon as its rows arrived, without
+/// waiting for the actor: it runs whenever the actor's task yields (a recovering actor yields
+/// after at most 64 events or 1 ms of `apply`), so a connection is never checked out for longer
+/// than its query and one such slice of user code. A replay holds one connection at most. A
+/// replay dropped early lets its read-ahead finish (one page) and give its connection back.
+/// Outside a Tokio runtime the next page is read inline, when the stream is polled.
+struct ReadAhead {
+    /// The page being handed out.
+    current: std::vec::IntoIter<Result<PersistentRepr, JournalError>>,
+    /// The next page's query, started.
+    reading: Option<Reading>,
+}
+
+/// The query of a page, running.
+enum Reading {
+    /// A task of its own, on the runtime the replay is polled on.
+    Task(tokio::task::JoinHandle<Page>),
+    /// Polled by the stream itself (no runtime to spawn on).
+    Inline(BoxFuture<'static, Page>),
+}
+
+impl Reading {
+    fn start(page: BoxFuture<'static, Page>) -> Self {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => Reading::Task(runtime.spawn(page)),
+            Err(_) => Reading::Inline(page),
+        }
+    }
+
+    fn poll_page(&mut self, task: &mut std::task::Context<'_>) -> std::task::Poll<Page> {
+        match self {
+            Reading::Inline(page) => page.as_mut().poll(task),
+            Reading::Task(handle) => std::pin::Pin::new(handle).poll(task).map(|joined| {
+                joined.unwrap_or_else(|e| {
+                    Page::failed(JournalError::storage(
+                        "replay",
+                        SqlStoreError::ReplayTask {
+                            reason: e.to_string(),
+                        },
+                    ))
+                })
+            }),
+        }
+    }
+}
+
+impl futures::Stream for ReadAhead {
+    type Item = Result<PersistentRepr, JournalError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            if let Some(event) = this.current.next() {
+                return Poll::Ready(Some(event));
+            }
+            let Some(reading) = &mut this.reading else {
+                return Poll::Ready(None);
+            };
+            let page = std::task::ready!(reading.poll_page(task));
+            this.current = page.events.into_iter();
+            // Start reading the page after it at once.
+            this.reading = page.next.map(Reading::start);
+        }
+    }
+}
 
 impl<D: Dialect> JournalTables<'_, D>
 where
@@ -529,17 +614,21 @@ where
             page_size: self.page_size,
             window: i64::from(self.page_size),
         };
-        stream::unfold(Some(cursor), |cursor| async move {
-            Some(Self::next_page(cursor?).await)
+        Box::pin(ReadAhead {
+            current: Vec::new().into_iter(),
+            reading: Some(Reading::Inline(Self::next_page(cursor))),
         })
-        .flat_map(stream::iter)
-        .boxed()
     }
 
     /// Reads the next page on a connection of the readers, and gives the connection back to
-    /// the pool before the page's events are handed out: no reader connection stays checked
-    /// out while the caller (a recovering actor's `apply`) works through the page.
-    async fn next_page(mut cursor: ReplayCursor<D>) -> Page<D> {
+    /// the pool before the page is done: the connection is checked out for the query alone,
+    /// never while the caller (a recovering actor's `apply`) works through a page it holds.
+    fn next_page(cursor: ReplayCursor<D>) -> BoxFuture<'static, Page> {
+        Box::pin(JournalTables::<'static, D>::read_page(cursor))
+    }
+
+    /// [`next_page`](Self::next_page)'s query.
+    async fn read_page(mut cursor: ReplayCursor<D>) -> Page {
         let limit = cursor.remaining.min(u64::from(cursor.page_size));
         let upper = cursor
             .next_from
@@ -547,11 +636,11 @@ where
             .min(cursor.to);
         let mut conn = match cursor.readers.acquire().await {
             Ok(conn) => conn,
-            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+            Err(e) => return Page::failed(JournalError::storage("replay", e)),
         };
         // The columns in `ReplayColumn` order.
         let rows = sqlx::query::<D::Db>(
-            "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, \
+            "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
                     manifest, payload, tags \
              FROM journal \
              WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
@@ -571,31 +660,34 @@ where
         conn.return_to_pool().await;
         let rows = match rows {
             Ok(rows) => rows,
-            Err(e) => return (vec![Err(JournalError::storage("replay", e))], None),
+            Err(e) => return Page::failed(JournalError::storage("replay", e)),
         };
         let mut events = Vec::with_capacity(rows.len());
         let mut last_seq_nr = None;
         for row in &rows {
-            match Self::decode_event(row) {
+            match Self::decode_event(&cursor.persistence_id, row) {
                 Ok((seq_nr, event)) => {
                     last_seq_nr = Some(seq_nr);
                     events.push(Ok(event));
                 }
                 Err(error) => {
                     events.push(Err(error));
-                    return (events, None);
+                    return Page { events, next: None };
                 }
             }
         }
-        let full_page = rows.len() as u64 == limit;
-        cursor.remaining -= rows.len() as u64;
+        let read = rows.len() as u64;
+        // The rows' buffers go before the next page is read.
+        drop(rows);
+        let full_page = read == limit;
+        cursor.remaining -= read;
         let page_window = i64::from(cursor.page_size);
         let next_from = match last_seq_nr {
             // A full page: more may follow right after its last event.
             Some(last) if full_page => last.checked_add(1).map(|from| (from, page_window)),
             // The window is exhausted: go on after it, wider when it held nothing.
             _ if upper < cursor.to => {
-                let window = if rows.is_empty() {
+                let window = if read == 0 {
                     cursor.window.saturating_mul(2)
                 } else {
                     page_window
@@ -608,31 +700,34 @@ where
             Some((from, window)) if cursor.remaining > 0 && from <= cursor.to => {
                 cursor.next_from = from;
                 cursor.window = window;
-                Some(cursor)
+                Some(Self::next_page(cursor))
             }
             _ => None,
         };
-        (events, next)
+        Page { events, next }
     }
 
     /// Reads one journal row back into an event; also returns its sequence number as stored.
     ///
     /// Columns are read by their position in the replay query ([`ReplayColumn`]), not by
-    /// name: a name lookup per column per event was about a quarter of a replay's CPU.
-    fn decode_event(row: &<D::Db as Database>::Row) -> Result<(i64, PersistentRepr), JournalError> {
+    /// name: a name lookup per column per event was about a quarter of a replay's CPU. Nor is
+    /// each value's type compared with the column's first (`try_get_unchecked`, another
+    /// fifth of PostgreSQL's replay): the query names the journal's own columns, whose types
+    /// the migrations fix, and decoding still fails on a value of the wrong shape.
+    fn decode_event(
+        persistence_id: &str,
+        row: &<D::Db as Database>::Row,
+    ) -> Result<(i64, PersistentRepr), JournalError> {
         let column_error = |e| JournalError::storage("replay", e);
         let get = |column: ReplayColumn| column as usize;
-        let persistence_id: String = row
-            .try_get(get(ReplayColumn::PersistenceId))
-            .map_err(column_error)?;
         let stored_seq_nr: i64 = row
-            .try_get(get(ReplayColumn::SeqNr))
+            .try_get_unchecked(get(ReplayColumn::SeqNr))
             .map_err(column_error)?;
         let corrupt = |reason: String| {
             JournalError::storage(
                 "replay",
                 SqlStoreError::CorruptRow {
-                    persistence_id: persistence_id.clone(),
+                    persistence_id: persistence_id.to_owned(),
                     seq_nr: stored_seq_nr,
                     reason,
                 },
@@ -641,29 +736,31 @@ where
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id: D::SerializerId = row
-            .try_get(get(ReplayColumn::SerializerId))
+            .try_get_unchecked(get(ReplayColumn::SerializerId))
             .map_err(column_error)?;
         let serializer_id = D::serializer_id_from_sql(serializer_id)
             .ok_or_else(|| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
-        let tags: D::Tags = row.try_get(get(ReplayColumn::Tags)).map_err(column_error)?;
+        let tags: D::Tags = row
+            .try_get_unchecked(get(ReplayColumn::Tags))
+            .map_err(column_error)?;
         let tags = D::tags_from_sql(tags).map_err(corrupt)?;
         let event = PersistentRepr {
             seq_nr,
             payload: row
-                .try_get(get(ReplayColumn::Payload))
+                .try_get_unchecked(get(ReplayColumn::Payload))
                 .map_err(column_error)?,
             serializer_id,
             manifest: row
-                .try_get(get(ReplayColumn::Manifest))
+                .try_get_unchecked(get(ReplayColumn::Manifest))
                 .map_err(column_error)?,
             writer_uuid: row
-                .try_get(get(ReplayColumn::WriterUuid))
+                .try_get_unchecked(get(ReplayColumn::WriterUuid))
                 .map_err(column_error)?,
             timestamp: row
-                .try_get(get(ReplayColumn::WriteTimestamp))
+                .try_get_unchecked(get(ReplayColumn::WriteTimestamp))
                 .map_err(column_error)?,
             tags,
-            persistence_id,
+            persistence_id: persistence_id.to_owned(),
         };
         Ok((stored_seq_nr, event))
     }
@@ -788,9 +885,9 @@ where
         };
         let order = D::BYTE_ORDER;
         let sql = format!(
-            "SELECT journal.persistence_id, journal.seq_nr, journal.writer_uuid, \
-                    journal.write_timestamp, journal.serializer_id, journal.manifest, \
-                    journal.payload, journal.tags, journal.db_timestamp{previous} \
+            "SELECT journal.seq_nr, journal.writer_uuid, journal.write_timestamp, \
+                    journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
+                    journal.persistence_id, journal.db_timestamp{previous} \
              FROM {from} \
              WHERE {filter} \
                AND ({position}.db_timestamp, {position}.persistence_id{order}, \
@@ -828,12 +925,14 @@ where
             .fetch_all(self.readers)
             .await
             .map_err(storage)?;
-        // The columns after the replay's: db_timestamp, previous_timestamp, previous_seq_nr
-        // (by position: no name look-up per row).
-        const DB_TIMESTAMP: usize = ReplayColumn::Tags as usize + 1;
+        // The columns after the replay's: persistence_id, db_timestamp, previous_timestamp,
+        // previous_seq_nr (by position: no name look-up per row).
+        const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
+        const DB_TIMESTAMP: usize = PERSISTENCE_ID + 1;
         rows.iter()
             .map(|row| {
-                let (_, repr) = Self::decode_event(row)?;
+                let persistence_id: String = row.try_get(PERSISTENCE_ID).map_err(storage)?;
+                let (_, repr) = Self::decode_event(&persistence_id, row)?;
                 Ok(StoredEvent {
                     timestamp: row.try_get(DB_TIMESTAMP).map_err(storage)?,
                     previous_timestamp: row.try_get(DB_TIMESTAMP + 1).map_err(storage)?,

@@ -18,6 +18,7 @@ backend_tests! {
     replay_of_2000_events_crosses_page_boundaries,
     paged_replay_agrees_with_the_in_memory_journal,
     replay_stream_outlives_the_journal_handle,
+    replay_reads_exactly_one_page_ahead,
     delete_touches_only_its_own_persistence_id,
     writes_after_a_full_delete_continue_the_sequence,
 }
@@ -119,6 +120,47 @@ async fn replay_stream_outlives_the_journal_handle<B: TestBackend>(db: B) {
     let seq_nrs: Vec<u64> = stream.map(|e| e.unwrap().seq_nr).collect().await;
     assert_eq!(seq_nrs, vec![1, 2, 3, 4, 5]);
     B::close(&reader).await;
+}
+
+/// When the first page is handed out, the second is read at once by a task of its own (while the
+/// consumer works through the first), and nothing further: events deleted after that read are
+/// still replayed from the second page, and missing from the third on. Without read-ahead the
+/// second page would be read only when asked for (deleted events missing from it as well); with
+/// more than one page ahead, the third page would still hold them.
+async fn replay_reads_exactly_one_page_ahead<B: TestBackend>(db: B) {
+    let journal = db
+        .journal_with(&[common::Setting::ReplayBatchSize(10)])
+        .await;
+    write_all_ok(&journal, vec![atomic("ahead", 1..=100)]).await;
+    let mut events = journal.replay_messages("ahead", 1, MAX, MAX);
+    let first = events.next().await.expect("an event").expect("read");
+    assert_eq!(first.seq_nr, 1);
+
+    // The read-ahead task takes a reader connection for its query and gives it back once its
+    // rows arrived; the consumer does not poll the replay meanwhile.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut taken = false;
+    loop {
+        tokio::task::yield_now().await;
+        match B::reads_in_use(&journal) {
+            0 if taken => break,
+            0 => {}
+            _ => taken = true,
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second page was not read ahead (connection taken: {taken})"
+        );
+    }
+    journal
+        .delete_messages_to("ahead", 30, actix_persistence_core::FencingToken::UNOWNED)
+        .await
+        .unwrap();
+
+    let rest: Vec<u64> = events.map(|e| e.unwrap().seq_nr).collect().await;
+    let expected: Vec<u64> = (2..=20).chain(31..=100).collect();
+    assert_eq!(rest, expected);
+    B::close(&journal).await;
 }
 
 async fn delete_touches_only_its_own_persistence_id<B: TestBackend>(db: B) {

@@ -95,6 +95,9 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
 
     fn stats(journal: &Self::Journal) -> WriteStats;
 
+    /// Reader connections of the journal checked out right now.
+    fn reads_in_use(journal: &Self::Journal) -> u32;
+
     fn snapshot_store_of(journal: &Self::Journal) -> Self::Snapshots;
 
     async fn close(journal: &Self::Journal);

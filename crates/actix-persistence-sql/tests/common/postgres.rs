@@ -76,6 +76,10 @@ impl TestBackend for PostgresDb {
         journal.stats()
     }
 
+    fn reads_in_use(journal: &PostgresJournal) -> u32 {
+        journal.connections_in_use().reads
+    }
+
     fn snapshot_store_of(journal: &PostgresJournal) -> PostgresSnapshotStore {
         journal.snapshot_store()
     }

@@ -80,6 +80,10 @@ impl TestBackend for SqliteDb {
         journal.stats()
     }
 
+    fn reads_in_use(journal: &SqliteJournal) -> u32 {
+        journal.connections_in_use().reads
+    }
+
     fn snapshot_store_of(journal: &SqliteJournal) -> SqliteSnapshotStore {
         journal.snapshot_store()
     }
