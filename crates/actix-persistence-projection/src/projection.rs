@@ -1,5 +1,6 @@
 //! A projection: its definition (builder) and its runner.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::AssertUnwindSafe;
@@ -360,27 +361,27 @@ enum RunEnd {
     Reset(oneshot::Sender<Result<(), ResetError>>),
 }
 
-/// One envelope of the window: handled yet, and where it resumes.
-struct Slot<O> {
+/// One envelope of the window: handled yet, and the envelope once handled (it is the unit's
+/// while its handler runs). Its offset is read only when it ends the handled prefix at a save
+/// or a publication: an offset by timestamp holds a map of the ids seen at its timestamp
+/// (dozens of entries on PostgreSQL, whose group commit gives many events one timestamp), so
+/// cloning it per envelope was the projection's largest cost there.
+struct Slot<E> {
     done: bool,
-    offset: O,
-    timestamp_ms: i64,
-    /// Its persistence id and seq_nr, kept only when its seen row is to be forgotten once the
-    /// saved offset covers it (exactly-once, several at a time).
-    seen: Option<(String, u64)>,
+    envelope: Option<E>,
 }
 
 /// Envelopes (or a group) handled by one handler call.
 struct Unit<E> {
     idxs: Vec<u64>,
     envelopes: Vec<E>,
-    pids: Vec<String>,
 }
 
-/// What a unit's future reports.
-struct Outcome {
+/// What a unit's future reports, with the unit's envelopes back (empty when a transaction's
+/// task was lost, which fails the run).
+struct Outcome<E> {
     idxs: Vec<u64>,
-    pids: Vec<String>,
+    envelopes: Vec<E>,
     result: Result<Handled, ProjectionError>,
 }
 
@@ -394,7 +395,7 @@ enum Handled {
 /// What woke the run loop.
 enum Event<E> {
     Command(Option<Command>),
-    Finished(Outcome),
+    Finished(Outcome<E>),
     Envelope(Option<Result<E, crate::error::BoxError>>),
     /// The earliest of the group, save and publication deadlines passed.
     Due,
@@ -410,18 +411,24 @@ struct Run<'p, E: Envelope> {
     epoch: u64,
     /// The projection's id, shared with the units' futures.
     shared_id: Arc<ProjectionId>,
-    /// Units carry their persistence ids (to keep each id in order) only when several run at
+    /// Persistence ids are tracked (to keep each id in order) only when several units run at
     /// once.
     track_pids: bool,
+    /// Hashes persistence ids for `busy` (see there).
+    pid_hasher: RandomState,
     /// Envelopes pulled and not yet part of the handled prefix, from index `base`.
-    window: VecDeque<Slot<E::Offset>>,
+    window: VecDeque<Slot<E>>,
     base: u64,
     next_idx: u64,
     /// Index through which every envelope is handled, and through which the offset is saved.
     handled_through: Option<u64>,
     saved_through: Option<u64>,
-    handled_offset: Option<E::Offset>,
-    handled_timestamp_ms: Option<i64>,
+    /// The stored offset the run started from: the handled prefix's offset until an envelope
+    /// of this run ends it.
+    stored_offset: Option<E::Offset>,
+    /// The last envelope of the handled prefix (its offset and timestamp are the prefix's),
+    /// once this run handled one.
+    handled_last: Option<E>,
     unsaved: usize,
     save_due: Option<Instant>,
     /// The offset save under way (at most one, in the background of the handler calls), and
@@ -438,8 +445,10 @@ struct Run<'p, E: Envelope> {
     timer_at: Option<Instant>,
     /// Units waiting for their turn (a persistence id in flight, or no free slot).
     waiting: VecDeque<Unit<E>>,
-    busy: HashSet<String>,
-    in_flight: FuturesUnordered<BoxFuture<'static, Outcome>>,
+    /// The persistence ids in flight, by hash (`pid_hasher`): no `String` per envelope. Two ids
+    /// with one hash only wait for each other (never run at once), so order holds either way.
+    busy: HashSet<u64>,
+    in_flight: FuturesUnordered<BoxFuture<'static, Outcome<E>>>,
     group: Unit<E>,
     group_due: Option<Instant>,
     seen: SeenSeqNrs,
@@ -466,13 +475,14 @@ impl<'p, E: Envelope> Run<'p, E> {
             epoch,
             shared_id: Arc::new(projection.id.clone()),
             track_pids: projection.max_concurrency > 1,
+            pid_hasher: RandomState::new(),
             window: VecDeque::new(),
             base: 0,
             next_idx: 0,
             handled_through: None,
             saved_through: None,
-            handled_offset: None,
-            handled_timestamp_ms: None,
+            stored_offset: None,
+            handled_last: None,
             unsaved: 0,
             save_due: None,
             saving: None,
@@ -533,7 +543,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         if self.exactly_once() {
             self.seen = projection.store.read_seen(&projection.id).await?;
         }
-        self.handled_offset = stored.clone();
+        self.stored_offset = stored.clone();
         self.progress.send_modify(|p| {
             p.offset = stored.clone();
             p.state = ProjectionState::Running;
@@ -651,33 +661,29 @@ impl<'p, E: Envelope> Run<'p, E> {
                 .seen
                 .get(envelope.persistence_id())
                 .is_some_and(|&seen| seen >= envelope.seq_nr());
-        self.window.push_back(Slot {
-            done: already_handled,
-            offset: envelope.offset(),
-            timestamp_ms: envelope.timestamp_ms(),
-            seen: self
-                .forget_seen
-                .then(|| (envelope.persistence_id().to_owned(), envelope.seq_nr())),
-        });
         if already_handled {
             // Handled and committed before a restart (exactly-once, several at a time).
+            self.window.push_back(Slot {
+                done: true,
+                envelope: Some(envelope),
+            });
             self.advance();
             return;
         }
-        let pid = self
-            .track_pids
-            .then(|| envelope.persistence_id().to_owned());
+        self.window.push_back(Slot {
+            done: false,
+            envelope: None,
+        });
         match self.projection.grouping {
             None => self.waiting.push_back(Unit {
                 idxs: vec![idx],
                 envelopes: vec![envelope],
-                pids: pid.into_iter().collect(),
             }),
             Some(grouping) => {
                 if self.group.envelopes.is_empty() {
                     self.group_due = Some(Instant::now() + grouping.within);
                 }
-                self.group.push(idx, envelope, pid);
+                self.group.push(idx, envelope);
                 if self.group.envelopes.len() >= grouping.size {
                     self.close_group();
                 }
@@ -701,28 +707,44 @@ impl<'p, E: Envelope> Run<'p, E> {
             return;
         }
         // Which waiting units may start: decided over borrowed ids, then taken out.
+        let free = max - self.in_flight.len();
+        if !self.track_pids {
+            // One unit at a time: the first waiting one.
+            for _ in 0..free {
+                let Some(unit) = self.waiting.pop_front() else {
+                    break;
+                };
+                let future = self.unit_future(unit);
+                self.in_flight.push(future);
+            }
+            return;
+        }
         let mut runnable: Vec<usize> = Vec::new();
         {
-            let mut blocked: HashSet<&str> = HashSet::new();
-            let free = max - self.in_flight.len();
+            let mut blocked: HashSet<u64> = HashSet::new();
             for (i, unit) in self.waiting.iter().enumerate() {
-                let clear = unit
-                    .pids
-                    .iter()
-                    .all(|pid| !self.busy.contains(pid) && !blocked.contains(pid.as_str()));
+                let keys = || {
+                    unit.envelopes
+                        .iter()
+                        .map(|e| self.pid_hasher.hash_one(e.persistence_id()))
+                };
+                let clear = keys().all(|key| !self.busy.contains(&key) && !blocked.contains(&key));
+                // Later units of the same ids wait for this one, started or not.
+                blocked.extend(keys());
                 if clear {
                     runnable.push(i);
                     if runnable.len() == free {
                         break;
                     }
                 }
-                // Later units of the same ids wait for this one, started or not.
-                blocked.extend(unit.pids.iter().map(String::as_str));
             }
         }
         for i in runnable.into_iter().rev() {
             if let Some(unit) = self.waiting.remove(i) {
-                self.busy.extend(unit.pids.iter().cloned());
+                for envelope in &unit.envelopes {
+                    self.busy
+                        .insert(self.pid_hasher.hash_one(envelope.persistence_id()));
+                }
                 let future = self.unit_future(unit);
                 self.in_flight.push(future);
             }
@@ -730,7 +752,7 @@ impl<'p, E: Envelope> Run<'p, E> {
     }
 
     /// The future that handles `unit` with retries, then skips it or fails.
-    fn unit_future(&self, unit: Unit<E>) -> BoxFuture<'static, Outcome> {
+    fn unit_future(&self, unit: Unit<E>) -> BoxFuture<'static, Outcome<E>> {
         let commit = self.commit_for(&unit);
         let processor = Arc::clone(&self.projection.processor);
         let recovery = self.projection.recovery;
@@ -740,7 +762,6 @@ impl<'p, E: Envelope> Run<'p, E> {
             let Unit {
                 idxs,
                 mut envelopes,
-                pids,
             } = unit;
             let result = handle_with_retries(&*processor, &mut envelopes, &commit, recovery, &id)
                 .await
@@ -751,7 +772,11 @@ impl<'p, E: Envelope> Run<'p, E> {
                         Handled::Done { offset_saved }
                     }
                 });
-            Outcome { idxs, pids, result }
+            Outcome {
+                idxs,
+                envelopes,
+                result,
+            }
         }
         .boxed()
     }
@@ -774,7 +799,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 seen: Vec::new(),
             };
         }
-        let mut seen: Vec<(String, u64)> = Vec::with_capacity(unit.pids.len());
+        let mut seen: Vec<(String, u64)> = Vec::new();
         for envelope in &unit.envelopes {
             let pid = envelope.persistence_id();
             match seen.iter_mut().find(|(p, _)| p == pid) {
@@ -789,22 +814,34 @@ impl<'p, E: Envelope> Run<'p, E> {
         }
     }
 
-    fn finished(&mut self, outcome: Outcome) -> Result<(), ProjectionError> {
-        for pid in &outcome.pids {
-            self.busy.remove(pid);
+    fn finished(&mut self, outcome: Outcome<E>) -> Result<(), ProjectionError> {
+        if self.track_pids {
+            for envelope in &outcome.envelopes {
+                self.busy
+                    .remove(&self.pid_hasher.hash_one(envelope.persistence_id()));
+            }
         }
         let (offset_saved, skipped) = match outcome.result {
             Ok(Handled::Done { offset_saved }) => (offset_saved, false),
             Ok(Handled::Skipped { offset_saved }) => (offset_saved, true),
             Err(error) => return Err(error),
         };
+        if outcome.envelopes.len() != outcome.idxs.len() {
+            // Never expected: the processors hand the envelopes back whenever they succeed.
+            return Err(lost(
+                self.id(),
+                &outcome.envelopes,
+                "the unit's envelopes did not come back from its handler".to_owned(),
+            ));
+        }
         let count = outcome.idxs.len() as u64;
-        for &idx in &outcome.idxs {
+        for (&idx, envelope) in outcome.idxs.iter().zip(outcome.envelopes) {
             if let Some(slot) = idx
                 .checked_sub(self.base)
                 .and_then(|i| self.window.get_mut(i as usize))
             {
                 slot.done = true;
+                slot.envelope = Some(envelope);
             }
         }
         if offset_saved {
@@ -834,20 +871,27 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn advance(&mut self) {
         let mut last = None;
         while self.window.front().is_some_and(|slot| slot.done) {
-            if let Some(mut slot) = self.window.pop_front() {
+            if let Some(slot) = self.window.pop_front() {
                 self.handled_through = Some(self.base);
                 self.base += 1;
                 self.unsaved += 1;
-                if let Some((pid, seq_nr)) = slot.seen.take() {
-                    let covered = self.covered.entry(pid).or_insert(seq_nr);
-                    *covered = (*covered).max(seq_nr);
+                if let Some(envelope) = slot.envelope {
+                    if self.forget_seen {
+                        // Its seen row is forgotten once the saved offset covers it.
+                        let (pid, seq_nr) = (envelope.persistence_id(), envelope.seq_nr());
+                        match self.covered.get_mut(pid) {
+                            Some(covered) => *covered = (*covered).max(seq_nr),
+                            None => {
+                                self.covered.insert(pid.to_owned(), seq_nr);
+                            }
+                        }
+                    }
+                    last = Some(envelope);
                 }
-                last = Some(slot);
             }
         }
-        if let Some(slot) = last {
-            self.handled_offset = Some(slot.offset);
-            self.handled_timestamp_ms = Some(slot.timestamp_ms);
+        if let Some(envelope) = last {
+            self.handled_last = Some(envelope);
             self.unpublished.offset_moved = true;
             if self.publish_due.is_none() {
                 self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
@@ -866,18 +910,19 @@ impl<'p, E: Envelope> Run<'p, E> {
         if handled == 0 && !offset_moved {
             return;
         }
-        let offset = if offset_moved {
-            self.handled_offset.clone()
+        let moved = if offset_moved {
+            self.handled_last
+                .as_ref()
+                .map(|e| (e.offset(), e.timestamp_ms()))
         } else {
             None
         };
-        let timestamp_ms = self.handled_timestamp_ms;
         self.progress.send_modify(|p| {
             p.handled += handled;
             p.skipped += skipped;
-            if offset.is_some() {
-                p.offset = offset;
-                p.last_handled_timestamp_ms = timestamp_ms;
+            if let Some((offset, timestamp_ms)) = moved {
+                p.offset = Some(offset);
+                p.last_handled_timestamp_ms = Some(timestamp_ms);
             }
         });
     }
@@ -912,14 +957,15 @@ impl<'p, E: Envelope> Run<'p, E> {
             self.unsaved = 0;
             return Ok(());
         }
-        let Some(offset) = &self.handled_offset else {
-            return Ok(());
-        };
-        let json =
-            serde_json::to_string(offset).map_err(|source| OffsetStoreError::Unserializable {
-                id: self.id().clone(),
-                source,
-            })?;
+        let json = match (&self.handled_last, &self.stored_offset) {
+            (Some(envelope), _) => serde_json::to_string(&envelope.offset()),
+            (None, Some(stored)) => serde_json::to_string(stored),
+            (None, None) => return Ok(()),
+        }
+        .map_err(|source| OffsetStoreError::Unserializable {
+            id: self.id().clone(),
+            source,
+        })?;
         let store = Arc::clone(&self.projection.store);
         let id = Arc::clone(&self.shared_id);
         let epoch = self.epoch;
@@ -996,18 +1042,12 @@ impl<E> Unit<E> {
         Unit {
             idxs: Vec::new(),
             envelopes: Vec::new(),
-            pids: Vec::new(),
         }
     }
 
-    fn push(&mut self, idx: u64, envelope: E, pid: Option<String>) {
+    fn push(&mut self, idx: u64, envelope: E) {
         self.idxs.push(idx);
         self.envelopes.push(envelope);
-        if let Some(pid) = pid {
-            if !self.pids.contains(&pid) {
-                self.pids.push(pid);
-            }
-        }
     }
 }
 

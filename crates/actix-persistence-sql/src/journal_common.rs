@@ -925,12 +925,13 @@ where
             .fetch_all(self.readers)
             .await
             .map_err(storage)?;
-        // The columns after the replay's: db_timestamp, previous_timestamp, previous_seq_nr
-        // (by position: no name look-up per row).
-        const DB_TIMESTAMP: usize = ReplayColumn::Tags as usize + 1;
+        // The columns after the replay's: persistence_id, db_timestamp, previous_timestamp,
+        // previous_seq_nr (by position: no name look-up per row).
+        const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
+        const DB_TIMESTAMP: usize = PERSISTENCE_ID + 1;
         rows.iter()
             .map(|row| {
-                let persistence_id: String = row.try_get("persistence_id").map_err(storage)?;
+                let persistence_id: String = row.try_get(PERSISTENCE_ID).map_err(storage)?;
                 let (_, repr) = Self::decode_event(&persistence_id, row)?;
                 Ok(StoredEvent {
                     timestamp: row.try_get(DB_TIMESTAMP).map_err(storage)?,

@@ -116,3 +116,97 @@ async fn new_events_in_a_release_0_1_0_database_follow_the_old_ones() {
     assert_eq!(accounts.len(), 11);
     assert_eq!(accounts.last(), Some(&("Account|1".to_owned(), 6)));
 }
+
+/// A database brought up to migration 0006 (the schema before the tag index) holding a row
+/// whose tags are not valid JSON (edited by hand), beside good tagged rows: the new release
+/// opens it (migration 0007's backfill skips the bad row instead of failing), indexes the good
+/// rows, and the insert trigger skips a bad row written afterwards instead of failing it.
+#[tokio::test]
+async fn migration_0007_skips_rows_whose_tags_are_not_json() {
+    use sqlx::migrate::Migrator;
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("at-0006.db");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            SqliteConnectOptions::new()
+                .filename(&path)
+                .create_if_missing(true),
+        )
+        .await
+        .expect("create the database");
+    let mut migrator = Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/sqlite"
+    )))
+    .await
+    .expect("read the migrations");
+    migrator.migrations = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version <= 6)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    migrator.run(&pool).await.expect("migrate up to 0006");
+    let insert = "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                  serializer_id, manifest, payload, tags, db_timestamp, slice, entity_type) \
+                  VALUES (?, ?, 'w', 1, 1, '', x'7b7d', ?, ?, 0, 'Tagged')";
+    for (pid, seq_nr, tags, timestamp) in [
+        ("Tagged|a", 1, r#"["t"]"#, 1_000),
+        ("Tagged|bad", 1, r#"["t", oops"#, 2_000),
+        ("Tagged|a", 2, r#"["t","u"]"#, 3_000),
+    ] {
+        sqlx::query(insert)
+            .bind(pid)
+            .bind(seq_nr)
+            .bind(tags)
+            .bind(timestamp)
+            .execute(&pool)
+            .await
+            .expect("a row at 0006");
+    }
+    pool.close().await;
+
+    let url = format!("sqlite:{}", path.display());
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url.clone()))
+        .await
+        .expect("a database with a bad-tags row opens");
+    let tagged = keys(query(&journal).current_events_by_tag("t", Offset::NoOffset)).await;
+    assert_eq!(
+        tagged,
+        vec![("Tagged|a".to_owned(), 1), ("Tagged|a".to_owned(), 2)]
+    );
+    let u = keys(query(&journal).current_events_by_tag("u", Offset::NoOffset)).await;
+    assert_eq!(u, vec![("Tagged|a".to_owned(), 2)]);
+
+    // A bad row inserted after the migration is stored, without index rows.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("reopen");
+    sqlx::query(insert)
+        .bind("Tagged|bad")
+        .bind(2)
+        .bind("not json")
+        .bind(4_000)
+        .execute(&pool)
+        .await
+        .expect("the insert trigger skips bad tags");
+    let indexed: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT tag, persistence_id, seq_nr FROM event_tag ORDER BY 1, 2, 3")
+            .fetch_all(&pool)
+            .await
+            .expect("event_tag");
+    assert_eq!(
+        indexed,
+        vec![
+            ("t".to_owned(), "Tagged|a".to_owned(), 1),
+            ("t".to_owned(), "Tagged|a".to_owned(), 2),
+            ("u".to_owned(), "Tagged|a".to_owned(), 2),
+        ]
+    );
+}

@@ -7,6 +7,8 @@
 -- but the trigger call) and emptied with the events (`delete_messages_to`), so every write
 -- path (group commit's multi-row insert, one write per statement, other tools) keeps it exact.
 -- The timestamp is the event's `db_timestamp`, which never changes once inserted.
+-- NULL elements of `tags` (a row edited by hand; the journal never writes one) are skipped,
+-- never an error, so neither this migration nor a later insert fails on them.
 CREATE TABLE IF NOT EXISTS event_tag (
     tag            TEXT   NOT NULL,
     db_timestamp   BIGINT NOT NULL,
@@ -24,6 +26,7 @@ BEGIN
     INSERT INTO event_tag (tag, db_timestamp, persistence_id, seq_nr)
     SELECT DISTINCT t.tag, i.db_timestamp, i.persistence_id, i.seq_nr
     FROM inserted_events i, unnest(i.tags) AS t(tag)
+    WHERE t.tag IS NOT NULL
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END;
@@ -52,4 +55,5 @@ CREATE TRIGGER journal_event_tag_delete AFTER DELETE ON journal
 INSERT INTO event_tag (tag, db_timestamp, persistence_id, seq_nr)
 SELECT DISTINCT t.tag, j.db_timestamp, j.persistence_id, j.seq_nr
 FROM journal j, unnest(j.tags) AS t(tag)
+WHERE t.tag IS NOT NULL
 ON CONFLICT DO NOTHING;
