@@ -41,6 +41,16 @@ pub enum OffsetStoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The task saving an offset ended without an answer (it panicked or its runtime shut
+    /// down): whether the offset was stored is unknown, so the projection restarts from the
+    /// stored one.
+    #[error("the save of projection {id}'s offset ended without an answer: {reason}; the projection restarts from its stored offset")]
+    SaveLost {
+        /// The projection instance.
+        id: ProjectionId,
+        /// Why the task ended.
+        reason: String,
+    },
     /// An offset could not be serialized to JSON.
     #[error("offset of projection {id} cannot be stored as JSON: {source}")]
     Unserializable {

@@ -975,10 +975,20 @@ impl<'p, E: Envelope> Run<'p, E> {
         // later save covers them once more.
         let covered: Vec<(String, u64)> = self.covered.drain().collect();
         self.unsaved = 0;
+        // A task of its own: a projection stopped or aborted while the save runs never drops
+        // it halfway through its transaction (a pooled connection left inside a transaction
+        // blocks the next instance), as the exactly-once transactions run (`processor.rs`).
+        let lost_id = ProjectionId::clone(&id);
+        let task = tokio::spawn(async move {
+            store.save_offset(&id, epoch, &json, &covered).await?;
+            Ok(through)
+        });
         self.saving = Some(
             async move {
-                store.save_offset(&id, epoch, &json, &covered).await?;
-                Ok(through)
+                task.await.map_err(|error| OffsetStoreError::SaveLost {
+                    id: lost_id,
+                    reason: error.to_string(),
+                })?
             }
             .boxed(),
         );
