@@ -29,15 +29,16 @@ backend_tests! {
 async fn replays_held_open_never_take_the_connections_of_writes<B: TestBackend>(db: B) {
     let journal = db.journal_with(&SETTINGS).await;
     write_all_ok(&journal, vec![atomic("r", 1..=10)]).await;
-    // More replays than connections, each polled once: its first page is being read.
+    // More replays than connections, each polled once: its first page is being read (or, when
+    // the reader answered within that one poll, already read and its connection given back:
+    // either way the write below must get a connection of its own).
     let mut held: Vec<_> = (0..4)
         .map(|_| journal.replay_messages("r", 1, MAX, MAX))
         .collect();
     for replay in &mut held {
-        assert!(
-            replay.next().now_or_never().is_none(),
-            "the page is being read"
-        );
+        if let Some(first) = replay.next().now_or_never() {
+            assert!(matches!(first, Some(Ok(_))), "{first:?}");
+        }
     }
     let results = journal
         .write_messages(vec![atomic("w", 1..=1)])
