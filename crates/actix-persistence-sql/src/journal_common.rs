@@ -336,6 +336,9 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Ok(conn) => conn,
             Err(e) => return fail(storage(e)),
         };
+        // Events of this transaction may become visible behind later timestamps by up to its
+        // duration: measured from before `BEGIN` (see `WriteNotifier::notify_committed`).
+        let began = std::time::Instant::now();
         let mut tx = match D::begin(&mut conn).await {
             Ok(tx) => tx,
             Err(e) => return fail(storage(e)),
@@ -389,6 +392,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Ok(()) => {
                 if stored > 0 {
                     counters.committed(stored);
+                    counters.commit_took(began.elapsed());
                     record_batch_size::<D>(stored);
                 }
                 (settle(outcomes, None), owned.into_iter().map(Ok).collect())

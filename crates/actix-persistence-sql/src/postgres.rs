@@ -1044,7 +1044,10 @@ impl JournalStore for PostgresJournal {
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
         let results = self.writer.write(writes).await;
         if results.iter().any(Result::is_ok) {
-            self.notifier.notify();
+            // Concurrent transactions can commit out of timestamp order: live queries look
+            // back by the longest one's duration.
+            self.notifier
+                .notify_committed(self.writer.take_longest_commit());
         }
         Ok(results)
     }
