@@ -200,7 +200,41 @@ async fn a_recovery_to_a_seq_nr_below_the_snapshot_over_deleted_events_fails(bac
     );
 }
 
+async fn new_events_after_a_full_cleanup_need_a_snapshot_at_its_end(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    // Every event deleted (a full cleanup), then one more stored: 1 to 6 are now a hole.
+    events(&h, "reset", 6, 6).await;
+    let store = h.control.stored();
+    let results = store
+        .write_messages(vec![
+            AtomicWrite::new(vec![event_repr("reset", 7)]).expect("shape")
+        ])
+        .await
+        .expect("stored");
+    assert!(results.iter().all(Result::is_ok));
+    let _a = h.start_probe("reset", 0, with_snapshots(&h));
+    expect_missing(
+        &mut h,
+        "reset",
+        "events 1 to 6 are missing between the start",
+    )
+    .await;
+
+    // A snapshot at the cleanup's end (what the documentation asks for) covers them.
+    snapshot(&h, "reset", 6).await;
+    let _b = h.start_probe("reset", 0, with_snapshots(&h));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "reset".into(),
+            last_seq_nr: 7,
+            replayed: (1..=7).map(|i| named(&format!("e{i}"))).collect(),
+        }
+    );
+}
+
 on_every_store!(
+    new_events_after_a_full_cleanup_need_a_snapshot_at_its_end,
     recovery_fails_when_events_after_the_loaded_snapshot_were_deleted,
     recovery_fails_when_no_event_follows_a_snapshot_older_than_the_deleted_ones,
     recovery_without_a_snapshot_fails_when_the_first_events_were_deleted,

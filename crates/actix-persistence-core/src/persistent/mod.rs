@@ -401,6 +401,13 @@ pub trait PersistentActor: EventSourced {
     /// [`EventSourced::on_events_deleted`] or [`EventSourced::on_delete_failure`] runs when
     /// the journal answered.
     ///
+    /// Deleted events no snapshot covers are a hole that fails recovery
+    /// ([`RecoveryError::MissingEvents`]), with one exception: a journal whose every event was
+    /// deleted, with no snapshot left, recovers empty (Akka's full cleanup). Once the actor
+    /// persists after such a cleanup, the deleted events become a hole too: to reset an actor
+    /// and go on, save a snapshot of its reset state after the delete (in
+    /// [`EventSourced::on_events_deleted`]), so that recovery starts from it.
+    ///
     /// The delete carries the actor's fencing token, as its writes do: after a newer
     /// incarnation took ownership of the id (here or in another process) it deletes nothing
     /// and fails with [`JournalError::Fenced`]; `on_delete_failure` runs, then the actor stops
