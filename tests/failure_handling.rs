@@ -152,6 +152,39 @@ async fn a_panicking_serializer_rejects_only_that_write_and_the_actor_goes_on(ba
     reply.await.expect("mailbox").expect("stored");
 }
 
+async fn panicking_tags_reject_only_that_write_and_the_actor_goes_on(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let a = h.probe_in_group("h2-tags", 0).await;
+    let answer = a
+        .send(PersistAll(vec![
+            named("ok"),
+            Evt::PanickingTags("boom".into()),
+        ]))
+        .await
+        .expect("the actor answers: the panic did not escape its handler");
+    match answer {
+        Err(PersistError::Rejected(rejection)) => {
+            assert!(
+                rejection
+                    .reason
+                    .contains("tags panicked: these tags explode"),
+                "{rejection}"
+            );
+            assert_eq!(rejection.seq_nr, 2, "the event whose tags panicked");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    let reply = a.send(Persist(vec![named("after")]));
+    let write = h.control.next_write_for("h2-tags").await;
+    assert_eq!(
+        write.writes()[0].lowest_seq_nr(),
+        3,
+        "the rejected write kept 1 and 2"
+    );
+    write.complete();
+    reply.await.expect("mailbox").expect("stored");
+}
+
 #[actix::test]
 async fn recovery_without_progress_fails_after_the_recovery_timeout() {
     tokio::time::pause();
@@ -412,6 +445,7 @@ async fn an_unreachable_store_fails_the_write_within_the_call_timeout_and_a_rest
 
 on_every_backend!(
     a_panicking_serializer_rejects_only_that_write_and_the_actor_goes_on,
+    panicking_tags_reject_only_that_write_and_the_actor_goes_on,
     recovery_permits_let_one_actor_recover_at_a_time_in_order,
     five_thousand_commands_queued_behind_a_slow_write_are_handled_in_order,
     the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_continues,

@@ -133,9 +133,112 @@ async fn an_explicit_recovery_skipping_snapshots_over_deleted_events_fails(backe
     );
 }
 
-on_every_backend!(
+async fn a_recovery_skipping_snapshots_over_a_journal_deleted_to_its_end_fails(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    // Every event deleted under the snapshot at 6: nothing is left to replay.
+    events(&h, "skip-all", 6, 6).await;
+    snapshot(&h, "skip-all", 6).await;
+    let skip_snapshots = Recovery {
+        from_snapshot: SnapshotSelectionCriteria::none(),
+        ..Recovery::latest()
+    };
+    let with = with_snapshots(&h);
+    let _a = h.start_probe("skip-all", 0, move |s| {
+        with(s).with_recovery(skip_snapshots)
+    });
+    expect_missing(
+        &mut h,
+        "skip-all",
+        "events 1 to 6 are missing between the start",
+    )
+    .await;
+
+    // The snapshot that covers them recovers them.
+    let _b = h.start_probe("skip-all", 0, with_snapshots(&h));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "skip-all".into(),
+            last_seq_nr: 6,
+            replayed: (1..=6).map(|i| named(&format!("e{i}"))).collect(),
+        }
+    );
+}
+
+async fn a_recovery_to_a_seq_nr_below_the_snapshot_over_deleted_events_fails(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    // Events up to 8 deleted under the snapshot at 8; recovering up to 5 needs events 1 to 5.
+    events(&h, "to-below", 10, 8).await;
+    snapshot(&h, "to-below", 8).await;
+    let up_to_5 = Recovery {
+        to_seq_nr: 5,
+        ..Recovery::latest()
+    };
+    let with = with_snapshots(&h);
+    let _a = h.start_probe("to-below", 0, move |s| with(s).with_recovery(up_to_5));
+    expect_missing(
+        &mut h,
+        "to-below",
+        "events 1 to 5 are missing between the start",
+    )
+    .await;
+
+    // Up to 9 loads the snapshot at 8 and replays 9.
+    let up_to_9 = Recovery {
+        to_seq_nr: 9,
+        ..Recovery::latest()
+    };
+    let with = with_snapshots(&h);
+    let _b = h.start_probe("to-below", 0, move |s| with(s).with_recovery(up_to_9));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "to-below".into(),
+            last_seq_nr: 10,
+            replayed: (1..=9).map(|i| named(&format!("e{i}"))).collect(),
+        }
+    );
+}
+
+async fn new_events_after_a_full_cleanup_need_a_snapshot_at_its_end(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    // Every event deleted (a full cleanup), then one more stored: 1 to 6 are now a hole.
+    events(&h, "reset", 6, 6).await;
+    let store = h.control.stored();
+    let results = store
+        .write_messages(vec![
+            AtomicWrite::new(vec![event_repr("reset", 7)]).expect("shape")
+        ])
+        .await
+        .expect("stored");
+    assert!(results.iter().all(Result::is_ok));
+    let _a = h.start_probe("reset", 0, with_snapshots(&h));
+    expect_missing(
+        &mut h,
+        "reset",
+        "events 1 to 6 are missing between the start",
+    )
+    .await;
+
+    // A snapshot at the cleanup's end (what the documentation asks for) covers them.
+    snapshot(&h, "reset", 6).await;
+    let _b = h.start_probe("reset", 0, with_snapshots(&h));
+    assert_eq!(
+        h.next_seen().await,
+        Seen::Recovered {
+            pid: "reset".into(),
+            last_seq_nr: 7,
+            replayed: (1..=7).map(|i| named(&format!("e{i}"))).collect(),
+        }
+    );
+}
+
+on_every_store!(
+    new_events_after_a_full_cleanup_need_a_snapshot_at_its_end,
     recovery_fails_when_events_after_the_loaded_snapshot_were_deleted,
     recovery_fails_when_no_event_follows_a_snapshot_older_than_the_deleted_ones,
     recovery_without_a_snapshot_fails_when_the_first_events_were_deleted,
     an_explicit_recovery_skipping_snapshots_over_deleted_events_fails,
+    a_recovery_skipping_snapshots_over_a_journal_deleted_to_its_end_fails,
+    a_recovery_to_a_seq_nr_below_the_snapshot_over_deleted_events_fails,
 );

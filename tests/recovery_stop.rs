@@ -16,7 +16,7 @@ use actix_persistence::{
     StopReason, REPLAY_EVENTS_PER_POLL,
 };
 use support::ledger::*;
-use support::Harness;
+use support::{Backend, Harness};
 use tokio::sync::oneshot;
 
 fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
@@ -34,12 +34,21 @@ fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
 
 async fn journal_with(pid: &str, events: u64) -> InMemoryJournal {
     let journal = InMemoryJournal::new();
-    let writes = (1..=events)
-        .map(|seq_nr| AtomicWrite::new(vec![repr(pid, seq_nr)]).expect("shape"))
-        .collect();
-    let results = journal.write_messages(writes).await.expect("stored");
-    assert!(results.iter().all(Result::is_ok));
+    write_events(&journal, pid, events).await;
     journal
+}
+
+/// Stores events 1..=events of `pid` in `store`, 500 to a write call.
+async fn write_events(store: &dyn JournalStore, pid: &str, events: u64) {
+    let seq_nrs: Vec<u64> = (1..=events).collect();
+    for chunk in seq_nrs.chunks(500) {
+        let writes = chunk
+            .iter()
+            .map(|&seq_nr| AtomicWrite::new(vec![repr(pid, seq_nr)]).expect("shape"))
+            .collect();
+        let results = store.write_messages(writes).await.expect("stored");
+        assert!(results.iter().all(Result::is_ok));
+    }
 }
 
 /// Starts a ledger on `arbiter`; returns its address and the receiver of its stop reason.
@@ -59,10 +68,12 @@ async fn start_on(
     (addr, stopped_rx.await.expect("the actor was built"))
 }
 
-#[actix::test]
-async fn a_stop_of_the_arbiter_during_recovery_takes_effect_within_one_replay_slice() {
-    let store = journal_with("stop-long", 5_000).await;
-    let journal = JournalActor::start_with(Arc::new(store), JournalConfig::default());
+async fn a_stop_of_the_arbiter_during_recovery_takes_effect_within_one_replay_slice(
+    backend: Backend,
+) {
+    let h = Harness::on(backend, 1).await;
+    write_events(&**h.control.stored(), "stop-long", 5_000).await;
+    let journal = h.journal.clone();
     let script = Arc::new(Script::default());
     script.stop_arbiter_at.store(100, Ordering::SeqCst);
     let arbiter = Arbiter::new();
@@ -133,3 +144,5 @@ async fn a_write_in_flight_when_the_actor_stops_is_reported_as_such_never_as_act
         "the event was stored after all: the caller was not told it was not"
     );
 }
+
+on_every_store!(a_stop_of_the_arbiter_during_recovery_takes_effect_within_one_replay_slice);

@@ -14,8 +14,9 @@ use actix_persistence::snapshot::{
     InMemorySnapshotStore, SerializedSnapshot, SnapshotMetadata, SnapshotStore,
 };
 use actix_persistence::{
-    AtomicWrite, Backoff, BackoffSupervisor, InMemoryJournal, JournalStore, PersistError,
-    PersistenceState, PersistentRepr, RecoveryError, StopReason,
+    ActorFailure, AtomicWrite, Backoff, BackoffSupervisor, CommandError, InMemoryJournal,
+    JournalStore, PersistError, PersistenceState, PersistentActor, PersistentRepr, RecoveryError,
+    StopReason,
 };
 use support::ledger::*;
 use tokio::sync::{mpsc, oneshot};
@@ -96,6 +97,36 @@ async fn a_panic_in_apply_during_replay_fails_recovery_with_the_panic_message() 
         vec![1, 2],
         "nothing applied after the panic"
     );
+}
+
+#[actix::test]
+async fn a_panic_in_the_event_deserializer_during_replay_fails_recovery_with_its_message() {
+    let journal = InMemoryJournal::new();
+    seed(
+        &journal,
+        "p-deserialize",
+        &[Entry::Add(1), Entry::Add(2), Entry::Add(3)],
+    )
+    .await;
+    let script = Arc::new(Script {
+        panic_in_deserialize_at: 2,
+        ..Script::default()
+    });
+    let started = start(&journal, "p-deserialize", &script, None);
+    assert_eq!(
+        started.stopped.await.expect("stop reason"),
+        StopReason::RecoveryFailure
+    );
+    assert_eq!(
+        only_panic(&script.recovery_failures()),
+        ("deserialize_event", "deserializer exploded at 2".to_owned())
+    );
+    assert_eq!(
+        script.seq_nrs_in_apply(),
+        vec![1],
+        "nothing applied from 2 on"
+    );
+    assert!(script.recovered.lock().expect("lock").is_empty());
 }
 
 #[actix::test]
@@ -293,5 +324,83 @@ async fn a_panic_in_a_snapshot_hook_stops_the_actor_with_the_panic_as_reason() {
         StopReason::Panicked {
             reason: "snapshot hook exploded".into()
         }
+    );
+}
+
+#[actix::test]
+async fn a_panic_in_a_command_handler_is_a_failure_never_a_normal_stop() {
+    let journal = InMemoryJournal::new();
+    let script = Arc::new(Script::default());
+    let journal_actor =
+        JournalActor::start_with(Arc::new(journal.clone()), JournalConfig::default());
+    let mut state = PersistenceState::new(journal_actor, "p-handler").expect("valid id");
+    let stopped = state.watch_stop();
+    let ledger = Ledger::new(state, Arc::clone(&script)).start_persistent();
+    assert_eq!(
+        ledger
+            .ask(Record(vec![Entry::Add(2)]))
+            .await
+            .expect("stored"),
+        2
+    );
+
+    assert!(ledger.send(PanicInHandler).await.is_err(), "no answer");
+    match stopped.await.expect("stop reason") {
+        StopReason::Panicked { reason } => {
+            assert!(reason.contains("command handler"), "{reason}")
+        }
+        other => panic!("expected StopReason::Panicked, got {other:?}"),
+    }
+    match ledger.ask(Record(vec![Entry::Add(1)])).await {
+        Err(CommandError::ActorStopped {
+            cause: Some(ActorFailure::Panicked { .. }),
+            ..
+        }) => {}
+        other => panic!("expected ActorStopped with the panic as cause, got {other:?}"),
+    }
+}
+
+#[actix::test]
+async fn backoff_supervisor_restarts_after_a_panic_in_a_command_handler() {
+    let journal = InMemoryJournal::new();
+    let journal_actor =
+        JournalActor::start_with(Arc::new(journal.clone()), JournalConfig::default());
+    let script = Arc::new(Script::default());
+    let (incarnations, mut started) = mpsc::unbounded_channel();
+    let factory = {
+        let script = Arc::clone(&script);
+        let mut built = 0;
+        move || {
+            built += 1;
+            let _ = incarnations.send(built);
+            let state =
+                PersistenceState::new(journal_actor.clone(), "p-handler-sup").expect("valid id");
+            Ledger::new(state, Arc::clone(&script))
+        }
+    };
+    let backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(1),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(60),
+    };
+    let supervisor = BackoffSupervisor::new(backoff, factory).start();
+    let first = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+    assert_eq!(first.expect("first incarnation"), Some(1));
+    let total = supervisor.send(Record(vec![Entry::Add(5)])).await;
+    assert_eq!(total.expect("mailbox").expect("stored"), 5);
+
+    let _ = supervisor.send(PanicInHandler).await;
+    let second = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the supervisor restarts the child whose handler panicked");
+    assert_eq!(second, Some(2));
+    let total = supervisor.send(Record(vec![Entry::Add(1)])).await;
+    assert_eq!(
+        total
+            .expect("the supervisor is still running")
+            .expect("stored"),
+        6,
+        "the new incarnation recovered the stored event"
     );
 }

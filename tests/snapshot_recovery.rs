@@ -332,7 +332,7 @@ async fn deleting_beyond_the_last_seq_nr_is_refused(backend: Backend) {
     }
 }
 
-on_every_backend!(
+on_every_store!(
     snapshot_at_42_with_an_empty_journal_recovers_42_and_continues_at_43,
     snapshot_at_4_then_exactly_events_5_and_6_are_replayed,
     recovery_bounded_by_seq_nr_replays_up_to_it_and_still_knows_the_highest,
@@ -369,4 +369,4 @@ async fn no_snapshot_after_a_bounded_recovery(backend: Backend) {
     assert_eq!(latest, None);
 }
 
-on_every_backend!(no_snapshot_after_a_bounded_recovery);
+on_every_store!(no_snapshot_after_a_bounded_recovery);

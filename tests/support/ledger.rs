@@ -29,6 +29,8 @@ pub struct Script {
     pub panic_in_recovery_completed: bool,
     /// Panic in `on_snapshot_saved`.
     pub panic_in_snapshot_saved: bool,
+    /// Panic in `deserialize_event` (during replay) on the event with this seq_nr (0: never).
+    pub panic_in_deserialize_at: u64,
     /// Stop the actor's arbiter while applying the event with this seq_nr (0: never).
     pub stop_arbiter_at: AtomicU64,
     /// Events applied so far (live and replayed).
@@ -116,6 +118,16 @@ impl EventSourced for Ledger {
             Entry::Add(amount) => self.total += amount,
             Entry::Boom => panic!("boom at {seq_nr}"),
         }
+    }
+
+    fn deserialize_event(
+        &self,
+        repr: &actix_persistence::PersistentRepr,
+    ) -> Result<Entry, actix_persistence::serialization::SerializationError> {
+        if repr.seq_nr == self.script.panic_in_deserialize_at {
+            panic!("deserializer exploded at {}", repr.seq_nr);
+        }
+        actix_persistence::serialization::from_json(repr.seq_nr, repr.serializer_id, &repr.payload)
     }
 
     fn snapshotting() -> Option<Snapshotting<Self>> {
@@ -244,5 +256,18 @@ impl Handler<Halt> for Ledger {
 
     fn handle(&mut self, _: Halt, ctx: &mut Context<Self>) {
         actix::ActorContext::stop(ctx);
+    }
+}
+
+/// A command whose handler panics (user code the library does not run).
+#[derive(Message)]
+#[rtype(result = "PersistResult<i64>")]
+pub struct PanicInHandler;
+
+impl Handler<PanicInHandler> for Ledger {
+    type Result = PersistReply<i64>;
+
+    fn handle(&mut self, _: PanicInHandler, _: &mut Context<Self>) -> Self::Result {
+        panic!("command handler exploded")
     }
 }

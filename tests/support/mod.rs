@@ -29,6 +29,8 @@ pub enum Evt {
     Unserializable(String),
     #[serde(serialize_with = "explode")]
     Panicking(String),
+    /// Serializes, but `EventSourced::tags` panics on it.
+    PanickingTags(String),
 }
 
 fn explode<S: Serializer>(_: &String, _: S) -> Result<S::Ok, S::Error> {
@@ -146,6 +148,13 @@ impl EventSourced for Probe {
 
     fn apply(&mut self, event: &Evt) {
         self.applied.push(event.clone());
+    }
+
+    fn tags(&self, event: &Evt) -> Vec<String> {
+        match event {
+            Evt::PanickingTags(_) => panic!("these tags explode"),
+            _ => Vec::new(),
+        }
     }
 
     fn on_recovery_completed(&mut self, last_seq_nr: u64, _: &mut Context<Self>) {
@@ -390,6 +399,8 @@ impl Handler<Stop> for Probe {
 pub enum Backend {
     InMemory,
     Sqlite,
+    /// A fresh PostgreSQL database of the test's own (needs `DATABASE_URL`).
+    Postgres,
 }
 
 /// Runs each named `async fn(Backend)` test on every backend, as `<name>::in_memory` and
@@ -411,6 +422,34 @@ macro_rules! on_every_backend {
     )*};
 }
 
+/// As [`on_every_backend`], and also on PostgreSQL as `<name>::postgres` (ignored without
+/// `DATABASE_URL` at build time).
+#[macro_export]
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[actix::test]
+            async fn in_memory() {
+                super::$name(super::Backend::InMemory).await
+            }
+
+            #[actix::test]
+            async fn sqlite() {
+                super::$name(super::Backend::Sqlite).await
+            }
+
+            #[actix::test]
+            #[cfg_attr(
+                not(has_database_url),
+                ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+            )]
+            async fn postgres() {
+                super::$name(super::Backend::Postgres).await
+            }
+        }
+    )*};
+}
+
 /// A journal over a controlled store, and what tests need around it.
 pub struct Harness {
     pub journal: Addr<JournalActor>,
@@ -419,8 +458,8 @@ pub struct Harness {
     pub groups: NonZeroUsize,
     pub log_tx: mpsc::UnboundedSender<Seen>,
     pub log: mpsc::UnboundedReceiver<Seen>,
-    /// Keeps a SQLite file alive as long as the harness.
-    _dir: Option<tempfile::TempDir>,
+    /// Keeps a SQLite file or a PostgreSQL test database alive as long as the harness.
+    _keep: Option<Box<dyn std::any::Any>>,
 }
 
 impl Harness {
@@ -445,7 +484,19 @@ impl Harness {
                     .await
                     .expect("open SQLite");
                 let snapshots = Arc::new(journal.snapshot_store());
-                Self::over(groups, journal, snapshots, Some(dir))
+                Self::over(groups, journal, snapshots, Some(Box::new(dir)))
+            }
+            Backend::Postgres => {
+                let db = actix_persistence_sql::test_util::TestDatabase::create()
+                    .await
+                    .expect("DATABASE_URL names the PostgreSQL server of the tests");
+                let journal = actix_persistence::PostgresJournal::connect(
+                    &actix_persistence::PostgresJournalOptions::new(db.url()),
+                )
+                .await
+                .expect("connect to the test database");
+                let snapshots = Arc::new(journal.snapshot_store());
+                Self::over(groups, journal, snapshots, Some(Box::new(db)))
             }
         }
     }
@@ -454,7 +505,7 @@ impl Harness {
         groups: usize,
         store: impl JournalStore,
         snapshots: Arc<dyn SnapshotStore>,
-        dir: Option<tempfile::TempDir>,
+        keep: Option<Box<dyn std::any::Any>>,
     ) -> Self {
         let groups = NonZeroUsize::new(groups).expect("a test uses at least one group");
         let (store, control) = ControlledJournal::over(store);
@@ -474,7 +525,7 @@ impl Harness {
             groups,
             log_tx,
             log,
-            _dir: dir,
+            _keep: keep,
         }
     }
 

@@ -8,7 +8,8 @@ use actix::{Actor, Addr, Handler, MailboxError, Message};
 use super::{PersistError, PersistResult, PersistentActor, RecoveryError};
 use crate::error::JournalError;
 
-/// Why a persistent actor stopped on its own: its recovery failed, or a write failed.
+/// Why a persistent actor stopped on its own: its recovery failed, a write failed, or user code
+/// panicked.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ActorFailure {
     /// Recovery failed; the actor never handled a command.
@@ -17,6 +18,14 @@ pub enum ActorFailure {
     /// A write failed (its events may or may not be stored); the actor stopped after it.
     #[error("a write of the persistent actor failed: {0}")]
     Persist(JournalError),
+    /// User code panicked after recovery (`apply` of a stored event, a continuation, a hook,
+    /// or a command handler); the actor stopped (its stop reason is
+    /// [`StopReason::Panicked`](super::StopReason::Panicked)).
+    #[error("the persistent actor panicked: {reason}")]
+    Panicked {
+        /// The panic message.
+        reason: String,
+    },
 }
 
 /// Where a persistent actor leaves its [`ActorFailure`] for the holders of its
@@ -122,7 +131,7 @@ impl<A: Actor> PersistentAddr<A> {
         &self.persistence_id
     }
 
-    /// Why the actor stopped, once it stopped on a recovery or write failure.
+    /// Why the actor stopped, once it stopped on a recovery or write failure, or a panic.
     pub fn failure(&self) -> Option<&ActorFailure> {
         self.failure.get()
     }

@@ -377,6 +377,11 @@ pub(crate) fn stop_with<A: PersistentActor>(
     mut results: impl Iterator<Item = AtomicWriteResult>,
 ) {
     let state = act.persistence_mut();
+    if let StopReason::Panicked { reason } = &reason {
+        state.record_failure(ActorFailure::Panicked {
+            reason: reason.clone(),
+        });
+    }
     if reason != StopReason::Normal {
         state.stop_reason = reason;
     }

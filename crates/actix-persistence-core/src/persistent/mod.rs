@@ -57,7 +57,10 @@
 //! A panic in user code the library runs is a failure with the panic message as its reason:
 //! during recovery it fails recovery ([`RecoveryError::Panicked`]); in `apply` of a stored event,
 //! a continuation or a hook it stops the actor ([`StopReason::Panicked`]) and the caller gets
-//! [`PersistError::Panicked`]. A [`BackoffSupervisor`] restarts the actor in both cases.
+//! [`PersistError::Panicked`]. A panic in [`EventSourced::tags`] or the serializer rejects only
+//! its write. A panic that escapes a command handler (code the library does not run) also stops
+//! the actor with [`StopReason::Panicked`] (seen when its state is dropped during the unwind).
+//! A [`BackoffSupervisor`] restarts the actor in every case.
 
 mod addr;
 mod driver;
@@ -141,8 +144,9 @@ pub enum RecoveryError {
         /// Last missing sequence number.
         to: u64,
     },
-    /// User code panicked while recovering: `hook` is `"Snapshotting::restore"`,
-    /// `"deserialize_event"`, `"apply"` or `"on_recovery_completed"`. Handled exactly as an
+    /// User code panicked while recovering: `hook` is `"EventSourced::snapshotting"`,
+    /// `"Snapshotting::restore"`, `"deserialize_event"`, `"apply"` or
+    /// `"on_recovery_completed"`. Handled exactly as an
     /// error return: [`EventSourced::on_recovery_failure`] runs, the actor stops with
     /// [`StopReason::RecoveryFailure`].
     #[error("recovery of {persistence_id:?} failed: {hook} panicked: {reason}")]
@@ -213,7 +217,8 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
         from_json(repr.seq_nr, repr.serializer_id, &repr.payload)
     }
 
-    /// Tags stored with `event`, for queries by tag; none by default.
+    /// Tags stored with `event`, for queries by tag; none by default. A panic rejects only the
+    /// atomic write holding the event (as a serializer error): the actor goes on.
     fn tags(&self, _event: &Self::Event) -> Vec<String> {
         Vec::new()
     }
@@ -334,9 +339,7 @@ pub trait PersistentActor: EventSourced {
             match self.persistence().next_seq_nr() {
                 Err(rejection) => (PendingWrite::Rejected(rejection), 0),
                 Ok(first) => {
-                    let serialized = events
-                        .iter()
-                        .map(|e| (serialize_caught(self, e), self.tags(e)));
+                    let serialized = events.iter().map(|e| serialize_caught(self, e));
                     let write = self
                         .persistence()
                         .build_write(first, events.len(), serialized);
@@ -398,6 +401,13 @@ pub trait PersistentActor: EventSourced {
     /// [`EventSourced::on_events_deleted`] or [`EventSourced::on_delete_failure`] runs when
     /// the journal answered.
     ///
+    /// Deleted events no snapshot covers are a hole that fails recovery
+    /// ([`RecoveryError::MissingEvents`]), with one exception: a journal whose every event was
+    /// deleted, with no snapshot left, recovers empty (Akka's full cleanup). Once the actor
+    /// persists after such a cleanup, the deleted events become a hole too: to reset an actor
+    /// and go on, save a snapshot of its reset state after the delete (in
+    /// [`EventSourced::on_events_deleted`]), so that recovery starts from it.
+    ///
     /// The delete carries the actor's fencing token, as its writes do: after a newer
     /// incarnation took ownership of the id (here or in another process) it deletes nothing
     /// and fails with [`JournalError::Fenced`]; `on_delete_failure` runs, then the actor stops
@@ -417,19 +427,26 @@ pub trait PersistentActor: EventSourced {
     }
 }
 
-/// Runs the actor's serializer, turning a panic into an error.
+/// Runs the actor's serializer and its `tags`, turning a panic in either into an error that
+/// rejects the write (the actor goes on, as for a serializer error).
 fn serialize_caught<A: EventSourced>(
     actor: &A,
     event: &A::Event,
-) -> Result<SerializedEvent, SerializationError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        actor.serialize_event(event)
-    }))
-    .unwrap_or_else(|_| {
-        Err(SerializationError::Serialize(
-            "the event serializer panicked".to_owned(),
-        ))
-    })
+) -> (Result<SerializedEvent, SerializationError>, Vec<String>) {
+    let serialized = panics::catch_user(|| actor.serialize_event(event)).unwrap_or_else(|reason| {
+        Err(SerializationError::Serialize(format!(
+            "the event serializer panicked: {reason}"
+        )))
+    });
+    match panics::catch_user(|| actor.tags(event)) {
+        Ok(tags) => (serialized, tags),
+        Err(reason) => (
+            Err(SerializationError::Serialize(format!(
+                "EventSourced::tags panicked: {reason}"
+            ))),
+            Vec::new(),
+        ),
+    }
 }
 
 /// Starts recovery of `actor`: call it first thing in `Actor::started` (the derive does). The

@@ -311,7 +311,9 @@ fn poll_recovery_steps<A: PersistentActor>(
             recovery.snapshot_seq_nr = Some(last);
             recovery.span.record("snapshot_seq_nr", last);
             act.persistence_mut().set_recovered_seq_nr(last);
-            let restored = match A::snapshotting() {
+            let snapshotting = catch_user(A::snapshotting)
+                .map_err(|reason| panicked(act, "EventSourced::snapshotting", reason))?;
+            let restored = match snapshotting {
                 Some(snapshotting) => catch_user(|| snapshotting.restore(act, &snapshot))
                     .map_err(|reason| panicked(act, "Snapshotting::restore", reason))?,
                 None => Err(SerializationError::SnapshotDeserialize {
@@ -367,7 +369,7 @@ fn poll_recovery_steps<A: PersistentActor>(
             }
             Poll::Ready(Some(Ok(repr))) => {
                 if recovery.replayed == 0 {
-                    check_not_deleted(covered, repr.seq_nr - 1, act)?;
+                    check_not_deleted(covered, repr.seq_nr.saturating_sub(1), act)?;
                 }
                 let event = catch_user(|| act.deserialize_event(&repr))
                     .map_err(|reason| panicked(act, "deserialize_event", reason))?
@@ -409,11 +411,8 @@ fn complete<A: PersistentActor>(
     highest: u64,
 ) -> Result<Recovered, RecoveryError> {
     let applied_up_to = act.last_seq_nr();
-    // Events after a loaded snapshot were stored, yet none was replayed. (Without a snapshot,
-    // nothing left is a full cleanup: recovery starts empty and continues the sequence.)
-    if recovery.snapshot_seq_nr.is_some()
-        && recovery.replayed == 0
-        && recovery.bounds.max_events > 0
+    // Events up to the recovery's target were stored, yet none was replayed.
+    if recovery.replayed == 0 && recovery.bounds.max_events > 0 && !full_cleanup(recovery, highest)
     {
         let covered = (recovery.snapshot_seq_nr, recovery.deleted_to);
         check_not_deleted(covered, highest.min(recovery.bounds.to_seq_nr), act)?;
@@ -431,6 +430,26 @@ fn complete<A: PersistentActor>(
         last_seq_nr: last,
         bounded,
     })
+}
+
+/// Whether recovery found the journal fully cleaned up, and may start empty (Akka's full
+/// cleanup: every event deleted with `delete_events_to(u64::MAX)` and every snapshot deleted):
+/// no snapshot loaded although the criteria admitted any, every stored event deleted, and the
+/// recovery asked for all of them. A recovery bounded below the highest sequence number, or
+/// one whose criteria skipped snapshots, gets no such pass: the deleted events it needed are
+/// missing, and a snapshot it skipped may have covered them.
+fn full_cleanup(recovery: &Recovering, highest: u64) -> bool {
+    let criteria = recovery.bounds.from_snapshot;
+    let admits_any_snapshot = criteria.max_seq_nr >= highest
+        && criteria.min_seq_nr == 0
+        && criteria.min_timestamp <= 0
+        && criteria.max_timestamp == i64::MAX;
+    recovery.snapshot_seq_nr.is_none()
+        && admits_any_snapshot
+        && recovery.bounds.to_seq_nr >= highest
+        && recovery
+            .deleted_to
+            .is_some_and(|deleted_to| deleted_to >= highest)
 }
 
 /// The events from the loaded snapshot (or the start) up to `before` were not replayed: fails

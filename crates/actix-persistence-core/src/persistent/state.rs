@@ -118,15 +118,32 @@ pub enum StopReason {
     Fenced,
     /// User code the library ran after recovery panicked: [`EventSourced::apply`] of a stored
     /// event, a `persist`/`persist_all`/`defer` continuation, or a hook. The state may be
-    /// half-updated, so the actor stopped; `reason` is the panic message.
+    /// half-updated, so the actor stopped; `reason` is the panic message. A panic that escaped
+    /// the actor elsewhere (a command handler) also stops it with this reason, when the runtime
+    /// drops its task; its message is then only in the log (Rust's panic hook prints it).
+    /// A [`super::BackoffSupervisor`] restarts the actor, as after any failure.
     Panicked {
         /// The panic message.
         reason: String,
     },
 }
 
+/// The stop reason of an actor whose task unwound from a panic the library did not catch.
+const UNCAUGHT_PANIC: &str = "the actor panicked outside the code the library guards (a command \
+                              handler, for example); the panic message is in the log";
+
 impl<A: EventSourced> Drop for PersistenceState<A> {
     fn drop(&mut self) {
+        // Dropped while unwinding: a panic escaped a command handler (or another part of the
+        // actor the library does not wrap) and the runtime drops the actor's task. That is a
+        // failure, never a normal stop: a `BackoffSupervisor` restarts the actor.
+        if std::thread::panicking() && self.stop_reason == StopReason::Normal {
+            let reason = UNCAUGHT_PANIC.to_owned();
+            self.record_failure(ActorFailure::Panicked {
+                reason: reason.clone(),
+            });
+            self.stop_reason = StopReason::Panicked { reason };
+        }
         self.answer_abandoned_invocations();
         if let Some(watch) = self.stop_watch.take() {
             let _ = watch.send(self.stop_reason.clone());

@@ -69,7 +69,8 @@ impl Backoff {
 type Forward<A> = Box<dyn FnOnce(&Addr<A>)>;
 
 /// Runs a persistent actor built by a factory, and builds and starts a new incarnation after
-/// the old one stopped on a journal failure (a failed persist or recovery), after a backoff.
+/// the old one stopped on a failure (a failed persist or recovery, or a panic: in user code the
+/// library runs, or one that escaped a command handler), after a backoff.
 /// The new incarnation recovers from the store. A normal stop stops the supervisor too, and so
 /// does a fenced child ([`StopReason::Fenced`]): another incarnation owns the persistence id,
 /// and restarting would fight it for the id.
