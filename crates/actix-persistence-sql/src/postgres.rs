@@ -254,8 +254,10 @@ async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlSto
     let schema = quoted_schema(&options.schema)?;
     // One connection first: the pool would report any failure as "pool timed out".
     check_connection(&connect_options, options.acquire_timeout, &url).await?;
+    // Notices of the migrations' IF NOT EXISTS statements ("relation ... already exists,
+    // skipping") would reach the application's logs at info on every start: warnings only.
     let mut session = format!(
-        "SET statement_timeout = {}",
+        "SET statement_timeout = {}; SET client_min_messages TO warning",
         options.statement_timeout.as_millis()
     );
     if let Some(schema) = &schema {
