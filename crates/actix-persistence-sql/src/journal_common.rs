@@ -153,6 +153,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// as [`EventKey`] does (PostgreSQL: `COLLATE "C"`).
     const BYTE_ORDER: &'static str = "";
 
+    /// What follows `event_tag p` in the fast pass's look-up of an event's previous tagged
+    /// event, to make the database read it through `event_tag_by_event` (persistence id,
+    /// sequence number) rather than through the tag's whole range (SQLite picks the primary
+    /// key's `tag = ?` and sorts every row of the tag per event otherwise).
+    const TAG_BY_EVENT_HINT: &'static str = "";
+
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
     const CURRENT_TIMESTAMP: &'static str;
@@ -814,18 +820,13 @@ where
             if upper >= request.before_timestamp {
                 return Ok(page);
             }
-            // Go on from the next stored timestamp (an index lookup that skips empty spans at
-            // once), in a wider window.
-            let next: Option<i64> = sqlx::query_scalar::<D::Db, Option<i64>>(
-                "SELECT min(db_timestamp) FROM journal \
-                 WHERE db_timestamp >= $1 AND db_timestamp < $2",
-            )
-            .bind(upper)
-            .bind(request.before_timestamp)
-            .fetch_one(self.readers)
-            .await
-            .map_err(|e| JournalError::storage("query", e))?;
-            let Some(next) = next else {
+            // Go on from the filter's next stored timestamp (an index lookup that skips empty
+            // spans, other entity types' and other tags' events included, at once), in a
+            // wider window.
+            let Some(next) = self
+                .next_timestamp(request.filter, upper, request.before_timestamp)
+                .await?
+            else {
                 return Ok(page);
             };
             after = EventKey::start_of(next);
@@ -834,74 +835,44 @@ where
         }
     }
 
+    /// The lowest database timestamp in `from..before` of an event `filter` may select (its
+    /// entity type's or its tag's; the slice range is not looked at, so this is never above
+    /// the next event the query selects), through `journal_by_entity_type` or
+    /// `event_tag_by_tag`. `None` when there is none.
+    async fn next_timestamp(
+        &self,
+        filter: &EventFilter,
+        from: i64,
+        before: i64,
+    ) -> Result<Option<i64>, JournalError> {
+        let (sql, key) = match filter {
+            EventFilter::Slices { entity_type, .. } => (
+                "SELECT min(db_timestamp) FROM journal \
+                 WHERE entity_type = $1 AND db_timestamp >= $2 AND db_timestamp < $3",
+                entity_type.as_str(),
+            ),
+            EventFilter::Tag(tag) => (
+                "SELECT min(db_timestamp) FROM event_tag \
+                 WHERE tag = $1 AND db_timestamp >= $2 AND db_timestamp < $3",
+                tag.as_str(),
+            ),
+        };
+        sqlx::query_scalar::<D::Db, Option<i64>>(sql)
+            .bind(key)
+            .bind(from)
+            .bind(before)
+            .fetch_one(self.readers)
+            .await
+            .map_err(|e| JournalError::storage("query", e))
+    }
+
     /// One query of [`read_events`](Self::read_events).
     async fn read_events_once(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
         let storage = |e| JournalError::storage("query", e);
-        // By slices: the journal through its timestamp index, filtered by entity type and
-        // slice. By tag: the tag's rows of `event_tag` (migration 0007) in query order through
-        // its primary key, each joined to its event.
-        let (from, filter, position, filter_params) = match request.filter {
-            EventFilter::Slices { .. } => (
-                "journal",
-                "journal.entity_type = $1 AND journal.slice >= $2 AND journal.slice <= $3",
-                "journal",
-                3,
-            ),
-            EventFilter::Tag(_) => (
-                "event_tag JOIN journal ON journal.persistence_id = event_tag.persistence_id \
-                 AND journal.seq_nr = event_tag.seq_nr",
-                "event_tag.tag = $1",
-                "event_tag",
-                1,
-            ),
-        };
-        let p = filter_params;
-        let previous = if request.with_previous_timestamp {
-            // The previous event of the same id that the filter selects.
-            let previous = |column: &str| match request.filter {
-                EventFilter::Slices { .. } => format!(
-                    "(SELECT p.{column} FROM journal p \
-                      WHERE p.persistence_id = journal.persistence_id \
-                        AND p.seq_nr < journal.seq_nr \
-                      ORDER BY p.seq_nr DESC LIMIT 1)"
-                ),
-                EventFilter::Tag(_) => format!(
-                    "(SELECT p.{column} FROM event_tag p \
-                      WHERE p.persistence_id = journal.persistence_id \
-                        AND p.seq_nr < journal.seq_nr AND p.tag = $1 \
-                      ORDER BY p.seq_nr DESC LIMIT 1)"
-                ),
-            };
-            format!(
-                ", {} AS previous_timestamp, {} AS previous_seq_nr",
-                previous("db_timestamp"),
-                previous("seq_nr")
-            )
-        } else {
-            ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
-        };
-        let order = D::BYTE_ORDER;
-        let sql = format!(
-            "SELECT journal.seq_nr, journal.writer_uuid, journal.write_timestamp, \
-                    journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
-                    journal.persistence_id, journal.db_timestamp{previous} \
-             FROM {from} \
-             WHERE {filter} \
-               AND ({position}.db_timestamp, {position}.persistence_id{order}, \
-                    {position}.seq_nr) > (${}, ${}, ${}) \
-               AND {position}.db_timestamp < ${} \
-             ORDER BY {position}.db_timestamp, {position}.persistence_id{order}, \
-                      {position}.seq_nr \
-             LIMIT ${}",
-            p + 1,
-            p + 2,
-            p + 3,
-            p + 4,
-            p + 5,
-        );
+        let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         let mut query = sqlx::query::<D::Db>(&sql);
         match request.filter {
             EventFilter::Slices {
@@ -1135,4 +1106,78 @@ fn record_batch_size<D: Dialect>(atomic_writes: usize) {
         "store" => D::METRICS_LABEL
     )
     .record(atomic_writes as f64);
+}
+
+/// The SQL of one page of a query by slices or by tag (`EventsRequest`): parameters are the
+/// filter's (entity type, min slice, max slice; or the tag), then the position after which to
+/// read (timestamp, persistence id, sequence number), the timestamp bound (exclusive) and the
+/// limit. `with_previous_timestamp` adds each event's previous (selected) event of its id, for
+/// the fast pass's order check.
+pub(crate) fn page_query_sql<D: Dialect>(
+    filter: &EventFilter,
+    with_previous_timestamp: bool,
+) -> String {
+    // By slices: the journal through `journal_by_entity_type` (migration 0009), filtered by
+    // slice. By tag: the tag's rows of `event_tag` (migration 0007) in query order through
+    // `event_tag_by_tag`, each joined to its event.
+    let (from, condition, position, filter_params) = match filter {
+        EventFilter::Slices { .. } => (
+            "journal",
+            "journal.entity_type = $1 AND journal.slice >= $2 AND journal.slice <= $3",
+            "journal",
+            3,
+        ),
+        EventFilter::Tag(_) => (
+            "event_tag JOIN journal ON journal.persistence_id = event_tag.persistence_id \
+                 AND journal.seq_nr = event_tag.seq_nr",
+            "event_tag.tag = $1",
+            "event_tag",
+            1,
+        ),
+    };
+    let p = filter_params;
+    let previous = if with_previous_timestamp {
+        // The previous event of the same id that the filter selects.
+        let hint = D::TAG_BY_EVENT_HINT;
+        let previous = |column: &str| match filter {
+            EventFilter::Slices { .. } => format!(
+                "(SELECT p.{column} FROM journal p \
+                      WHERE p.persistence_id = journal.persistence_id \
+                        AND p.seq_nr < journal.seq_nr \
+                      ORDER BY p.seq_nr DESC LIMIT 1)"
+            ),
+            EventFilter::Tag(_) => format!(
+                "(SELECT p.{column} FROM event_tag p{hint} \
+                      WHERE p.persistence_id = journal.persistence_id \
+                        AND p.seq_nr < journal.seq_nr AND p.tag = $1 \
+                      ORDER BY p.seq_nr DESC LIMIT 1)"
+            ),
+        };
+        format!(
+            ", {} AS previous_timestamp, {} AS previous_seq_nr",
+            previous("db_timestamp"),
+            previous("seq_nr")
+        )
+    } else {
+        ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
+    };
+    let order = D::BYTE_ORDER;
+    format!(
+        "SELECT journal.seq_nr, journal.writer_uuid, journal.write_timestamp, \
+                    journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
+                    journal.persistence_id, journal.db_timestamp{previous} \
+             FROM {from} \
+             WHERE {condition} \
+               AND ({position}.db_timestamp, {position}.persistence_id{order}, \
+                    {position}.seq_nr) > (${}, ${}, ${}) \
+               AND {position}.db_timestamp < ${} \
+             ORDER BY {position}.db_timestamp, {position}.persistence_id{order}, \
+                      {position}.seq_nr \
+             LIMIT ${}",
+        p + 1,
+        p + 2,
+        p + 3,
+        p + 4,
+        p + 5,
+    )
 }

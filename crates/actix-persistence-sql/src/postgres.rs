@@ -526,7 +526,7 @@ impl PostgresJournal {
     /// Why: without statistics (a table filled a moment ago, before autovacuum analyzes it)
     /// the planner estimates that the entity type and slice filter of a page query keeps about
     /// one row, so it reads every row of the timestamp window through a bitmap scan and sorts
-    /// them instead of reading `journal_by_timestamp` in order up to the page's `LIMIT`:
+    /// them instead of reading `journal_by_entity_type` in order up to the page's `LIMIT`:
     /// 100-180 ms instead of 0.3-0.5 ms per page of 1,000 events in 200,000 (measured with
     /// `EXPLAIN (ANALYZE, BUFFERS)`, docs/benchmarks.md, issue 8). Failures (no privilege to
     /// analyze, statistics views hidden) are logged and ignored: the queries stay correct,
@@ -1093,8 +1093,10 @@ impl JournalStore for PostgresJournal {
     }
 }
 
-/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
-/// sequence number) order through the index `journal_by_timestamp`; see
+/// Queries by slice read the journal table in (database timestamp, persistence id, sequence
+/// number) order through the index `journal_by_entity_type` (entity type first, so a query
+/// never walks other entity types' events; migration 0009), queries by tag the tag index
+/// `event_tag_by_tag` joined to the journal; see
 /// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
 #[async_trait]
 impl QueryStore for PostgresJournal {

@@ -399,6 +399,7 @@ impl Dialect for SqliteDialect {
     const BATCHES_SINGLE_WRITES: bool = true;
     const SEQ_NR_COLUMN: &'static str = "SQLite";
     const NAME: &'static str = "SQLite";
+    const TAG_BY_EVENT_HINT: &'static str = " INDEXED BY event_tag_by_event";
 
     /// Encodes the tags of each event as JSON.
     fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<PreparedWrite, WriteRejection> {
@@ -875,8 +876,10 @@ impl JournalStore for SqliteJournal {
     }
 }
 
-/// Queries by slice and by tag read the journal table in (database timestamp, persistence id,
-/// sequence number) order through the index `journal_by_timestamp`; see
+/// Queries by slice read the journal table in (database timestamp, persistence id, sequence
+/// number) order through the index `journal_by_entity_type` (entity type first, so a query
+/// never walks other entity types' events; migration 0009), queries by tag the tag index
+/// `event_tag_by_tag` joined to the journal; see
 /// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
 #[async_trait]
 impl QueryStore for SqliteJournal {

@@ -122,3 +122,16 @@ impl Drop for TestDatabase {
         }
     }
 }
+
+#[cfg(feature = "sqlite")]
+/// The SQL of one page of a query by `filter` as the SQLite journal runs it (see
+/// `EventsRequest` for its parameters), for tests that look at its query plan.
+pub fn sqlite_page_query_sql(
+    filter: &actix_persistence_core::query::EventFilter,
+    with_previous_timestamp: bool,
+) -> String {
+    crate::journal_common::page_query_sql::<crate::sqlite::SqliteDialect>(
+        filter,
+        with_previous_timestamp,
+    )
+}

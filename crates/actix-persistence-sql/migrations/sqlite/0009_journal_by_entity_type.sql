@@ -1,0 +1,9 @@
+-- Queries by slices read one entity type in (db_timestamp, persistence_id, seq_nr) order. With
+-- only `journal_by_timestamp`, such a query walked the events of every other entity type in
+-- that order and dropped them: a live query of a new entity type on a journal holding a million
+-- events of another one scanned them all on its first round, and a catch-up read every other
+-- type's rows. This index leads with the entity type, so the query reads its own events only,
+-- already in query order (as Akka's r2dbc plugin indexes `(slice, entity_type, db_timestamp,
+-- seq_nr)`).
+CREATE INDEX IF NOT EXISTS journal_by_entity_type
+    ON journal (entity_type, db_timestamp, persistence_id, seq_nr);
