@@ -118,7 +118,9 @@ fn take(snapshotter: &Snapshotter) -> Vec<(MetricKind, String, Vec<f64>)> {
         .into_iter()
         .map(|(composite, _, _, value)| {
             let values = match value {
-                DebugValue::Histogram(values) => values.into_iter().map(|v| v.into_inner()).collect(),
+                DebugValue::Histogram(values) => {
+                    values.into_iter().map(|v| v.into_inner()).collect()
+                }
                 DebugValue::Gauge(value) => vec![value.into_inner()],
                 DebugValue::Counter(value) => vec![value as f64],
             };
@@ -221,7 +223,12 @@ async fn the_breaker_state_gauge_follows_the_breaker() {
     tokio::time::advance(Duration::from_secs(31)).await;
     let retry = h.start_probe("cb-2", 0, |state| state);
     let reply = retry.send(Persist(vec![named("y")]));
-    h.control.next_write_for("cb-2").await.complete().wait().await;
+    h.control
+        .next_write_for("cb-2")
+        .await
+        .complete()
+        .wait()
+        .await;
     assert_eq!(reply.await.expect("mailbox").expect("stored"), 1);
     assert_eq!(
         breaker(&snapshotter),

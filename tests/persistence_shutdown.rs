@@ -61,7 +61,10 @@ async fn shutdown_waits_for_the_background_snapshot_and_deletes_then_closes_sqli
 
     let wal = dir.path().join("events.db-wal");
     assert!(!wal.exists(), "the pools were closed: no WAL file is left");
-    assert!(!dir.path().join("events.db-shm").exists(), "nor its -shm file");
+    assert!(
+        !dir.path().join("events.db-shm").exists(),
+        "nor its -shm file"
+    );
     assert_eq!(
         count(
             &file,

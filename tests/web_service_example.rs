@@ -161,7 +161,10 @@ async fn commands_over_http_reach_the_actors_and_queries_read_the_read_model() {
         if let Some(status) = service.child.try_wait().expect("wait") {
             break status;
         }
-        assert!(Instant::now() < deadline, "the service did not stop on SIGINT");
+        assert!(
+            Instant::now() < deadline,
+            "the service did not stop on SIGINT"
+        );
         actix_rt::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "exit status {status}");

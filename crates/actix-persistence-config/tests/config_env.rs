@@ -437,8 +437,7 @@ fn misspelt_prefix_is_reported_with_the_correct_variable() {
         assert_eq!(problem.setting, name);
         assert_eq!(problem.source, ConfigSource::Env(name.to_owned()));
         assert_eq!(
-            problem.rule,
-            "sets nothing; did you mean ACTIX_PERSISTENCE__JOURNAL__PLUGIN?",
+            problem.rule, "sets nothing; did you mean ACTIX_PERSISTENCE__JOURNAL__PLUGIN?",
             "{name}"
         );
     }

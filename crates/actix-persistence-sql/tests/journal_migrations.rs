@@ -172,7 +172,10 @@ async fn journal_refuses_a_database_where_a_table_of_its_names_is_the_applicatio
     }
     // Nothing of the journal's was created, and the application's table is as it was.
     assert_eq!(journal_versions(&db).await, Vec::<i64>::new());
-    assert_eq!(db.query_i64s("SELECT COUNT(*) FROM snapshot").await, vec![0]);
+    assert_eq!(
+        db.query_i64s("SELECT COUNT(*) FROM snapshot").await,
+        vec![0]
+    );
     let refused = B::connect(&B::options_at(db.url(), &[])).await;
     assert!(
         matches!(refused, Err(SqlStoreError::ForeignTable { .. })),
