@@ -162,8 +162,9 @@ pub use actix_persistence_core::query::{
 #[doc(inline)]
 pub use actix_persistence_core::{
     journal, limits, metrics, persistent, serialization, snapshot, store, AtomicWrite,
-    AtomicWriteError, FencingToken, InMemoryJournal, InvalidPersistenceId, JournalError,
-    JournalStore, Ownership, PersistentRepr, WriteRejection, MAX_SEQ_NR,
+    AtomicWriteError, AtomicWriteResult, FencingToken, InMemoryJournal, InvalidPersistenceId,
+    JournalError, JournalStore, Ownership, PersistentRepr, ReplayStream, WriteRejection,
+    MAX_SEQ_NR,
 };
 /// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
 /// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.

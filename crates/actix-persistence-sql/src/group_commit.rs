@@ -76,6 +76,9 @@ pub(crate) struct WriteCounters {
     transactions: AtomicU64,
     atomic_writes: AtomicU64,
     largest_batch: AtomicU64,
+    /// The longest time (microseconds), from before its `BEGIN` to its commit, of the
+    /// transactions committed since [`take_longest_commit`](Self::take_longest_commit).
+    longest_commit: AtomicU64,
 }
 
 impl WriteCounters {
@@ -87,6 +90,19 @@ impl WriteCounters {
             .fetch_add(atomic_writes, Ordering::Relaxed);
         self.largest_batch
             .fetch_max(atomic_writes, Ordering::Relaxed);
+    }
+
+    /// Records how long a committed transaction took, from before its `BEGIN` to its commit.
+    pub(crate) fn commit_took(&self, took: std::time::Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.longest_commit.fetch_max(micros, Ordering::SeqCst);
+    }
+
+    /// The longest time a transaction committed since the last call took, and starts over:
+    /// the look-back of the write notification (see
+    /// [`WriteNotifier::notify_committed`](actix_persistence_core::query::WriteNotifier::notify_committed)).
+    pub(crate) fn take_longest_commit(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.longest_commit.swap(0, Ordering::SeqCst))
     }
 
     pub(crate) fn snapshot(&self) -> WriteStats {
@@ -301,6 +317,11 @@ impl<B: Backend> Writer<B> {
     /// The counters so far.
     pub(crate) fn stats(&self) -> WriteStats {
         self.counters.snapshot()
+    }
+
+    /// See [`WriteCounters::take_longest_commit`].
+    pub(crate) fn take_longest_commit(&self) -> std::time::Duration {
+        self.counters.take_longest_commit()
     }
 
     /// Stores a batch of atomic writes: one result per atomic write, in order.

@@ -8,11 +8,10 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
 use actix_persistence_core::query::{
-    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventKey,
-    EventsRequest, StoredEvent,
+    entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
+    StoredEvent,
 };
 use actix_persistence_core::{
     AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
@@ -337,6 +336,9 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Ok(conn) => conn,
             Err(e) => return fail(storage(e)),
         };
+        // Events of this transaction may become visible behind later timestamps by up to its
+        // duration: measured from before `BEGIN` (see `WriteNotifier::notify_committed`).
+        let began = std::time::Instant::now();
         let mut tx = match D::begin(&mut conn).await {
             Ok(tx) => tx,
             Err(e) => return fail(storage(e)),
@@ -390,6 +392,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             Ok(()) => {
                 if stored > 0 {
                     counters.committed(stored);
+                    counters.commit_took(began.elapsed());
                     record_batch_size::<D>(stored);
                 }
                 (settle(outcomes, None), owned.into_iter().map(Ok).collect())
@@ -458,10 +461,6 @@ pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) writer: &'a Pool<D::Db>,
     /// How many events a replay reads per query.
     pub(crate) page_size: u32,
-    /// `Some` (PostgreSQL): query pages in timestamp windows, starting from this width
-    /// (microseconds) and keeping the last width that filled a page (see
-    /// [`read_events`](Self::read_events)). `None` (SQLite): one query per page.
-    pub(crate) query_window: Option<&'a AtomicI64>,
 }
 
 /// The columns of the replay query, in its `SELECT` order (not the persistence id: the
@@ -476,10 +475,6 @@ enum ReplayColumn {
     Payload = 5,
     Tags = 6,
 }
-
-/// The narrowest and widest timestamp window of one query page, microseconds.
-const MIN_QUERY_WINDOW: i64 = 1_000;
-const MAX_QUERY_WINDOW: i64 = 3_600_000_000;
 
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
@@ -780,94 +775,9 @@ where
             .map_err(|e| JournalError::storage("read the database clock", e))
     }
 
-    /// One page of a query by offset (see `QueryStore::read_events`).
+    /// One page of a query by offset (see `QueryStore::read_events`), one query: the page's
+    /// rows through the filter's index, in query order (see [`page_query_sql`]).
     pub(crate) async fn read_events(
-        &self,
-        request: EventsRequest<'_>,
-    ) -> Result<Vec<StoredEvent>, JournalError> {
-        let Some(hint) = self.query_window else {
-            return self.read_events_once(request).await;
-        };
-        // Each query is bounded to a window of timestamps: a planner without statistics (a
-        // table filled a moment ago) would otherwise scan and sort every later event for one
-        // page. A window that does not fill the page is followed by a wider one starting at
-        // the next stored timestamp; half the width that filled a page is kept for the next.
-        let mut window = hint
-            .load(AtomicOrdering::Relaxed)
-            .clamp(MIN_QUERY_WINDOW, MAX_QUERY_WINDOW);
-        let mut after = request.after.clone();
-        let mut page: Vec<StoredEvent> = Vec::new();
-        let limit = request.limit as usize;
-        loop {
-            let upper = after
-                .timestamp
-                .saturating_add(window)
-                .min(request.before_timestamp);
-            let rows = self
-                .read_events_once(EventsRequest {
-                    after: &after,
-                    before_timestamp: upper,
-                    limit: u32::try_from(limit - page.len()).unwrap_or(u32::MAX),
-                    ..request.clone()
-                })
-                .await?;
-            page.extend(rows);
-            if page.len() >= limit {
-                // Filled within this window: a narrower one would do next time.
-                hint.store((window / 2).max(MIN_QUERY_WINDOW), AtomicOrdering::Relaxed);
-                return Ok(page);
-            }
-            if upper >= request.before_timestamp {
-                return Ok(page);
-            }
-            // Go on from the filter's next stored timestamp (an index lookup that skips empty
-            // spans, other entity types' and other tags' events included, at once), in a
-            // wider window.
-            let Some(next) = self
-                .next_timestamp(request.filter, upper, request.before_timestamp)
-                .await?
-            else {
-                return Ok(page);
-            };
-            after = EventKey::start_of(next);
-            window = window.saturating_mul(2).min(MAX_QUERY_WINDOW);
-            hint.store(window, AtomicOrdering::Relaxed);
-        }
-    }
-
-    /// The lowest database timestamp in `from..before` of an event `filter` may select (its
-    /// entity type's or its tag's; the slice range is not looked at, so this is never above
-    /// the next event the query selects), through `journal_by_entity_type` or
-    /// `event_tag_by_tag`. `None` when there is none.
-    async fn next_timestamp(
-        &self,
-        filter: &EventFilter,
-        from: i64,
-        before: i64,
-    ) -> Result<Option<i64>, JournalError> {
-        let (sql, key) = match filter {
-            EventFilter::Slices { entity_type, .. } => (
-                "SELECT min(db_timestamp) FROM journal \
-                 WHERE entity_type = $1 AND db_timestamp >= $2 AND db_timestamp < $3",
-                entity_type.as_str(),
-            ),
-            EventFilter::Tag(tag) => (
-                "SELECT min(db_timestamp) FROM event_tag \
-                 WHERE tag = $1 AND db_timestamp >= $2 AND db_timestamp < $3",
-                tag.as_str(),
-            ),
-        };
-        sqlx::query_scalar::<D::Db, Option<i64>>(sql)
-            .bind(key)
-            .bind(from)
-            .bind(before)
-            .fetch_one(self.readers)
-            .await
-            .map_err(|e| JournalError::storage("query", e))
-    }
-
-    /// One query of [`read_events`](Self::read_events).
-    async fn read_events_once(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
@@ -1120,18 +1030,20 @@ pub(crate) fn page_query_sql<D: Dialect>(
     // By slices: the journal through `journal_by_entity_type` (migration 0009), filtered by
     // slice. By tag: the tag's rows of `event_tag` (migration 0007) in query order through
     // `event_tag_by_tag`, each joined to its event.
-    let (from, condition, position, filter_params) = match filter {
+    let (from, condition, position, lead, filter_params) = match filter {
         EventFilter::Slices { .. } => (
             "journal",
-            "journal.entity_type = $1 AND journal.slice >= $2 AND journal.slice <= $3",
+            "journal.slice >= $2 AND journal.slice <= $3 AND ",
             "journal",
+            "journal.entity_type",
             3,
         ),
         EventFilter::Tag(_) => (
             "event_tag JOIN journal ON journal.persistence_id = event_tag.persistence_id \
                  AND journal.seq_nr = event_tag.seq_nr",
-            "event_tag.tag = $1",
+            "",
             "event_tag",
+            "event_tag.tag",
             1,
         ),
     };
@@ -1162,16 +1074,24 @@ pub(crate) fn page_query_sql<D: Dialect>(
         ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
     };
     let order = D::BYTE_ORDER;
+    // The range is given as two row comparisons led by the index's first column (the entity
+    // type, or the tag: `$1`), which together also say `lead = $1`: only the filter's own
+    // index can start and stop its scan there. With `lead = $1` and a position on the
+    // timestamp alone, PostgreSQL (a generic plan, whose estimate of `entity_type = $1` is
+    // "all rows" when the statistics saw one type) read `journal_by_timestamp` through every
+    // other entity type's rows (227 ms for an empty page over a million of them), or started
+    // `journal_by_entity_type` at the type's first row (31 ms per page); this form reads the
+    // page's rows only (0.5 ms per page of 1,000; `EXPLAIN ANALYZE`, docs/benchmarks.md).
     format!(
         "SELECT journal.seq_nr, journal.writer_uuid, journal.write_timestamp, \
                     journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
                     journal.persistence_id, journal.db_timestamp{previous} \
              FROM {from} \
-             WHERE {condition} \
-               AND ({position}.db_timestamp, {position}.persistence_id{order}, \
-                    {position}.seq_nr) > (${}, ${}, ${}) \
-               AND {position}.db_timestamp < ${} \
-             ORDER BY {position}.db_timestamp, {position}.persistence_id{order}, \
+             WHERE {condition}\
+                   ({lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
+                    {position}.seq_nr) > ($1, ${}, ${}, ${}) \
+               AND ({lead}, {position}.db_timestamp) < ($1, ${}) \
+             ORDER BY {lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
                       {position}.seq_nr \
              LIMIT ${}",
         p + 1,

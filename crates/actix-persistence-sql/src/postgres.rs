@@ -412,8 +412,6 @@ pub struct PostgresJournal {
     replay_batch_size: u32,
     /// Wakes the live queries of this process after each commit.
     notifier: WriteNotifier,
-    /// The timestamp window of query pages that last filled a page, microseconds.
-    query_window: Arc<AtomicI64>,
     /// When queries last checked the planner statistics of the query tables (wall clock,
     /// microseconds since the Unix epoch; 0: never), see [`QUERY_STATISTICS_INTERVAL`].
     statistics_checked: Arc<AtomicI64>,
@@ -472,7 +470,6 @@ impl PostgresJournal {
             pool,
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),
-            query_window: Arc::new(AtomicI64::new(1_000_000)),
             statistics_checked: Arc::new(AtomicI64::new(0)),
         };
         journal
@@ -519,19 +516,21 @@ impl PostgresJournal {
         PostgresSnapshotStore::from_pool(self.readers.clone())
     }
 
-    /// Runs `ANALYZE` on the query tables whose planner statistics are stale (the table grew
-    /// by [`STALE_STATISTICS_PAGES`] and a tenth since they were taken), at
-    /// most once per [`QUERY_STATISTICS_INTERVAL`] for all clones of this journal.
+    /// Starts `ANALYZE` of the query tables whose planner statistics are stale (the table grew
+    /// by [`STALE_STATISTICS_PAGES`] and a tenth since they were taken), at most once per
+    /// [`QUERY_STATISTICS_INTERVAL`] for all clones of this journal, in a task of its own: the
+    /// query round that starts it goes on at once (an inline `ANALYZE` of a journal of a
+    /// million events held a live query's round up for ~250 ms, and its deliveries with it).
+    /// Outside a Tokio runtime nothing is started.
     ///
     /// Why: without statistics (a table filled a moment ago, before autovacuum analyzes it)
-    /// the planner estimates that the entity type and slice filter of a page query keeps about
-    /// one row, so it reads every row of the timestamp window through a bitmap scan and sorts
-    /// them instead of reading `journal_by_entity_type` in order up to the page's `LIMIT`:
-    /// 100-180 ms instead of 0.3-0.5 ms per page of 1,000 events in 200,000 (measured with
-    /// `EXPLAIN (ANALYZE, BUFFERS)`, docs/benchmarks.md, issue 8). Failures (no privilege to
-    /// analyze, statistics views hidden) are logged and ignored: the queries stay correct,
+    /// the planner misjudges how many rows a page query's range holds and bitmap-scans and
+    /// sorts every one of them instead of reading `journal_by_entity_type` in order up to the
+    /// page's `LIMIT`: 200-300 ms instead of 0.3-0.5 ms per page of 1,000 events in 1,000,000
+    /// (measured with `EXPLAIN ANALYZE`, docs/benchmarks.md, issue 8). Failures (no privilege
+    /// to analyze, statistics views hidden) are logged and ignored: the queries stay correct,
     /// only slower.
-    async fn refresh_query_statistics(&self) {
+    fn refresh_query_statistics(&self) {
         let now = wall_clock_micros();
         let last = self.statistics_checked.load(AtomicOrdering::Relaxed);
         if now.saturating_sub(last) < QUERY_STATISTICS_INTERVAL
@@ -542,41 +541,17 @@ impl PostgresJournal {
         {
             return;
         }
-        for table in QUERY_TABLES {
-            if let Err(error) = self.analyze_if_stale(table).await {
-                tracing::warn!(table, %error, "could not refresh the planner statistics");
-            }
-        }
-    }
-
-    /// [`refresh_query_statistics`](Self::refresh_query_statistics) of one table: compares
-    /// the table's size in pages now (`pg_relation_size`, exact at once) with the size the
-    /// planner's statistics were taken at (`pg_class.relpages`), so that a table filled a
-    /// moment ago is analyzed before its first query rather than when autovacuum comes by
-    /// (`pg_stat_user_tables` counts lag behind the writes by up to seconds).
-    async fn analyze_if_stale(&self, table: &'static str) -> Result<(), sqlx::Error> {
-        let pages: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT c.relpages::BIGINT, \
-                    pg_relation_size(c.oid) / current_setting('block_size')::BIGINT \
-             FROM pg_class c WHERE c.oid = to_regclass($1)",
-        )
-        .bind(table)
-        .fetch_optional(&self.readers)
-        .await?;
-        let Some((analyzed, now)) = pages else {
-            return Ok(());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
         };
-        let grown = now.saturating_sub(analyzed);
-        if grown >= STALE_STATISTICS_PAGES
-            && grown.saturating_mul(STALE_STATISTICS_DIVISOR) >= analyzed
-        {
-            tracing::debug!(table, analyzed, now, "analyzing a query table");
-            // `table` is one of QUERY_TABLES, never user input.
-            sqlx::query(&format!("ANALYZE {table}"))
-                .execute(&self.pool)
-                .await?;
-        }
-        Ok(())
+        let (readers, pool) = (self.readers.clone(), self.pool.clone());
+        runtime.spawn(async move {
+            for table in QUERY_TABLES {
+                if let Err(error) = analyze_if_stale(&readers, &pool, table).await {
+                    tracing::warn!(table, %error, "could not refresh the planner statistics");
+                }
+            }
+        });
     }
 
     /// The journal tables, read through the reader pool and deleted from through the writer.
@@ -585,9 +560,41 @@ impl PostgresJournal {
             readers: &self.readers,
             writer: &self.pool,
             page_size: self.replay_batch_size,
-            query_window: Some(&self.query_window),
         }
     }
+}
+
+/// `PostgresJournal::refresh_query_statistics` of one table: compares the table's size in
+/// pages now (`pg_relation_size`, exact at once) with the size the planner's statistics were
+/// taken at (`pg_class.relpages`), so that a table filled a moment ago is analyzed at its
+/// first query rather than when autovacuum comes by (`pg_stat_user_tables` counts lag
+/// behind the writes by up to seconds). `ANALYZE` runs on the writer pool.
+async fn analyze_if_stale(
+    readers: &PgPool,
+    pool: &PgPool,
+    table: &'static str,
+) -> Result<(), sqlx::Error> {
+    let pages: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT c.relpages::BIGINT, \
+                pg_relation_size(c.oid) / current_setting('block_size')::BIGINT \
+         FROM pg_class c WHERE c.oid = to_regclass($1)",
+    )
+    .bind(table)
+    .fetch_optional(readers)
+    .await?;
+    let Some((analyzed, now)) = pages else {
+        return Ok(());
+    };
+    let grown = now.saturating_sub(analyzed);
+    if grown >= STALE_STATISTICS_PAGES && grown.saturating_mul(STALE_STATISTICS_DIVISOR) >= analyzed
+    {
+        tracing::debug!(table, analyzed, now, "analyzing a query table");
+        // `table` is one of QUERY_TABLES, never user input.
+        sqlx::query(&format!("ANALYZE {table}"))
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
 }
 
 /// What is particular to PostgreSQL: `BIGINT` sequence numbers, serializer ids as the
@@ -1046,7 +1053,10 @@ impl JournalStore for PostgresJournal {
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
         let results = self.writer.write(writes).await;
         if results.iter().any(Result::is_ok) {
-            self.notifier.notify();
+            // Concurrent transactions can commit out of timestamp order: live queries look
+            // back by the longest one's duration.
+            self.notifier
+                .notify_committed(self.writer.take_longest_commit());
         }
         Ok(results)
     }
@@ -1100,10 +1110,11 @@ impl JournalStore for PostgresJournal {
 /// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
 #[async_trait]
 impl QueryStore for PostgresJournal {
-    /// Also refreshes stale planner statistics of the query tables first (at most every
-    /// 10 s; see `refresh_query_statistics`): every query round starts here.
+    /// Also starts refreshing stale planner statistics of the query tables in the
+    /// background (at most every 10 s; see `refresh_query_statistics`): every query round
+    /// starts here.
     async fn current_timestamp(&self) -> Result<i64, JournalError> {
-        self.refresh_query_statistics().await;
+        self.refresh_query_statistics();
         self.tables().current_timestamp().await
     }
 

@@ -369,7 +369,6 @@ impl SqliteJournal {
             readers: &self.pools.readers,
             writer: &self.pools.writer,
             page_size: self.replay_batch_size,
-            query_window: None,
         }
     }
 }

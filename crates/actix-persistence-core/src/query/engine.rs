@@ -292,21 +292,43 @@ impl OffsetQuery {
         Ok(())
     }
 
-    /// Waits for the next round (refresh interval) or a write notification (a fast pass).
+    /// Waits for the next round (refresh interval) or a write notification (a fast pass,
+    /// from as far back as the notified commits ask).
     async fn wait(&mut self) {
         let round = tokio::time::sleep_until(self.next_round);
-        match self.notifications.as_mut() {
+        let lookback = match self.notifications.as_mut() {
             None => {
                 round.await;
-                self.phase = Phase::Start;
+                None
             }
             Some(notifications) => {
-                let notified = notifications.notified();
-                futures::pin_mut!(round, notified);
-                self.phase = match future::select(round, notified).await {
-                    Either::Left(_) => Phase::Start,
-                    Either::Right(_) => Phase::Fast { bound: i64::MAX },
+                let woken_by_write = {
+                    let notified = notifications.notified();
+                    futures::pin_mut!(round, notified);
+                    matches!(future::select(round, notified).await, Either::Right(_))
                 };
+                woken_by_write.then(|| notifications.take_lookback())
+            }
+        };
+        self.phase = match lookback {
+            Some(lookback) => {
+                self.look_back(lookback);
+                Phase::Fast { bound: i64::MAX }
+            }
+            None => Phase::Start,
+        };
+    }
+
+    /// Moves the fast pass back by `lookback` (a notified commit's, see
+    /// [`WriteNotifier::notify_committed`](super::WriteNotifier::notify_committed)), so that
+    /// it reads the events that transaction stored behind the newest one read: what was
+    /// delivered already is in `seen` and not delivered again.
+    fn look_back(&mut self, lookback: std::time::Duration) {
+        let micros = i64::try_from(lookback.as_micros()).unwrap_or(i64::MAX);
+        if micros > 0 {
+            let from = EventKey::start_of(self.fast.timestamp.saturating_sub(micros));
+            if from < self.fast {
+                self.fast = from;
             }
         }
     }

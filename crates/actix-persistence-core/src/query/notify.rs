@@ -1,8 +1,9 @@
 //! In-process notification of writes, so live queries read new events without waiting for
 //! the next poll (as Akka's `publish-events`).
 
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -14,6 +15,8 @@ pub struct WriteNotifier {
     /// How many [`WriteNotifications`] exist: [`notify`](Self::notify) sends nothing while
     /// none does (one atomic load per commit instead of the channel's lock and wake-up).
     listeners: Arc<AtomicUsize>,
+    /// The look-back of each listener (see [`notify_committed`](Self::notify_committed)).
+    lookbacks: Arc<Mutex<Vec<Weak<AtomicU64>>>>,
 }
 
 /// The receiving end a live query waits on: it wakes up after every notification sent since
@@ -22,6 +25,9 @@ pub struct WriteNotifier {
 pub struct WriteNotifications {
     receiver: watch::Receiver<u64>,
     listeners: Arc<AtomicUsize>,
+    /// The longest look-back (microseconds) of the commits notified since it was last taken.
+    lookback: Arc<AtomicU64>,
+    lookbacks: Arc<Mutex<Vec<Weak<AtomicU64>>>>,
 }
 
 impl WriteNotifier {
@@ -30,6 +36,7 @@ impl WriteNotifier {
         WriteNotifier {
             sender: watch::Sender::new(0),
             listeners: Arc::new(AtomicUsize::new(0)),
+            lookbacks: Arc::default(),
         }
     }
 
@@ -42,12 +49,47 @@ impl WriteNotifier {
     /// [`subscribe`](Self::subscribe) order the two: either this load sees the new listener
     /// (and sends), or the listener's reads after subscribing see the commit.
     pub fn notify(&self) {
+        self.notify_committed(Duration::ZERO);
+    }
+
+    /// [`notify`](Self::notify) from a store whose concurrent transactions can commit out of
+    /// timestamp order: `lookback` is the longest time, from its first statement to its
+    /// commit, that one of the transactions committed since the last notification took (0
+    /// when none can commit behind another). An event such a transaction stored has a
+    /// database timestamp at most `lookback` below any event that was visible before it
+    /// committed, so a live query told of it reads again from that far behind the newest event
+    /// it read, and delivers a late commit at once instead of at its next full round.
+    pub fn notify_committed(&self, lookback: Duration) {
         fence(Ordering::SeqCst);
         if self.listeners.load(Ordering::SeqCst) == 0 {
             return;
         }
+        let micros = u64::try_from(lookback.as_micros()).unwrap_or(u64::MAX);
+        if micros > 0 {
+            let mut lookbacks = self
+                .lookbacks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            lookbacks.retain(|listener| match listener.upgrade() {
+                Some(listener) => {
+                    listener.fetch_max(micros, Ordering::SeqCst);
+                    true
+                }
+                None => false,
+            });
+        }
         self.sender
             .send_modify(|count| *count = count.wrapping_add(1));
+    }
+
+    /// A new listener's look-back, registered with this notifier.
+    fn register_lookback(lookbacks: &Arc<Mutex<Vec<Weak<AtomicU64>>>>) -> Arc<AtomicU64> {
+        let lookback = Arc::new(AtomicU64::new(0));
+        lookbacks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(&lookback));
+        lookback
     }
 
     /// A receiver for a new live query. Read the store after subscribing, never before: a
@@ -58,6 +100,8 @@ impl WriteNotifier {
         WriteNotifications {
             receiver: self.sender.subscribe(),
             listeners: Arc::clone(&self.listeners),
+            lookback: Self::register_lookback(&self.lookbacks),
+            lookbacks: Arc::clone(&self.lookbacks),
         }
     }
 }
@@ -69,6 +113,8 @@ impl Clone for WriteNotifications {
         WriteNotifications {
             receiver: self.receiver.clone(),
             listeners: Arc::clone(&self.listeners),
+            lookback: WriteNotifier::register_lookback(&self.lookbacks),
+            lookbacks: Arc::clone(&self.lookbacks),
         }
     }
 }
@@ -91,6 +137,12 @@ impl WriteNotifications {
         if self.receiver.changed().await.is_err() {
             futures::future::pending::<()>().await;
         }
+    }
+
+    /// The longest look-back of the commits notified since the last call (zero when none
+    /// had one), and starts over: see [`WriteNotifier::notify_committed`].
+    pub fn take_lookback(&self) -> Duration {
+        Duration::from_micros(self.lookback.swap(0, Ordering::SeqCst))
     }
 }
 
@@ -130,5 +182,32 @@ mod tests {
         let mut late = notifier.subscribe();
         notifier.notify();
         late.notified().await;
+    }
+
+    #[tokio::test]
+    async fn each_listener_takes_the_longest_lookback_since_it_last_took_one() {
+        let notifier = WriteNotifier::new();
+        let mut first = notifier.subscribe();
+        let second = first.clone();
+        notifier.notify_committed(Duration::from_millis(3));
+        notifier.notify_committed(Duration::from_millis(7));
+        notifier.notify_committed(Duration::from_millis(5));
+        notifier.notify();
+        first.notified().await;
+        assert_eq!(first.take_lookback(), Duration::from_millis(7));
+        assert_eq!(first.take_lookback(), Duration::ZERO, "taken: starts over");
+        assert_eq!(
+            second.take_lookback(),
+            Duration::from_millis(7),
+            "each listener has its own"
+        );
+        drop(second);
+        notifier.notify_committed(Duration::from_millis(2));
+        assert_eq!(first.take_lookback(), Duration::from_millis(2));
+        assert_eq!(
+            notifier.lookbacks.lock().expect("lock").len(),
+            1,
+            "the dropped listener is forgotten"
+        );
     }
 }
