@@ -1,5 +1,5 @@
 //! Sets `cfg(has_database_url)` when `DATABASE_URL` names a PostgreSQL server: the PostgreSQL
-//! tests are compiled only then, and show as one ignored test otherwise, so the counts
+//! tests are compiled (or run) only then, and are counted as ignored otherwise, so the counts
 //! `cargo test` prints are honest.
 
 fn main() {

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use actix_persistence::actix::{Addr, Context, Handler, Message};
+use actix_persistence::actix::{Context, Handler, Message};
 use actix_persistence::config::JournalPlugin;
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use actix_persistence::projection::{
@@ -19,7 +19,8 @@ use actix_persistence::projection::{
     TransactionalHandler,
 };
 use actix_persistence::{
-    EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
+    CommandError, EventSourced, PersistReply, PersistResult, Persistence, PersistenceState,
+    PersistentActor, PersistentAddr,
 };
 use actix_persistence::{SqliteJournal, SqliteJournalOptions};
 use async_trait::async_trait;
@@ -118,7 +119,9 @@ impl Handler<GetSummary> for Account {
     }
 }
 
-async fn summaries(accounts: &[Addr<Account>]) -> Result<Vec<Summary>, actix::MailboxError> {
+/// A `PersistentAddr` answers a command to an account whose recovery or write failed with
+/// that failure (`CommandError::ActorStopped`), not just "mailbox closed".
+async fn summaries(accounts: &[PersistentAddr<Account>]) -> Result<Vec<Summary>, CommandError> {
     join_all(accounts.iter().map(|a| a.send(GetSummary)))
         .await
         .into_iter()
@@ -260,7 +263,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             balance: 0,
             recovered_events: 0,
         };
-        accounts.push(actix::Actor::start(account));
+        accounts.push(account.start_persistent());
     }
     // Each actor handles its first command only after recovery completed.
     let recovered = summaries(&accounts).await?;
@@ -268,13 +271,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let replies = join_all((0..COMMANDS).map(|i| {
         let (account, command) = command(i);
-        accounts[account].send(command)
+        accounts[account].ask(command)
     }))
     .await;
     let (mut persisted, mut refused) = (0, 0);
     for reply in replies {
         // A refused withdrawal persists nothing.
-        if reply??.is_ok() {
+        if reply?.is_ok() {
             persisted += 1;
         } else {
             refused += 1;

@@ -7,7 +7,12 @@
 //! POST /accounts/{id}/withdraw  {"amount": 30}   -> 200 {"balance": 70}, or 409 when short
 //! GET  /accounts/{id}                            -> 200 {"id": "...", "balance": 70} (read model), or 404
 //! GET  /projection                               -> 200 {"state": "Running", "handled": 2, "lag_events": 0, "lag_ms": 0}
+//! GET  /ready                                    -> 200 "ready", or 503 with the reason
 //! ```
+//!
+//! A command to an account whose recovery or write failed answers 503 with the cause
+//! (`PersistentAddr`). When the server stops (Ctrl-C), the projection stops and
+//! `Persistence::shutdown` waits for the journal's work under way before the process exits.
 //!
 //! `WEB_SERVICE_ADDR` sets the address (default `127.0.0.1:8080`; port 0 picks a free one); the
 //! first line printed names it. The journal is the usual SQLite file (`actix-persistence.db`,
@@ -17,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use actix::{Actor, Addr, Context, Handler, Message};
+use actix::{Context, Handler, Message};
 use actix_persistence::config::JournalPlugin;
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use actix_persistence::projection::{
@@ -26,7 +31,7 @@ use actix_persistence::projection::{
 };
 use actix_persistence::{
     EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
-    SqliteJournal, SqliteJournalOptions,
+    PersistentAddr, SqliteJournal, SqliteJournalOptions,
 };
 use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
 use async_trait::async_trait;
@@ -112,23 +117,26 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
 /// What the handlers share.
 struct AppState {
     persistence: Persistence,
-    accounts: Mutex<HashMap<String, Addr<Account>>>,
+    accounts: Mutex<HashMap<String, PersistentAddr<Account>>>,
     read_model: SqlitePool,
     projection: ProjectionHandle<Offset>,
 }
 
 impl AppState {
     /// The running actor of account `id`, started (and recovered) on first use.
-    fn account(&self, id: &str) -> Result<Addr<Account>, actix_persistence::InvalidPersistenceId> {
+    fn account(
+        &self,
+        id: &str,
+    ) -> Result<PersistentAddr<Account>, actix_persistence::InvalidPersistenceId> {
         let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(addr) = accounts.get(id).filter(|a| a.connected()) {
+        if let Some(addr) = accounts.get(id).filter(|a| a.addr().connected()) {
             return Ok(addr.clone());
         }
         let addr = Account {
             persistence: self.persistence.state(format!("Account|{id}"))?,
             balance: 0,
         }
-        .start();
+        .start_persistent();
         accounts.insert(id.to_owned(), addr.clone());
         Ok(addr)
     }
@@ -149,10 +157,11 @@ async fn command(state: &AppState, id: &str, command: Command) -> HttpResponse {
         Ok(account) => account,
         Err(e) => return HttpResponse::BadRequest().body(e.to_string()),
     };
-    match account.send(command).await {
-        Ok(Ok(Ok(balance))) => HttpResponse::Ok().json(Balance { balance }),
-        Ok(Ok(Err(balance))) => HttpResponse::Conflict().json(Balance { balance }),
-        Ok(Err(e)) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    match account.ask(command).await {
+        Ok(Ok(balance)) => HttpResponse::Ok().json(Balance { balance }),
+        Ok(Err(balance)) => HttpResponse::Conflict().json(Balance { balance }),
+        // Its write failed, or the actor is gone: the error says why (its recovery or write
+        // failure), not just "mailbox closed".
         Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
     }
 }
@@ -203,10 +212,19 @@ async fn projection_route(state: web::Data<AppState>) -> impl Responder {
     }))
 }
 
+/// Readiness: the journal's circuit breaker is closed and its store answers a read.
+#[get("/ready")]
+async fn ready_route(state: web::Data<AppState>) -> impl Responder {
+    match state.persistence.health().await {
+        Ok(()) => HttpResponse::Ok().body("ready"),
+        Err(unhealthy) => HttpResponse::ServiceUnavailable().body(unhealthy.to_string()),
+    }
+}
+
 /// Opens the journal's database a second time for the read model and starts its projection.
 async fn start_read_model(
     persistence: &Persistence,
-) -> Result<(SqlitePool, ProjectionHandle<Offset>), Box<dyn std::error::Error>> {
+) -> Result<(SqliteJournal, SqlitePool, ProjectionHandle<Offset>), Box<dyn std::error::Error>> {
     if persistence.settings().journal.plugin != JournalPlugin::Sqlite {
         return Err(
             "this example keeps its read model in SQLite: set journal.plugin = \"sqlite\"".into(),
@@ -222,7 +240,7 @@ async fn start_read_model(
     .execute(&pool)
     .await?;
     let query = ReadJournal::new(
-        journal,
+        journal.clone(),
         QuerySettings {
             refresh_interval: Duration::from_millis(50),
             ..QuerySettings::default()
@@ -235,33 +253,44 @@ async fn start_read_model(
         AccountBalances,
     )
     .start();
-    Ok((pool, handle))
+    Ok((journal, pool, handle))
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let persistence = Persistence::start().await?;
-    let (read_model, projection) = start_read_model(&persistence).await?;
+    let (read_journal, read_model, projection) = start_read_model(&persistence).await?;
     let state = web::Data::new(AppState {
-        persistence,
+        persistence: persistence.clone(),
         accounts: Mutex::new(HashMap::new()),
         read_model,
         projection,
     });
     let addr = std::env::var("WEB_SERVICE_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    let app_state = state.clone();
     let server = HttpServer::new(move || {
         App::new()
-            .app_data(state.clone())
+            .app_data(app_state.clone())
             .service(deposit_route)
             .service(withdraw_route)
             .service(balance_route)
             .service(projection_route)
+            .service(ready_route)
     })
     .workers(1)
     .bind(&addr)?;
     for bound in server.addrs() {
         println!("web_service: listening on http://{bound}");
     }
+    // Until Ctrl-C (or SIGTERM): actix-web then finishes the requests under way.
     server.run().await?;
+    if let Ok(state) = std::sync::Arc::try_unwrap(state.into_inner()) {
+        state.projection.stop().await;
+    }
+    // The read model's connections first: the journal's SQLite file closes cleanly only when
+    // no other connection has it open.
+    read_journal.close().await;
+    // Waits for the writes, snapshot saves and deletes under way, then closes the SQLite file.
+    persistence.shutdown().await;
     Ok(())
 }
 

@@ -89,9 +89,11 @@
 //! The library logs through [`tracing`](https://docs.rs/tracing): recovery failures and
 //! failed writes as errors, rejected writes, failed snapshots and an opening circuit breaker as
 //! warnings, every recovery and write as debug spans. Nothing is printed without a subscriber:
-//! install one, e.g. `tracing_subscriber::fmt().with_env_filter("actix_persistence=info").init()`
-//! (crate `tracing-subscriber`, feature `env-filter`), or `tracing_subscriber::fmt::init()` to
-//! follow `RUST_LOG`.
+//! install one, e.g. `tracing_subscriber::fmt::init()` (crate `tracing-subscriber`: info and
+//! above; with its feature `env-filter` it follows `RUST_LOG`, such as
+//! `RUST_LOG=actix_persistence=debug`), or
+//! `tracing_subscriber::fmt().with_env_filter("actix_persistence=info").init()` (feature
+//! `env-filter`).
 //!
 //! # Metrics and readiness
 //! Metrics go through the [`metrics`](https://docs.rs/metrics) facade: install any recorder
@@ -114,8 +116,9 @@
 //!
 //! # Configuration
 //! Every setting, its default and its environment variable is in [`config::reference`].
-//! Environment variables that start with `ACTIX_PERSISTENCE` but set nothing (one underscore
-//! instead of two, a typo) fail startup naming the closest correct variable.
+//! Environment variables that start with `ACTIX_PERSISTENCE` (or a misspelling of it, such as
+//! `ACTIX_PERSISTANCE`) but set nothing (one underscore instead of two, a typo) fail startup
+//! naming the closest correct variable.
 //!
 //! # Crates
 //! - `actix-persistence-core`: persistent actors, the journal protocol and actor, resequencers,

@@ -240,6 +240,10 @@ async fn ten_unwritable_writes_never_open_the_breaker_on_sqlite() {
 }
 
 #[actix::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn ten_unwritable_writes_never_open_the_breaker_on_postgres() {
     let Some(db) = TestDatabase::create().await else {
         return;

@@ -7,7 +7,7 @@ use std::num::NonZeroU64;
 use std::path::Path;
 
 use actix_persistence::actix::Actor;
-use actix_persistence::{Persistence, Settings, SnapshotPolicy};
+use actix_persistence::{Persistence, Settings, SnapshotPolicy, Unhealthy};
 use sqlx::{Connection, SqliteConnection};
 use support::*;
 
@@ -61,6 +61,10 @@ async fn shutdown_waits_for_the_background_snapshot_and_deletes_then_closes_sqli
 
     let wal = dir.path().join("events.db-wal");
     assert!(!wal.exists(), "the pools were closed: no WAL file is left");
+    assert!(
+        !dir.path().join("events.db-shm").exists(),
+        "nor its -shm file"
+    );
     assert_eq!(
         count(
             &file,
@@ -90,8 +94,17 @@ async fn shutdown_with_nothing_under_way_returns_and_later_writes_fail() {
     let probe = h.probe(persistence.state("cart-2").expect("id")).start();
     let stored = probe.send(Persist(vec![named("a")])).await;
     assert_eq!(stored.expect("mailbox").expect("stored"), 1);
+    assert!(persistence.health().await.is_ok(), "ready while open");
     persistence.shutdown().await;
     assert!(!dir.path().join("events.db-wal").exists());
+    assert!(!dir.path().join("events.db-shm").exists());
+    assert!(
+        matches!(
+            persistence.health().await,
+            Err(Unhealthy::StoreUnreachable(_))
+        ),
+        "a closed store is not ready"
+    );
     assert!(
         probe
             .send(Persist(vec![named("b")]))

@@ -149,6 +149,10 @@ async fn sqlite_every_acknowledged_event_of_100_actors_survives_a_sigkill() {
 }
 
 #[actix::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn postgres_every_acknowledged_event_of_one_actor_survives_a_sigkill() {
     let Some(db) = TestDatabase::create().await else {
         return;
@@ -157,6 +161,10 @@ async fn postgres_every_acknowledged_event_of_one_actor_survives_a_sigkill() {
 }
 
 #[actix::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn postgres_every_acknowledged_event_of_100_actors_survives_a_sigkill() {
     let Some(db) = TestDatabase::create().await else {
         return;

@@ -108,6 +108,10 @@ async fn sqlite_a_takeover_by_another_process_fences_this_one_in_both_orders() {
 }
 
 #[actix::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn postgres_a_takeover_by_another_process_fences_this_one_in_both_orders() {
     let Some(db) = TestDatabase::create().await else {
         return;

@@ -1,6 +1,6 @@
 //! `examples/web_service.rs` as a user runs it: started in an empty folder, driven through a
 //! real HTTP client (awc): commands reach the persistent actors, queries read the read model
-//! the projection keeps.
+//! the projection keeps, readiness answers, and Ctrl-C shuts it down cleanly.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -138,4 +138,40 @@ async fn commands_over_http_reach_the_actors_and_queries_read_the_read_model() {
         actix_rt::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(get(&client, format!("{base}/accounts/3")).await.0, 404);
+
+    let mut ready = client
+        .get(format!("{base}/ready"))
+        .send()
+        .await
+        .expect("the service answers");
+    assert_eq!(ready.status().as_u16(), 200);
+    assert_eq!(ready.body().await.expect("body").as_ref(), b"ready");
+
+    // Ctrl-C: the service stops its projection and shuts persistence down, leaving the SQLite
+    // file complete and without its -wal and -shm files.
+    drop(client);
+    let mut service = service;
+    let interrupted = Command::new("kill")
+        .args(["-INT", &service.child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(interrupted.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = service.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service did not stop on SIGINT"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status}");
+    for leftover in ["actix-persistence.db-wal", "actix-persistence.db-shm"] {
+        assert!(
+            !dir.path().join(leftover).exists(),
+            "{leftover} left behind: the service did not shut down cleanly"
+        );
+    }
 }

@@ -257,6 +257,9 @@ pub(crate) fn key_of_env_var(name: &str) -> Option<String> {
 /// What every variable of ours starts with.
 const ENV_STEM: &str = "ACTIX_PERSISTENCE";
 
+/// [`ENV_STEM`] without its underscore, as [`letters`] compares names.
+const STEM_LETTERS: &str = "ACTIXPERSISTENCE";
+
 /// Whether `name` starts with `ACTIX_PERSISTENCE` (case-insensitive): ours, whether or not it
 /// follows the scheme.
 pub(crate) fn has_env_prefix(name: &str) -> bool {
@@ -264,36 +267,79 @@ pub(crate) fn has_env_prefix(name: &str) -> bool {
         .is_some_and(|start| start.eq_ignore_ascii_case(ENV_STEM))
 }
 
+/// Whether `name` is meant to be one of ours: it starts with `ACTIX_PERSISTENCE`, or with a
+/// misspelling of it (`ACTIX_PERSISTANCE__JOURNAL__PLUGIN`) followed by more.
+pub(crate) fn looks_like_ours(name: &str) -> bool {
+    letters_after_stem(name).is_some()
+}
+
+/// Letters a misspelt stem must be followed by: the shortest section, `QUERY`, has 5.
+const MIN_LETTERS_AFTER_STEM: usize = 4;
+
+/// `name` uppercased, without underscores: the letters that say which setting it means,
+/// whichever underscores it was written with.
+fn letters(name: &str) -> Vec<char> {
+    name.chars()
+        .filter(|c| *c != '_')
+        .map(|c| c.to_ascii_uppercase())
+        .collect()
+}
+
+/// The letters of `name` after its stem, `ACTIX_PERSISTENCE` or a misspelling of it (at most
+/// two letters added, missing, changed or swapped); `None` when `name` does not start like one
+/// of ours. A misspelt stem counts only with a few letters after it (a section or `CONFIG`),
+/// so a lone `ACTIX_PERSISTENC` is not taken for one of ours.
+fn letters_after_stem(name: &str) -> Option<String> {
+    let letters = letters(name);
+    let stem = STEM_LETTERS.len();
+    if has_env_prefix(name) {
+        return Some(letters.get(stem..).unwrap_or_default().iter().collect());
+    }
+    (stem - 2..=stem + 2)
+        .filter(|&end| end + MIN_LETTERS_AFTER_STEM <= letters.len())
+        .map(|end| {
+            let start: String = letters[..end].iter().collect();
+            (end, strsim::damerau_levenshtein(&start, STEM_LETTERS))
+        })
+        .filter(|&(_, distance)| distance <= 2)
+        .min_by_key(|&(end, distance)| (distance, end.abs_diff(stem)))
+        .map(|(end, _)| letters[end..].iter().collect())
+}
+
 /// The correct variable closest to `name`, a variable that follows no scheme: the same letters
 /// with other underscores (`ACTIX_PERSISTENCE_JOURNAL_PLUGIN`) first, else a likely typo.
 pub(crate) fn closest_env_var(name: &str) -> Option<String> {
     // Compared without the shared stem, which would make every name look alike.
-    let letters = |n: &str| -> String {
-        n.get(ENV_STEM.len()..)
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| *c != '_')
-            .map(|c| c.to_ascii_uppercase())
-            .collect()
-    };
-    let wanted = letters(name);
-    let candidates: Vec<String> = KEYS
-        .iter()
-        .map(|k| env_var_unchecked(k.path))
-        .chain([CONFIG_FILE_ENV.to_owned()])
-        .collect();
-    if let Some(hit) = candidates.iter().find(|c| letters(c) == wanted) {
-        return Some(hit.clone());
+    let wanted = letters_after_stem(name)?;
+    if let Some(hit) = same_letters_env_var(name) {
+        return Some(hit);
     }
-    candidates
-        .into_iter()
+    env_var_candidates()
         .map(|c| {
-            let score = strsim::normalized_damerau_levenshtein(&letters(&c), &wanted);
+            let score = strsim::normalized_damerau_levenshtein(
+                &letters_after_stem(&c).unwrap_or_default(),
+                &wanted,
+            );
             (c, score)
         })
         .filter(|(_, score)| *score >= 0.6)
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(c, _)| c)
+}
+
+/// The correct variable with the same letters as `name` after the stem, only the underscores
+/// (or the stem's spelling) differing: `ACTIX_PERSISTENCE__JOURNAL_PLUGIN` means
+/// `ACTIX_PERSISTENCE__JOURNAL__PLUGIN`.
+pub(crate) fn same_letters_env_var(name: &str) -> Option<String> {
+    let wanted = letters_after_stem(name)?;
+    env_var_candidates().find(|c| letters_after_stem(c).as_deref() == Some(wanted.as_str()))
+}
+
+/// Every correct variable: one per setting, and the user file's.
+fn env_var_candidates() -> impl Iterator<Item = String> {
+    KEYS.iter()
+        .map(|k| env_var_unchecked(k.path))
+        .chain([CONFIG_FILE_ENV.to_owned()])
 }
 
 fn parent(path: &str) -> &str {
@@ -333,6 +379,19 @@ pub(crate) fn closest(path: &str) -> Option<&'static str> {
     }
     // A misspelt section.
     best(known_paths().collect(), &|c| score(c, path), 0.8)
+}
+
+/// The rule of a problem for the variable `name` of the scheme that maps to the unknown key
+/// `path`: the correct variable with the same letters first (one underscore where two belong,
+/// `ACTIX_PERSISTENCE__JOURNAL_PLUGIN`), else the closest key.
+pub(crate) fn unknown_env_rule(name: &str, path: &str) -> String {
+    let same = same_letters_env_var(name)
+        .filter(|var| var.as_str() != CONFIG_FILE_ENV)
+        .and_then(|var| Some((key_of_env_var(&var)?, var)));
+    match same {
+        Some((key, var)) => format!("is not a known setting; did you mean {key} ({var})?"),
+        None => unknown_rule(path, true),
+    }
 }
 
 /// The rule of a problem for the unknown key `path`; `env` adds the env var of the hint.

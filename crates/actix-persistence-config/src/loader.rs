@@ -193,8 +193,9 @@ impl SettingsLoader {
         let mut env = Vec::new();
         for (name, value) in std::env::vars_os() {
             let Some(name) = name.to_str() else { continue };
-            // Every variable of our prefix, so one that sets nothing is reported.
-            let relevant = name == DATABASE_URL_ENV || keys::has_env_prefix(name);
+            // Every variable of our prefix (or a misspelling of it), so one that sets nothing
+            // is reported.
+            let relevant = name == DATABASE_URL_ENV || keys::looks_like_ours(name);
             if !relevant {
                 continue;
             }
@@ -420,13 +421,14 @@ fn integer(n: Num) -> Option<i128> {
         .or_else(|| n.to_u128().and_then(|u| i128::try_from(u).ok()))
 }
 
-/// Variables that start like ours (`ACTIX_PERSISTENCE...`) yet follow neither
+/// Variables that start like ours (`ACTIX_PERSISTENCE...`, or a misspelling of it such as
+/// `ACTIX_PERSISTANCE...`) yet follow neither
 /// `ACTIX_PERSISTENCE__<SECTION>__<KEY>` nor name `ACTIX_PERSISTENCE_CONFIG`: they would set
 /// nothing, so each is a problem naming the closest correct variable.
 fn stray_env_vars(env: &[(String, String)]) -> Vec<ConfigProblem> {
     env.iter()
         .filter(|(name, _)| {
-            keys::has_env_prefix(name)
+            keys::looks_like_ours(name)
                 && name != CONFIG_FILE_ENV
                 && keys::key_of_env_var(name).is_none()
         })
@@ -477,7 +479,7 @@ fn env_layers(env: &[(String, String)], problems: &mut Vec<ConfigProblem>) -> Ve
                         .unwrap_or_default()
                 )
             } else {
-                keys::unknown_rule(&path, true)
+                keys::unknown_env_rule(name, &path)
             };
             problems.push(problem(rule));
             continue;

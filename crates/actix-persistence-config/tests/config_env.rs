@@ -404,3 +404,58 @@ fn unrelated_variable_of_the_prefix_is_reported_without_a_guess() {
         problem.rule
     );
 }
+
+#[test]
+fn one_underscore_between_section_and_key_is_reported_with_the_correct_variable() {
+    let name = "ACTIX_PERSISTENCE__JOURNAL_PLUGIN";
+    let problem = only_problem(load_env(&[(name, "postgres")]));
+    assert_eq!(problem.source, ConfigSource::Env(name.to_owned()));
+    assert_eq!(
+        problem.rule,
+        "is not a known setting; did you mean journal.plugin \
+         (ACTIX_PERSISTENCE__JOURNAL__PLUGIN)?"
+    );
+    let name = "ACTIX_PERSISTENCE__SNAPSHOT_STORE_PLUGIN";
+    let problem = only_problem(load_env(&[(name, "postgres")]));
+    assert_eq!(
+        problem.rule,
+        "is not a known setting; did you mean snapshot-store.plugin \
+         (ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN)?"
+    );
+}
+
+#[test]
+fn misspelt_prefix_is_reported_with_the_correct_variable() {
+    for name in [
+        "ACTIX_PERSISTANCE__JOURNAL__PLUGIN",
+        "ACTIX_PERSISTNCE__JOURNAL__PLUGIN",
+        "ACTIXPERSISTENCE__JOURNAL__PLUGIN",
+        "ACTIX_PERSISTENCES__JOURNAL__PLUGIN",
+        "actix_persistance_journal_plugin",
+    ] {
+        let problem = only_problem(load_env(&[(name, "postgres")]));
+        assert_eq!(problem.setting, name);
+        assert_eq!(problem.source, ConfigSource::Env(name.to_owned()));
+        assert_eq!(
+            problem.rule, "sets nothing; did you mean ACTIX_PERSISTENCE__JOURNAL__PLUGIN?",
+            "{name}"
+        );
+    }
+    let problem = only_problem(load_env(&[("ACTIX_PERSISTANCE_CONFIG", "/etc/app.toml")]));
+    assert_eq!(
+        problem.rule,
+        "sets nothing; did you mean ACTIX_PERSISTENCE_CONFIG?"
+    );
+}
+
+#[test]
+fn variables_of_other_prefixes_are_not_taken_for_misspelt_ones() {
+    let settings = load_env(&[
+        ("ACTIX_WEB_WORKERS", "4"),
+        ("ACTIONS_PERSISTENCE_DIR", "/tmp"),
+        ("ACTIX_PERSIST", "1"),
+        ("APP_PERSISTENCE__JOURNAL__PLUGIN", "postgres"),
+    ])
+    .expect("none of these is one of ours");
+    assert_eq!(settings, Settings::reference());
+}

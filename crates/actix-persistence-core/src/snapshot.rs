@@ -40,7 +40,6 @@ impl SerializedSnapshot {
     /// Serializes `state` with serde_json.
     ///
     /// # Errors
-    /// [`SerializationError::Serialize`] when serde_json fails or the `Serialize` impl panics.
     /// [`SerializationError::SnapshotSerialize`] when serde_json fails or the `Serialize` impl
     /// panics.
     pub fn json<T: Serialize + ?Sized>(state: &T) -> Result<Self, SerializationError> {

@@ -109,8 +109,8 @@ pub enum ProjectionError {
         #[source]
         source: BoxError,
     },
-    /// The handler failed on an envelope after every retry, and the recovery strategy is
-    /// [`HandlerRecovery::Fail`](crate::HandlerRecovery::Fail).
+    /// The handler failed on an envelope after every retry, and the recovery strategy ends in
+    /// [`AfterRetries::Fail`](crate::AfterRetries::Fail).
     #[error("handler of projection {id} failed on persistence id {persistence_id:?} seq_nr {seq_nr} after {attempts} attempts: {message}")]
     Handler {
         /// The projection instance.

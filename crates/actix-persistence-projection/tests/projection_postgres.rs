@@ -206,6 +206,10 @@ fn id() -> ProjectionId {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
     let Some(db) = open().await else { return };
     let store = db.store();
@@ -262,6 +266,10 @@ async fn offsets_and_seen_seq_nrs_round_trip_and_reset() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn exactly_once_read_model_and_offset_agree_after_a_crash() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 5, 6).await;
@@ -283,6 +291,10 @@ async fn exactly_once_read_model_and_offset_agree_after_a_crash() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn a_failed_exactly_once_call_rolls_back_its_writes_before_the_retry() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 3, 3).await;
@@ -299,6 +311,10 @@ async fn a_failed_exactly_once_call_rolls_back_its_writes_before_the_retry() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn grouped_exactly_once_commits_each_group_with_its_offset() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 4, 5).await;
@@ -340,6 +356,10 @@ async fn grouped_exactly_once_commits_each_group_with_its_offset() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_crash() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 8, 4).await;
@@ -378,6 +398,10 @@ async fn exactly_once_with_max_concurrency_handles_every_event_once_across_a_cra
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn forgotten_seen_rows_still_handle_every_event_once_across_a_crash() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 8, 6).await;
@@ -408,6 +432,10 @@ async fn forgotten_seen_rows_still_handle_every_event_once_across_a_crash() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 60, 3).await;
@@ -431,6 +459,10 @@ async fn seen_rows_are_forgotten_as_the_saved_offset_covers_them() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn an_offset_save_skips_a_seen_row_a_handler_transaction_holds_and_never_waits_for_it() {
     let Some(db) = open().await else { return };
     let store = db.store();
@@ -465,18 +497,30 @@ async fn an_offset_save_skips_a_seen_row_a_handler_transaction_holds_and_never_w
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn offset_store_forgets_the_seen_rows_its_offset_covers() {
     let Some(db) = open().await else { return };
     common::offset_store_forgets_the_seen_rows_its_offset_covers(&db.store()).await;
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn offset_store_fences_older_owners() {
     let Some(db) = open().await else { return };
     common::offset_store_fences_older_owners(&db.store()).await;
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn of_two_instances_the_older_is_fenced_and_its_writes_roll_back() {
     let Some(db) = open().await else { return };
     write_many(&db.journal, 5, 6).await;

@@ -171,6 +171,10 @@ const ALL: &str = "SELECT COUNT(*) FROM handled";
 const RANGE_0: &str = "SELECT COUNT(*) FROM handled WHERE range = 0";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn two_processes_split_by_slices_handle_every_event_exactly_once_across_a_kill() {
     let Some(database) = TestDatabase::create().await else {
         return;

@@ -31,6 +31,22 @@ pub enum SqlStoreError {
         #[source]
         source: sqlx::migrate::MigrateError,
     },
+    /// The database holds a table with the name of one of the journal's tables, yet no
+    /// migration of the journal was ever applied to it: the table is the application's (or
+    /// another library's, such as Akka's `snapshot` and `event_tag`), and the journal's
+    /// migrations would take it for their own. Nothing was changed. Give the journal a database
+    /// of its own, or on PostgreSQL a schema of its own (`PostgresJournalOptions::schema`, the
+    /// setting `journal.postgres.schema`).
+    #[error(
+        "the journal's database already holds a table named {table:?} that actix-persistence did \
+         not create (it has no record in {}): give the journal a database of its own, or on \
+         PostgreSQL a schema of its own (journal.postgres.schema)",
+        crate::MIGRATIONS_TABLE
+    )]
+    ForeignTable {
+        /// The table's name.
+        table: String,
+    },
     /// Rows written by an earlier release could not be brought up to date after the schema
     /// migrations (the slices of migration 0003); the store was not opened. Retry: the work
     /// done so far is kept.

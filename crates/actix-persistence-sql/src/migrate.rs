@@ -11,11 +11,66 @@
 //! applied completely or not at all; one whose checksum differs from the applied one fails
 //! with [`MigrateError::VersionMismatch`], and an applied version this build does not know
 //! (a database migrated by a newer version) with [`MigrateError::VersionMissing`].
+//!
+//! The migrations create their tables `IF NOT EXISTS`, so a table of the application's with
+//! one of their names (`snapshot`, `event_tag`, `journal`, as Akka's JDBC plugin names some of
+//! its own) would be taken for the journal's and altered. Before the first migration, a
+//! database holding any such table is refused with [`SqlStoreError::ForeignTable`] instead.
 
 use sqlx::migrate::{MigrateError, Migration, Migrator};
 
+use crate::SqlStoreError;
+
 /// The table the journal records its applied migrations in.
 pub const MIGRATIONS_TABLE: &str = "actix_persistence_migrations";
+
+/// Every table the migrations create: a database where none was applied yet must hold none of
+/// them.
+const OWN_TABLES: &[&str] = &[
+    "journal",
+    "journal_highest",
+    "snapshot",
+    "event_tag",
+    "projection_offset",
+    "projection_seen",
+    "projection_owner",
+];
+
+/// [`OWN_TABLES`] as an SQL list of string literals (constants, nothing bound).
+fn own_tables_sql() -> String {
+    OWN_TABLES
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why the migrations did not run: a table that is not the journal's, or the migrator's error.
+enum Refusal {
+    Foreign(String),
+    Migrate(MigrateError),
+}
+
+impl From<MigrateError> for Refusal {
+    fn from(error: MigrateError) -> Self {
+        Refusal::Migrate(error)
+    }
+}
+
+impl From<sqlx::Error> for Refusal {
+    fn from(error: sqlx::Error) -> Self {
+        Refusal::Migrate(error.into())
+    }
+}
+
+impl From<Refusal> for SqlStoreError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Foreign(table) => SqlStoreError::ForeignTable { table },
+            Refusal::Migrate(source) => SqlStoreError::Migrate { source },
+        }
+    }
+}
 
 /// The migrations to run, up migrations only, ascending.
 fn up_migrations(migrator: &Migrator) -> Vec<&Migration> {
@@ -50,10 +105,18 @@ fn millis_since(start: std::time::Instant) -> i64 {
 
 /// Generates `run` for one database: the same steps, its own SQL types.
 macro_rules! runner {
-    ($name:ident, $pool:ty, $blob:literal, $legacy_exists:literal) => {
+    ($name:ident, $pool:ty, $blob:literal, $legacy_exists:literal, $tables_in_schema:literal) => {
         /// Brings the schema up to date with `migrator`'s migrations, recorded in
         /// [`MIGRATIONS_TABLE`].
-        pub(crate) async fn $name(pool: &$pool, migrator: &Migrator) -> Result<(), MigrateError> {
+        ///
+        /// # Errors
+        /// [`SqlStoreError::ForeignTable`] when no migration was applied yet and a table of
+        /// one of the journal's names exists; [`SqlStoreError::Migrate`] otherwise.
+        pub(crate) async fn $name(pool: &$pool, migrator: &Migrator) -> Result<(), SqlStoreError> {
+            Ok(run_migrations(pool, migrator).await?)
+        }
+
+        async fn run_migrations(pool: &$pool, migrator: &Migrator) -> Result<(), Refusal> {
             let create = format!(
                 "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (\
                  version BIGINT PRIMARY KEY, \
@@ -70,6 +133,19 @@ macro_rules! runner {
             if applied.is_empty() {
                 adopt_legacy(pool, &migrations).await?;
                 applied = sqlx::query_as(&select).fetch_all(pool).await?;
+            }
+            if applied.is_empty() {
+                let find = format!($tables_in_schema, own_tables_sql());
+                let foreign: Option<String> =
+                    sqlx::query_scalar(&find).fetch_optional(pool).await?;
+                if let Some(table) = foreign {
+                    // Another process may have applied the first migration (its tables and
+                    // its record, in one transaction) since `applied` was read.
+                    applied = sqlx::query_as(&select).fetch_all(pool).await?;
+                    if applied.is_empty() {
+                        return Err(Refusal::Foreign(table));
+                    }
+                }
             }
             check_applied(&migrations, &applied)?;
             let insert = format!(
@@ -163,7 +239,8 @@ pub(crate) mod sqlite {
         run,
         sqlx::SqlitePool,
         "BLOB",
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')"
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')",
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({}) ORDER BY name LIMIT 1"
     );
 }
 
@@ -174,6 +251,9 @@ pub(crate) mod postgres {
         run,
         sqlx::PgPool,
         "BYTEA",
-        "SELECT to_regclass('_sqlx_migrations') IS NOT NULL"
+        "SELECT to_regclass('_sqlx_migrations') IS NOT NULL",
+        // Where CREATE TABLE IF NOT EXISTS of the migrations looks: the current schema.
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = current_schema() AND c.relname IN ({}) ORDER BY c.relname LIMIT 1"
     );
 }

@@ -195,7 +195,9 @@ pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool
 /// make sure the tables exist.
 ///
 /// # Errors
-/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date;
+/// [`SqlStoreError::ForeignTable`] when no migration was applied yet and a table of one of the
+/// journal's names exists in the schema.
 pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
     migrate_postgres_in(pool, None).await
 }
@@ -213,17 +215,20 @@ async fn migrate_postgres_in(pool: &PgPool, schema: Option<&str>) -> Result<(), 
             if let Some(schema) = schema {
                 sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
                     .execute(pool)
-                    .await?;
+                    .await
+                    .map_err(|e| SqlStoreError::Migrate { source: e.into() })?;
             }
             crate::migrate::postgres::run(pool, &MIGRATOR).await
         };
         match migrated.await {
             Ok(()) => return Ok(()),
+            // A table that is not the journal's stays so: no retry.
+            Err(error @ SqlStoreError::ForeignTable { .. }) => return Err(error),
             Err(error) if attempt < attempts => {
                 tracing::debug!(%error, attempt, "journal migration failed; running it again");
                 attempt += 1;
             }
-            Err(source) => return Err(SqlStoreError::Migrate { source }),
+            Err(error) => return Err(error),
         }
     }
 }
@@ -249,8 +254,10 @@ async fn connect_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlSto
     let schema = quoted_schema(&options.schema)?;
     // One connection first: the pool would report any failure as "pool timed out".
     check_connection(&connect_options, options.acquire_timeout, &url).await?;
+    // Notices of the migrations' IF NOT EXISTS statements ("relation ... already exists,
+    // skipping") would reach the application's logs at info on every start: warnings only.
     let mut session = format!(
-        "SET statement_timeout = {}",
+        "SET statement_timeout = {}; SET client_min_messages TO warning",
         options.statement_timeout.as_millis()
     );
     if let Some(schema) = &schema {
@@ -447,7 +454,9 @@ impl PostgresJournal {
     ///   `replay_batch_size` or `max_batch_size` is 0;
     /// - [`SqlStoreError::Connect`], naming the URL (password hidden), when it does not parse
     ///   or the server refuses or cannot be reached within `acquire_timeout`;
-    /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+    /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date;
+    /// - [`SqlStoreError::ForeignTable`] when the schema holds a table of one of the
+    ///   journal's names that the journal's migrations did not create.
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let (pool, readers) = open_pools(options).await?;

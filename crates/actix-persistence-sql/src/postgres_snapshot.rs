@@ -53,7 +53,7 @@ impl PostgresSnapshotStore {
     ///
     /// # Errors
     /// As [`PostgresJournal::connect`]: [`SqlStoreError::InvalidOption`],
-    /// [`SqlStoreError::Connect`] or [`SqlStoreError::Migrate`].
+    /// [`SqlStoreError::Connect`], [`SqlStoreError::Migrate`] or [`SqlStoreError::ForeignTable`].
     ///
     /// [`PostgresJournal::connect`]: crate::PostgresJournal::connect
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {

@@ -247,11 +247,11 @@ impl SqlitePools {
 /// offset store on a pool of its own) call it to make sure the tables exist.
 ///
 /// # Errors
-/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+/// [`SqlStoreError::Migrate`] when the schema cannot be brought up to date;
+/// [`SqlStoreError::ForeignTable`] when no migration was applied yet and a table of one of the
+/// journal's names exists.
 pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
-    crate::migrate::sqlite::run(pool, &MIGRATOR)
-        .await
-        .map_err(|source| SqlStoreError::Migrate { source })
+    crate::migrate::sqlite::run(pool, &MIGRATOR).await
 }
 
 impl SqliteJournal {
@@ -275,7 +275,9 @@ impl SqliteJournal {
     ///   `max_batch_size` is 0;
     /// - [`SqlStoreError::Connect`], naming the URL, when it does not parse or the database
     ///   cannot be opened or created (for example its directory does not exist);
-    /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date.
+    /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date;
+    /// - [`SqlStoreError::ForeignTable`] when the database holds a table of one of the
+    ///   journal's names that the journal's migrations did not create.
     pub async fn connect(options: &SqliteJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let pools = SqlitePools::open(options).await?;

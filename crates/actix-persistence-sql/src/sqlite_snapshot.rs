@@ -51,7 +51,7 @@ impl SqliteSnapshotStore {
     ///
     /// # Errors
     /// As [`SqliteJournal::connect`]: [`SqlStoreError::InvalidOption`],
-    /// [`SqlStoreError::Connect`] or [`SqlStoreError::Migrate`].
+    /// [`SqlStoreError::Connect`], [`SqlStoreError::Migrate`] or [`SqlStoreError::ForeignTable`].
     ///
     /// [`SqliteJournal::connect`]: crate::SqliteJournal::connect
     pub async fn connect(options: &SqliteJournalOptions) -> Result<Self, SqlStoreError> {

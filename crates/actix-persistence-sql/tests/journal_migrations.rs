@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use actix_persistence_core::JournalStore;
-use actix_persistence_sql::MIGRATIONS_TABLE;
+use actix_persistence_sql::{SqlStoreError, MIGRATIONS_TABLE};
 use common::{atomic, backend_tests, write_all_ok, TestBackend};
 use sqlx::migrate::{MigrateError, Migrator};
 
@@ -17,6 +17,7 @@ backend_tests! {
     journal_starts_where_the_application_ran_its_own_sqlx_migrations_first,
     application_migrations_run_after_the_journal_created_its_tables,
     journal_adopts_its_records_from_sqlx_migrations_of_an_earlier_version,
+    journal_refuses_a_database_where_a_table_of_its_names_is_the_applications,
 }
 
 /// The application's own migrations: versions 1 and 2, as `sqlx migrate add` would number them.
@@ -144,4 +145,40 @@ async fn journal_adopts_its_records_from_sqlx_migrations_of_an_earlier_version<B
         .await
         .expect("the application migrates after the adoption");
     journal_works(&db).await;
+}
+
+async fn journal_refuses_a_database_where_a_table_of_its_names_is_the_applications<
+    B: RunMigrator,
+>(
+    db: B,
+) {
+    // The application keeps snapshots of its own, in a table named as the journal's (and as
+    // Akka's JDBC plugin names its snapshot table).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("0001_create_snapshot.sql"),
+        "CREATE TABLE snapshot (id BIGINT PRIMARY KEY, body TEXT NOT NULL);",
+    )
+    .unwrap();
+    db.run(&Migrator::new(dir.path()).await.unwrap())
+        .await
+        .expect("the application migrates first");
+
+    let refused = B::connect(&B::options_at(db.url(), &[])).await;
+    match refused {
+        Err(SqlStoreError::ForeignTable { table }) => assert_eq!(table, "snapshot"),
+        Err(other) => panic!("expected ForeignTable, got {other}"),
+        Ok(_) => panic!("the journal must not take the application's table for its own"),
+    }
+    // Nothing of the journal's was created, and the application's table is as it was.
+    assert_eq!(journal_versions(&db).await, Vec::<i64>::new());
+    assert_eq!(
+        db.query_i64s("SELECT COUNT(*) FROM snapshot").await,
+        vec![0]
+    );
+    let refused = B::connect(&B::options_at(db.url(), &[])).await;
+    assert!(
+        matches!(refused, Err(SqlStoreError::ForeignTable { .. })),
+        "refused again on the next start"
+    );
 }

@@ -169,6 +169,22 @@ mod on_a_server {
     }
 
     #[tokio::test]
+    async fn connections_report_warnings_only_so_migrations_log_no_notices() {
+        common::run(|db: PostgresDb| async move {
+            let journal = PostgresJournal::connect(&db.options(&[]))
+                .await
+                .expect("connect");
+            let level: String = sqlx::query_scalar("SHOW client_min_messages")
+                .fetch_one(journal.pool())
+                .await
+                .expect("show");
+            assert_eq!(level, "warning");
+            journal.close().await;
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn statement_timeout_cancels_a_slow_write_which_then_fails_alone() {
         common::run(|db: PostgresDb| async move {
             let options = PostgresJournalOptions {

@@ -110,6 +110,10 @@ async fn until_a_write_waits_for_a_lock(admin: &mut PgConnection) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
     let Some(Setup {
         db,
@@ -179,6 +183,10 @@ async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn a_rolled_back_transaction_holds_no_query_up() {
     let Some(Setup {
         db,
@@ -248,6 +256,10 @@ async fn journal_pages(admin: &mut PgConnection) -> (i64, i64) {
 /// in order up to their limit instead of sorting every event of the range (docs/benchmarks.md,
 /// issue 8); the catch-up delivers every event once, in each id's order, either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn a_query_analyzes_a_journal_filled_since_its_statistics() {
     let Some(db) = TestDatabase::create().await else {
         return;
@@ -316,6 +328,10 @@ async fn a_query_analyzes_a_journal_filled_since_its_statistics() {
 /// failing on `event_tag.tag NOT NULL`) and indexes the tags that are there; the insert
 /// trigger skips such an element of a row written afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
 async fn migration_0007_skips_null_tags() {
     use sqlx::migrate::Migrator;
 

@@ -46,10 +46,14 @@ pub(crate) struct CircuitBreaker {
 pub(crate) type Generation = u64;
 
 impl CircuitBreaker {
+    /// A closed breaker; reports its state at once, so a dashboard reads 0 (closed) before the
+    /// first failure rather than nothing.
     pub(crate) fn new(config: CircuitBreakerConfig) -> Self {
+        let state = State::Closed { failures: 0 };
+        report(&state);
         CircuitBreaker {
             config,
-            state: Mutex::new((State::Closed { failures: 0 }, 0)),
+            state: Mutex::new((state, 0)),
         }
     }
 

@@ -13,7 +13,7 @@ use super::WriteMessagesReply;
 /// received the writes. Owns the replies that arrived early; talks only to the waiting actors.
 ///
 /// The journal actor hands a reply straight to its actor, without this hop, when the reply is
-/// next in its group's order and none is queued here ([`ReplyOrder`]): the order is the same.
+/// next in its group's order and none is queued here (`ReplyOrder`): the order is the same.
 /// How long each reply waited for earlier ones is reported in
 /// [`crate::metrics::REPLY_ORDERING_WAIT`] (0 for a reply delivered at once).
 #[derive(Debug)]
