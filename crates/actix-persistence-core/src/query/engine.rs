@@ -18,7 +18,7 @@
 //! behind its position, so an event that commits a little late comes within a refresh
 //! interval; only one later than that waits for the settled pass.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::future::{self, Either};
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::{
     EnvelopeStream, EventFilter, EventKey, EventsRequest, Offset, QueryError, QuerySettings,
-    QueryStore, RawEnvelope, SeenEvent, StoredEvent, TimestampOffset, WriteNotifications,
+    QueryStore, RawEnvelope, SeenEvent, SeenMap, StoredEvent, TimestampOffset, WriteNotifications,
 };
 use crate::error::JournalError;
 
@@ -57,7 +57,8 @@ pub(crate) struct OffsetQuery {
     settled: EventKey,
     /// The last position the fast pass read.
     fast: EventKey,
-    seen: HashMap<String, SeenEvent>,
+    /// A persistent map: each envelope's offset carries a clone of it (O(1), shared entries).
+    seen: SeenMap,
     buffer: VecDeque<RawEnvelope>,
     phase: Phase,
     notifications: Option<WriteNotifications>,
@@ -95,9 +96,9 @@ impl OffsetQuery {
         query: &'static str,
     ) -> EnvelopeStream {
         let (settled, seen) = match offset {
-            Offset::NoOffset => (EventKey::start_of(i64::MIN), HashMap::new()),
+            Offset::NoOffset => (EventKey::start_of(i64::MIN), SeenMap::new()),
             Offset::Timestamp(TimestampOffset { timestamp, seen }) => {
-                (EventKey::start_of(timestamp), seen.into_iter().collect())
+                (EventKey::start_of(timestamp), seen)
             }
             other @ Offset::Sequence { .. } => {
                 let error = QueryError::InvalidOffset {
@@ -338,7 +339,20 @@ impl OffsetQuery {
     fn advance_settled_timestamp(&mut self, timestamp: i64) {
         if timestamp > self.settled.timestamp {
             self.settled.timestamp = timestamp;
-            self.seen.retain(|_, seen| seen.timestamp >= timestamp);
+            self.forget_seen_below(timestamp);
+        }
+    }
+
+    /// Forgets the seen events with a timestamp below `floor`.
+    fn forget_seen_below(&mut self, floor: i64) {
+        let below: Vec<Arc<str>> = self
+            .seen
+            .iter()
+            .filter(|(_, seen)| seen.timestamp < floor)
+            .map(|(id, _)| Arc::clone(id))
+            .collect();
+        for id in below {
+            self.seen.remove(&id);
         }
     }
 
@@ -347,15 +361,14 @@ impl OffsetQuery {
         let new_timestamp = key.timestamp > self.settled.timestamp;
         self.settled = key;
         if new_timestamp {
-            let floor = self.settled.timestamp;
-            self.seen.retain(|_, seen| seen.timestamp >= floor);
+            self.forget_seen_below(self.settled.timestamp);
         }
     }
 
     /// Whether this query delivered `event` already.
     fn is_delivered(&self, event: &StoredEvent) -> bool {
         self.seen
-            .get(&event.repr.persistence_id)
+            .get(event.repr.persistence_id.as_str())
             .is_some_and(|seen| seen.seq_nr >= event.repr.seq_nr)
     }
 
@@ -370,7 +383,7 @@ impl OffsetQuery {
         };
         if self
             .seen
-            .get(&event.repr.persistence_id)
+            .get(event.repr.persistence_id.as_str())
             .is_some_and(|seen| seen.seq_nr >= seq_nr)
         {
             return true;
@@ -384,20 +397,15 @@ impl OffsetQuery {
     }
 
     fn deliver(&mut self, event: StoredEvent) {
-        self.seen.insert(
-            event.repr.persistence_id.clone(),
-            SeenEvent {
-                seq_nr: event.repr.seq_nr,
-                timestamp: event.timestamp,
-            },
-        );
+        let seen = SeenEvent {
+            seq_nr: event.repr.seq_nr,
+            timestamp: event.timestamp,
+        };
+        self.seen
+            .insert(Arc::from(event.repr.persistence_id.as_str()), seen);
         let offset = Offset::Timestamp(TimestampOffset {
             timestamp: self.settled.timestamp,
-            seen: self
-                .seen
-                .iter()
-                .map(|(id, seen)| (id.clone(), *seen))
-                .collect(),
+            seen: self.seen.clone(),
         });
         self.buffer
             .push_back(RawEnvelope::from_repr(event.repr, offset));

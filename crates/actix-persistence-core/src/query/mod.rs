@@ -75,7 +75,7 @@ pub use envelope::{
 };
 pub use error::QueryError;
 pub use notify::{WriteNotifications, WriteNotifier};
-pub use offset::{Offset, SeenEvent, TimestampOffset};
+pub use offset::{Offset, SeenEvent, SeenMap, TimestampOffset};
 pub use read_journal::ReadJournal;
 pub use settings::QuerySettings;
 pub use slice::{

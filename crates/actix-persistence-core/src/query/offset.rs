@@ -1,7 +1,7 @@
 //! Offsets: where a query by slice or by tag stands, stored by a consumer to resume exactly
 //! after the last element it handled.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,11 +32,21 @@ pub enum Offset {
     Timestamp(TimestampOffset),
 }
 
+/// The persistence ids of a [`TimestampOffset`] with their last delivered event: a persistent
+/// ordered map ([`imbl::OrdMap`]), so that a clone shares its entries and costs O(1) however
+/// many it holds, and the ids are shared `Arc<str>`s (look one up with a `&str`), so that an
+/// insert into a shared map copies no string. Build one with `collect()` or [`SeenMap::new`] and
+/// [`insert`](imbl::OrdMap::insert); it serializes as a map (the JSON of a `BTreeMap`).
+pub type SeenMap = imbl::OrdMap<Arc<str>, SeenEvent>;
+
 /// The offset of queries by slice and by tag: a database timestamp up to which every event
 /// has been delivered, and the persistence ids whose events at or after it were delivered.
 ///
 /// Its size grows with the number of persistence ids that stored an event within the
 /// late-commit window (`query.late-commit-window`) before the last element: one entry each.
+/// Every envelope carries one; they share their entries ([`SeenMap`]), so an envelope costs
+/// the same whether hundreds of ids wrote at one timestamp or one did (with a copied map, a
+/// group-commit transaction of 500 ids made a catch-up 16x slower: docs/benchmarks.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimestampOffset {
     /// Database timestamp, microseconds since the Unix epoch: every event with an earlier
@@ -45,7 +55,7 @@ pub struct TimestampOffset {
     /// Per persistence id, the highest sequence number delivered whose timestamp is at or
     /// after [`timestamp`](Self::timestamp). Events of these ids up to that sequence number are
     /// not delivered again.
-    pub seen: BTreeMap<String, SeenEvent>,
+    pub seen: SeenMap,
 }
 
 /// The last event of one persistence id delivered at or after a [`TimestampOffset`]'s
@@ -71,5 +81,30 @@ impl Offset {
             Offset::Sequence { .. } => "a sequence offset",
             Offset::Timestamp(_) => "a timestamp offset",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON of an offset stored by a release whose `seen` was a `BTreeMap` reads back,
+    /// and writes the same: a map of id to seen event.
+    #[test]
+    fn a_timestamp_offset_keeps_its_json_shape() {
+        let stored = r#"{"type":"timestamp","timestamp":17,"seen":{"A|1":{"seq_nr":3,"timestamp":17},"B|2":{"seq_nr":9,"timestamp":18}}}"#;
+        let offset: Offset = serde_json::from_str(stored).expect("reads");
+        let Offset::Timestamp(timestamp) = &offset else {
+            panic!("a timestamp offset: {offset:?}");
+        };
+        assert_eq!(timestamp.timestamp, 17);
+        assert_eq!(
+            timestamp.seen.get("B|2"),
+            Some(&SeenEvent {
+                seq_nr: 9,
+                timestamp: 18
+            })
+        );
+        assert_eq!(serde_json::to_string(&offset).expect("writes"), stored);
     }
 }
