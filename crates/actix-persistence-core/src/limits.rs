@@ -124,11 +124,12 @@ pub fn check_limits(write: &AtomicWrite) -> Result<(), WriteRejection> {
     Ok(())
 }
 
-/// Whether `text` holds a NUL character. Every byte is looked at, without an early exit: these
+/// Whether `text` holds a NUL character, which no store can hold (PostgreSQL `TEXT` cannot;
+/// the limits refuse it everywhere). Every byte is looked at, without an early exit: these
 /// fields are short (ids, manifests, tags of tens of bytes) and checked twice per persist, where
 /// `str::contains`'s searcher cost more than the scan (`check_limits` 523 -> 392 instructions
 /// per persist, callgrind, docs/benchmarks.md; a chunked variant measured 547).
-pub(crate) fn holds_nul(text: &str) -> bool {
+pub fn holds_nul(text: &str) -> bool {
     text.bytes().fold(false, |nul, byte| nul | (byte == 0))
 }
 

@@ -24,7 +24,7 @@ use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
     all_distinct, check_batch_sizes, check_max_connections, clamp_seq_nr, in_use,
-    ownership_from_row, ownerships_in_order, rejection, token_to_sql, ConnectionsInUse, Dialect,
+    ownership_from_row, ownerships_in_order, token_to_sql, ConnectionsInUse, Dialect,
     JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
@@ -618,11 +618,6 @@ fn concurrent_transactions(max_connections: u32) -> usize {
         .clamp(1, 4)
 }
 
-/// Whether `text` cannot be stored in a PostgreSQL `TEXT` column.
-fn holds_nul(text: &str) -> bool {
-    text.contains('\0')
-}
-
 impl Dialect for PostgresDialect {
     const METRICS_LABEL: &'static str = "postgres";
     type Db = Postgres;
@@ -634,34 +629,10 @@ impl Dialect for PostgresDialect {
     const SEQ_NR_COLUMN: &'static str = "a BIGINT";
     const NAME: &'static str = "PostgreSQL";
 
-    /// Rejects a write holding a NUL character in a text field.
+    /// Converts the write: nothing is left to reject. NUL characters, which PostgreSQL text
+    /// cannot store, were refused by [`AtomicWrite::check`] (the limits) just before, in
+    /// every text field of every event.
     fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<PreparedWrite, WriteRejection> {
-        if holds_nul(write.persistence_id()) {
-            return Err(rejection(
-                &write,
-                "the persistence id holds a NUL character, which PostgreSQL text cannot store"
-                    .to_owned(),
-            ));
-        }
-        for event in &write.events {
-            let nul_in = if holds_nul(&event.writer_uuid) {
-                Some("writer id")
-            } else if holds_nul(&event.manifest) {
-                Some("manifest")
-            } else if event.tags.iter().any(|tag| holds_nul(tag)) {
-                Some("a tag")
-            } else {
-                None
-            };
-            if let Some(field) = nul_in {
-                let reason = format!(
-                    "the {field} of the event at sequence number {} holds a NUL character, \
-                     which PostgreSQL text cannot store",
-                    event.seq_nr
-                );
-                return Err(rejection(&write, reason));
-            }
-        }
         Ok(PreparedWrite {
             write,
             highest_seq_nr,
@@ -708,7 +679,7 @@ impl Dialect for PostgresDialect {
     }
 
     fn stores_text(text: &str) -> bool {
-        !holds_nul(text)
+        !actix_persistence_core::limits::holds_nul(text)
     }
 
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
