@@ -108,6 +108,14 @@ impl InMemoryJournal {
         Self::default()
     }
 
+    /// The notifier of this journal's live queries (clones of the journal share it). The
+    /// journal notifies after each write; a test can also send a notification of its own, for
+    /// instance with the look-back of a store whose transactions commit out of order
+    /// ([`WriteNotifier::notify_committed`]).
+    pub fn write_notifier(&self) -> &WriteNotifier {
+        &self.notifier
+    }
+
     fn lock(&self) -> MutexGuard<'_, Journal> {
         // A panic while holding this lock cannot leave the map half-updated (every update is
         // a check followed by infallible inserts), so a poisoned lock is still consistent.
