@@ -4,6 +4,9 @@
 //! skipped without `DATABASE_URL`).
 #![cfg(feature = "test-util")]
 
+#[path = "common/migrations.rs"]
+mod migrations;
+
 use std::time::Duration;
 
 use actix_persistence_core::query::{
@@ -333,25 +336,11 @@ async fn a_query_analyzes_a_journal_filled_since_its_statistics() {
     ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
 )]
 async fn migration_0007_skips_null_tags() {
-    use sqlx::migrate::Migrator;
-
     let Some(db) = TestDatabase::create().await else {
         return;
     };
     let mut admin = PgConnection::connect(db.url()).await.expect("admin");
-    let mut migrator = Migrator::new(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/migrations/postgres"
-    )))
-    .await
-    .expect("read the migrations");
-    migrator.migrations = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version <= 6)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
+    let migrator = migrations::migrator_up_to("postgres", 6).await;
     migrator.run(&mut admin).await.expect("migrate up to 0006");
     let insert = "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
                   serializer_id, manifest, payload, tags, db_timestamp, slice, entity_type) \

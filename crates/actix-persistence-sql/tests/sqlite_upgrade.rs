@@ -4,6 +4,9 @@
 //! `counter-1`, `Account|1`, `Account|2` and `Order|7` with events 1..5 each (payload
 //! `{"Added":n}`, odd events tagged `odd`), then `Order|7` deleted up to 2.
 
+#[path = "common/migrations.rs"]
+mod migrations;
+
 use actix_persistence_core::query::{
     slice_for_persistence_id, EnvelopeStream, Offset, QuerySettings, ReadJournal,
 };
@@ -123,7 +126,6 @@ async fn new_events_in_a_release_0_1_0_database_follow_the_old_ones() {
 /// rows, and the insert trigger skips a bad row written afterwards instead of failing it.
 #[tokio::test]
 async fn migration_0007_skips_rows_whose_tags_are_not_json() {
-    use sqlx::migrate::Migrator;
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -137,19 +139,7 @@ async fn migration_0007_skips_rows_whose_tags_are_not_json() {
         )
         .await
         .expect("create the database");
-    let mut migrator = Migrator::new(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/migrations/sqlite"
-    )))
-    .await
-    .expect("read the migrations");
-    migrator.migrations = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version <= 6)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
+    let migrator = migrations::migrator_up_to("sqlite", 6).await;
     migrator.run(&pool).await.expect("migrate up to 0006");
     let insert = "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
                   serializer_id, manifest, payload, tags, db_timestamp, slice, entity_type) \
