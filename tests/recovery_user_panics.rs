@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,22 +263,26 @@ async fn a_panicking_continuation_is_reported_and_stops_the_actor() {
     );
 }
 
-#[actix::test]
-async fn backoff_supervisor_restarts_after_a_panic_during_recovery() {
-    let journal = InMemoryJournal::new();
-    seed(&journal, "p-supervised", &[Entry::Boom]).await;
+/// A `BackoffSupervisor` (1 ms backoff, no jitter) of ledgers `pid` on `journal`, and the
+/// numbers of the incarnations it builds (1, 2, ...) as they are built.
+fn supervise(
+    journal: &InMemoryJournal,
+    pid: &'static str,
+    script: &Arc<Script>,
+) -> (
+    actix::Addr<BackoffSupervisor<Ledger>>,
+    mpsc::UnboundedReceiver<usize>,
+) {
     let journal_actor =
         JournalActor::start_with(Arc::new(journal.clone()), JournalConfig::default());
-    let script = Arc::new(Script::default());
-    let built = Arc::new(AtomicUsize::new(0));
-    let (incarnations, mut started) = mpsc::unbounded_channel();
+    let (incarnations, started) = mpsc::unbounded_channel();
     let factory = {
-        let (script, built) = (Arc::clone(&script), Arc::clone(&built));
+        let script = Arc::clone(script);
+        let mut built = 0;
         move || {
-            let n = built.fetch_add(1, Ordering::SeqCst) + 1;
-            let _ = incarnations.send(n);
-            let state =
-                PersistenceState::new(journal_actor.clone(), "p-supervised").expect("valid id");
+            built += 1;
+            let _ = incarnations.send(built);
+            let state = PersistenceState::new(journal_actor.clone(), pid).expect("valid id");
             Ledger::new(state, Arc::clone(&script))
         }
     };
@@ -289,7 +292,15 @@ async fn backoff_supervisor_restarts_after_a_panic_during_recovery() {
         random_factor: 0.0,
         reset_after: Duration::from_secs(60),
     };
-    let _supervisor = BackoffSupervisor::new(backoff, factory).start();
+    (BackoffSupervisor::new(backoff, factory).start(), started)
+}
+
+#[actix::test]
+async fn backoff_supervisor_restarts_after_a_panic_during_recovery() {
+    let journal = InMemoryJournal::new();
+    seed(&journal, "p-supervised", &[Entry::Boom]).await;
+    let script = Arc::new(Script::default());
+    let (_supervisor, mut started) = supervise(&journal, "p-supervised", &script);
     for expected in 1..=3 {
         let n = tokio::time::timeout(Duration::from_secs(10), started.recv())
             .await
@@ -363,28 +374,8 @@ async fn a_panic_in_a_command_handler_is_a_failure_never_a_normal_stop() {
 #[actix::test]
 async fn backoff_supervisor_restarts_after_a_panic_in_a_command_handler() {
     let journal = InMemoryJournal::new();
-    let journal_actor =
-        JournalActor::start_with(Arc::new(journal.clone()), JournalConfig::default());
     let script = Arc::new(Script::default());
-    let (incarnations, mut started) = mpsc::unbounded_channel();
-    let factory = {
-        let script = Arc::clone(&script);
-        let mut built = 0;
-        move || {
-            built += 1;
-            let _ = incarnations.send(built);
-            let state =
-                PersistenceState::new(journal_actor.clone(), "p-handler-sup").expect("valid id");
-            Ledger::new(state, Arc::clone(&script))
-        }
-    };
-    let backoff = Backoff {
-        min: Duration::from_millis(1),
-        max: Duration::from_millis(1),
-        random_factor: 0.0,
-        reset_after: Duration::from_secs(60),
-    };
-    let supervisor = BackoffSupervisor::new(backoff, factory).start();
+    let (supervisor, mut started) = supervise(&journal, "p-handler-sup", &script);
     let first = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
     assert_eq!(first.expect("first incarnation"), Some(1));
     let total = supervisor.send(Record(vec![Entry::Add(5)])).await;
