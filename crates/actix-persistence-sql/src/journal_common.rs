@@ -20,8 +20,8 @@ use actix_persistence_core::{
 use futures::future::BoxFuture;
 use futures::stream;
 use sqlx::{
-    ColumnIndex, Connection, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row,
-    Transaction, Type,
+    Arguments, ColumnIndex, Connection, Database, Decode, Encode, Executor, FromRow, IntoArguments,
+    Pool, Row, Transaction, Type,
 };
 
 /// How many connections of a journal's pools are checked out right now (not idle): a snapshot
@@ -43,6 +43,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
+use crate::json_page;
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -157,6 +158,11 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// sequence number) rather than through the tag's whole range (SQLite picks the primary
     /// key's `tag = ?` and sorts every row of the tag per event otherwise).
     const TAG_BY_EVENT_HINT: &'static str = "";
+
+    /// Whether pages (a replay's, a query's) are read as one JSON value each
+    /// ([`json_page`](crate::json_page)) rather than row by row (SQLite: a row costs a thread
+    /// hand-off and a copy of each value).
+    const JSON_PAGES: bool = false;
 
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
@@ -476,6 +482,33 @@ enum ReplayColumn {
     Tags = 6,
 }
 
+/// The replay's page query: the columns in [`ReplayColumn`] order.
+const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
+                                 manifest, payload, tags \
+                          FROM journal \
+                          WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
+                          ORDER BY seq_nr \
+                          LIMIT $4";
+
+/// The events of one replay page as read.
+struct ReplayRows {
+    /// In sequence order; a row that did not decode ends them with its error.
+    events: Vec<Result<PersistentRepr, JournalError>>,
+    /// Rows the query returned (an event deleted between a page and the read of its payload
+    /// is counted, and left out of `events`).
+    rows: u64,
+    /// The highest sequence number among them, as stored.
+    last_seq_nr: Option<i64>,
+}
+
+/// Why a row of a JSON page gives no event.
+enum JsonRowError {
+    /// The page is not of the expected shape: read it row by row.
+    NotAPage,
+    /// The row is corrupt, or reading its payload failed.
+    Journal(JournalError),
+}
+
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
     readers: Pool<D::Db>,
@@ -635,51 +668,18 @@ where
             .next_from
             .saturating_add(cursor.window - 1)
             .min(cursor.to);
-        let mut conn = match cursor.readers.acquire().await {
-            Ok(conn) => conn,
-            Err(e) => return Page::failed(JournalError::storage("replay", e)),
+        let read = match Self::read_replay_rows(&cursor, upper, limit).await {
+            Ok(read) => read,
+            Err(e) => return Page::failed(e),
         };
-        // The columns in `ReplayColumn` order.
-        let rows = sqlx::query::<D::Db>(
-            "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
-                    manifest, payload, tags \
-             FROM journal \
-             WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
-             ORDER BY seq_nr \
-             LIMIT $4",
-        )
-        .bind(cursor.persistence_id.as_str())
-        .bind(cursor.next_from)
-        .bind(upper)
-        // At most `page_size`, a u32.
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *conn)
-        .await;
-        // Dropping a pooled connection only schedules its return on the runtime, which runs
-        // when the caller's task next yields; sqlx's `return_to_pool` runs that same drop
-        // handler (test the connection, release it) here, so it is available at once.
-        conn.return_to_pool().await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => return Page::failed(JournalError::storage("replay", e)),
-        };
-        let mut events = Vec::with_capacity(rows.len());
-        let mut last_seq_nr = None;
-        for row in &rows {
-            match Self::decode_event(&cursor.persistence_id, row) {
-                Ok((seq_nr, event)) => {
-                    last_seq_nr = Some(seq_nr);
-                    events.push(Ok(event));
-                }
-                Err(error) => {
-                    events.push(Err(error));
-                    return Page { events, next: None };
-                }
-            }
+        let ReplayRows {
+            events,
+            rows: read,
+            last_seq_nr,
+        } = read;
+        if events.last().is_some_and(Result::is_err) {
+            return Page { events, next: None };
         }
-        let read = rows.len() as u64;
-        // The rows' buffers go before the next page is read.
-        drop(rows);
         let full_page = read == limit;
         cursor.remaining -= read;
         let page_window = i64::from(cursor.page_size);
@@ -706,6 +706,156 @@ where
             _ => None,
         };
         Page { events, next }
+    }
+
+    /// The rows of one replay page: `persistence_id`'s events from `cursor.next_from` to
+    /// `upper`, at most `limit`, on a connection of the readers that goes back to the pool as
+    /// soon as they arrived.
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`] when the query fails; a row that does not decode ends
+    /// [`ReplayRows::events`] with its error.
+    async fn read_replay_rows(
+        cursor: &ReplayCursor<D>,
+        upper: i64,
+        limit: u64,
+    ) -> Result<ReplayRows, JournalError> {
+        let storage = |e| JournalError::storage("replay", e);
+        // At most `page_size`, a u32.
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let pid = cursor.persistence_id.as_str();
+        let mut conn = cursor.readers.acquire().await.map_err(storage)?;
+        if D::JSON_PAGES {
+            let text = sqlx::query_scalar::<D::Db, String>(&json_page::page_sql(REPLAY_SQL, false))
+                .bind(pid)
+                .bind(cursor.next_from)
+                .bind(upper)
+                .bind(limit)
+                .fetch_one(&mut *conn)
+                .await;
+            conn.return_to_pool().await;
+            let text = text.map_err(storage)?;
+            if let Some(rows) = Self::replay_rows_from_json(&cursor.readers, pid, &text).await {
+                return rows;
+            }
+            // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
+            conn = cursor.readers.acquire().await.map_err(storage)?;
+        }
+        let rows = sqlx::query::<D::Db>(REPLAY_SQL)
+            .bind(pid)
+            .bind(cursor.next_from)
+            .bind(upper)
+            .bind(limit)
+            .fetch_all(&mut *conn)
+            .await;
+        // Dropping a pooled connection only schedules its return on the runtime, which runs
+        // when the caller's task next yields; sqlx's `return_to_pool` runs that same drop
+        // handler (test the connection, release it) here, so it is available at once.
+        conn.return_to_pool().await;
+        let rows = rows.map_err(storage)?;
+        let mut read = ReplayRows {
+            events: Vec::with_capacity(rows.len()),
+            rows: rows.len() as u64,
+            last_seq_nr: None,
+        };
+        for row in &rows {
+            match Self::decode_event(pid, row) {
+                Ok((seq_nr, event)) => {
+                    read.last_seq_nr = Some(seq_nr);
+                    read.events.push(Ok(event));
+                }
+                Err(error) => {
+                    read.events.push(Err(error));
+                    break;
+                }
+            }
+        }
+        Ok(read)
+    }
+
+    /// The events of a replay page read as JSON ([`json_page`]), with the payloads it does not
+    /// carry read one by one (an event deleted meanwhile is left out). `None` when the value
+    /// is not such a page: the caller reads the page row by row.
+    async fn replay_rows_from_json(
+        readers: &Pool<D::Db>,
+        pid: &str,
+        text: &str,
+    ) -> Option<Result<ReplayRows, JournalError>> {
+        let mut rows = json_page::parse(text).ok()?;
+        rows.sort_by_key(|row| row.0);
+        let mut read = ReplayRows {
+            events: Vec::with_capacity(rows.len()),
+            rows: rows.len() as u64,
+            last_seq_nr: rows.last().map(|row| row.0),
+        };
+        for row in rows {
+            match Self::event_from_json(readers, pid, row).await {
+                Ok(Some(event)) => read.events.push(Ok(event)),
+                Ok(None) => {}
+                Err(JsonRowError::NotAPage) => return None,
+                Err(JsonRowError::Journal(error)) => {
+                    read.events.push(Err(error));
+                    break;
+                }
+            }
+        }
+        Some(Ok(read))
+    }
+
+    /// The event of a JSON page's row (of `pid`), reading its payload when the page does not
+    /// carry it: `None` when the event was deleted meanwhile.
+    async fn event_from_json(
+        readers: &Pool<D::Db>,
+        pid: &str,
+        row: json_page::JsonRow<'_>,
+    ) -> Result<Option<PersistentRepr>, JsonRowError> {
+        let stored_seq_nr = row.0;
+        let corrupt = |reason: String| {
+            JsonRowError::Journal(JournalError::storage(
+                "replay",
+                SqlStoreError::CorruptRow {
+                    persistence_id: pid.to_owned(),
+                    seq_nr: stored_seq_nr,
+                    reason,
+                },
+            ))
+        };
+        let seq_nr = u64::try_from(stored_seq_nr)
+            .map_err(|_| corrupt("negative sequence number".to_owned()))?;
+        let serializer_id = u32::try_from(row.3)
+            .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.3)))?;
+        let payload = match row.payload() {
+            Some(Ok(payload)) => payload,
+            Some(Err(_)) => return Err(JsonRowError::NotAPage),
+            None => {
+                let payload = sqlx::query_scalar::<D::Db, Vec<u8>>(
+                    "SELECT payload FROM journal WHERE persistence_id = $1 AND seq_nr = $2",
+                )
+                .bind(pid)
+                .bind(stored_seq_nr)
+                .fetch_optional(readers)
+                .await
+                .map_err(|e| JsonRowError::Journal(JournalError::storage("replay", e)))?;
+                match payload {
+                    Some(payload) => payload,
+                    None => return Ok(None),
+                }
+            }
+        };
+        // Text that is not JSON: read row by row, which names it.
+        let Some(tags) = row.6 else {
+            return Err(JsonRowError::NotAPage);
+        };
+        Ok(Some(PersistentRepr {
+            persistence_id: pid.to_owned(),
+            seq_nr,
+            payload,
+            serializer_id,
+            manifest: row.4,
+            writer_uuid: row.1,
+            timestamp: row.2,
+            tags,
+        }))
     }
 
     /// Reads one journal row back into an event; also returns its sequence number as stored.
@@ -783,29 +933,31 @@ where
     ) -> Result<Vec<StoredEvent>, JournalError> {
         let storage = |e| JournalError::storage("query", e);
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
-        let mut query = sqlx::query::<D::Db>(&sql);
-        match request.filter {
-            EventFilter::Slices {
-                entity_type,
-                min_slice,
-                max_slice,
-            } => {
-                query = query
-                    .bind(entity_type.as_str())
-                    .bind(i64::from(*min_slice))
-                    .bind(i64::from(*max_slice));
+        if D::JSON_PAGES {
+            let text = sqlx::query_scalar_with::<D::Db, String, _>(
+                &json_page::page_sql(&sql, true),
+                page_arguments::<D>(&request)?,
+            )
+            .fetch_one(self.readers)
+            .await
+            .map_err(storage)?;
+            if let Some(events) = self.stored_events_from_json(&text).await {
+                return events;
             }
-            EventFilter::Tag(tag) => query = query.bind(tag.as_str()),
+            // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
         }
-        let rows = query
-            .bind(request.after.timestamp)
-            .bind(request.after.persistence_id.as_str())
-            .bind(clamp_seq_nr(request.after.seq_nr))
-            .bind(request.before_timestamp)
-            .bind(i64::from(request.limit))
+        let rows = sqlx::query_with::<D::Db, _>(&sql, page_arguments::<D>(&request)?)
             .fetch_all(self.readers)
             .await
             .map_err(storage)?;
+        Self::stored_events(rows)
+    }
+
+    /// The events of a query page's rows.
+    fn stored_events(
+        rows: Vec<<D::Db as Database>::Row>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let storage = |e| JournalError::storage("query", e);
         // The columns after the replay's: persistence_id, db_timestamp, previous_timestamp,
         // previous_seq_nr (by position: no name look-up per row).
         const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
@@ -825,6 +977,50 @@ where
                 })
             })
             .collect()
+    }
+
+    /// The events of a query page read as JSON ([`json_page`]), in query order, with the
+    /// payloads it does not carry read one by one (an event deleted meanwhile is left out).
+    /// `None` when the value is not such a page: the caller reads the page row by row.
+    async fn stored_events_from_json(
+        &self,
+        text: &str,
+    ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
+        let mut rows = json_page::parse(text).ok()?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows.iter_mut() {
+            // Moved out: the row keeps an empty id.
+            let (Some(persistence_id), Some(timestamp)) = (row.7.take(), row.8) else {
+                return None;
+            };
+            events.push((persistence_id, timestamp, row.9, row.10));
+        }
+        let mut stored = Vec::with_capacity(rows.len());
+        for (row, (persistence_id, timestamp, previous_timestamp, previous_seq_nr)) in
+            rows.into_iter().zip(events)
+        {
+            let repr = match Self::event_from_json(self.readers, &persistence_id, row).await {
+                Ok(Some(repr)) => repr,
+                Ok(None) => continue,
+                Err(JsonRowError::NotAPage) => return None,
+                Err(JsonRowError::Journal(error)) => return Some(Err(error)),
+            };
+            stored.push(StoredEvent {
+                timestamp,
+                previous_timestamp,
+                previous_seq_nr: previous_seq_nr.and_then(|seq_nr| u64::try_from(seq_nr).ok()),
+                repr,
+            });
+        }
+        // In query order (as the page query's `ORDER BY`; `json_group_array` promises none).
+        stored.sort_by(|a, b| {
+            (a.timestamp, a.repr.persistence_id.as_bytes(), a.repr.seq_nr).cmp(&(
+                b.timestamp,
+                b.repr.persistence_id.as_bytes(),
+                b.repr.seq_nr,
+            ))
+        });
+        Some(Ok(stored))
     }
 
     /// Persistence ids that stored events, after `after`, at most `limit`, in the database's
@@ -1016,6 +1212,46 @@ fn record_batch_size<D: Dialect>(atomic_writes: usize) {
         "store" => D::METRICS_LABEL
     )
     .record(atomic_writes as f64);
+}
+
+/// The values of [`page_query_sql`]'s placeholders for `request`, in order.
+///
+/// # Errors
+/// [`JournalError::Storage`] when a value cannot be encoded.
+fn page_arguments<'q, D: Dialect>(
+    request: &EventsRequest<'q>,
+) -> Result<<D::Db as Database>::Arguments<'q>, JournalError>
+where
+    for<'a> &'a str: Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> i64: Encode<'a, D::Db> + Type<D::Db>,
+{
+    fn add<'q, DB: Database, T: Encode<'q, DB> + Type<DB> + 'q>(
+        arguments: &mut DB::Arguments<'q>,
+        value: T,
+    ) -> Result<(), JournalError> {
+        arguments
+            .add(value)
+            .map_err(|e| JournalError::storage("query", sqlx::Error::Encode(e)))
+    }
+    let mut arguments = <D::Db as Database>::Arguments::default();
+    match request.filter {
+        EventFilter::Slices {
+            entity_type,
+            min_slice,
+            max_slice,
+        } => {
+            add::<D::Db, _>(&mut arguments, entity_type.as_str())?;
+            add::<D::Db, _>(&mut arguments, i64::from(*min_slice))?;
+            add::<D::Db, _>(&mut arguments, i64::from(*max_slice))?;
+        }
+        EventFilter::Tag(tag) => add::<D::Db, _>(&mut arguments, tag.as_str())?,
+    }
+    add::<D::Db, _>(&mut arguments, request.after.timestamp)?;
+    add::<D::Db, _>(&mut arguments, request.after.persistence_id.as_str())?;
+    add::<D::Db, _>(&mut arguments, clamp_seq_nr(request.after.seq_nr))?;
+    add::<D::Db, _>(&mut arguments, request.before_timestamp)?;
+    add::<D::Db, _>(&mut arguments, i64::from(request.limit))?;
+    Ok(arguments)
 }
 
 /// The SQL of one page of a query by slices or by tag (`EventsRequest`): parameters are the

@@ -75,6 +75,7 @@
 mod error;
 mod group_commit;
 mod journal_common;
+mod json_page;
 mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;

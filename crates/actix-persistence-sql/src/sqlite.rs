@@ -27,6 +27,7 @@ use crate::journal_common::{
     ownership_from_row, ownerships_in_order, rejection, token_to_sql, ConnectionsInUse, Dialect,
     JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
+use crate::json_page;
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
@@ -399,6 +400,7 @@ impl Dialect for SqliteDialect {
     const SEQ_NR_COLUMN: &'static str = "SQLite";
     const NAME: &'static str = "SQLite";
     const TAG_BY_EVENT_HINT: &'static str = " INDEXED BY event_tag_by_event";
+    const JSON_PAGES: bool = true;
 
     /// Encodes the tags of each event as JSON.
     fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<PreparedWrite, WriteRejection> {
@@ -457,12 +459,7 @@ impl Dialect for SqliteDialect {
     }
 
     fn tags_from_sql(tags: String) -> Result<Vec<String>, String> {
-        // Most events have no tags: no JSON parse for those.
-        if tags == "[]" {
-            return Ok(Vec::new());
-        }
-        serde_json::from_str(&tags)
-            .map_err(|e| format!("tags are not a JSON array of strings: {e}"))
+        json_page::tags_from_json(tags)
     }
 
     fn stores_text(_text: &str) -> bool {

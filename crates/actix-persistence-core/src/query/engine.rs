@@ -401,8 +401,7 @@ impl OffsetQuery {
             seq_nr: event.repr.seq_nr,
             timestamp: event.timestamp,
         };
-        self.seen
-            .insert(Arc::from(event.repr.persistence_id.as_str()), seen);
+        self.seen.update(&event.repr.persistence_id, seen);
         let offset = Offset::Timestamp(TimestampOffset {
             timestamp: self.settled.timestamp,
             seen: self.seen.clone(),
