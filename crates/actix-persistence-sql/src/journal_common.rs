@@ -962,15 +962,18 @@ where
         // previous_seq_nr (by position: no name look-up per row).
         const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
         const DB_TIMESTAMP: usize = PERSISTENCE_ID + 1;
+        // Unchecked, as the replay's columns (see `decode_event`): the journal's own columns;
+        // the previous event's are the same columns, or NULL.
         rows.iter()
             .map(|row| {
-                let persistence_id: String = row.try_get(PERSISTENCE_ID).map_err(storage)?;
+                let persistence_id: String =
+                    row.try_get_unchecked(PERSISTENCE_ID).map_err(storage)?;
                 let (_, repr) = Self::decode_event(&persistence_id, row)?;
                 Ok(StoredEvent {
-                    timestamp: row.try_get(DB_TIMESTAMP).map_err(storage)?,
-                    previous_timestamp: row.try_get(DB_TIMESTAMP + 1).map_err(storage)?,
+                    timestamp: row.try_get_unchecked(DB_TIMESTAMP).map_err(storage)?,
+                    previous_timestamp: row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
                     previous_seq_nr: row
-                        .try_get::<Option<i64>, _>(DB_TIMESTAMP + 2)
+                        .try_get_unchecked::<Option<i64>, _>(DB_TIMESTAMP + 2)
                         .map_err(storage)?
                         .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
                     repr,

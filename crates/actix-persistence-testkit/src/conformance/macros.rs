@@ -205,9 +205,9 @@ macro_rules! __case_table {
     };
 }
 
-/// Expands into one `#[test]` per query conformance case (Q1-Q15 as
+/// Expands into one `#[test]` per query conformance case (Q1-Q16 as
 /// `q01_events_by_persistence_id_bounds` ..
-/// `q15_pipelined_writes_of_one_id_keep_their_order`), each against a
+/// `q16_payloads_of_every_size_come_back_byte_for_byte`), each against a
 /// [`QueryStore`](actix_persistence_core::query::QueryStore) fresh from the factory. Same
 /// shape as [`journal_conformance_tests!`](crate::journal_conformance_tests).
 ///
@@ -249,6 +249,7 @@ macro_rules! __query_cases {
             q13_late_commit_keeps_the_order_of_an_id: "Q13 an id's next event waits for its late-committing previous one",
             q14_settled_pass_delivers_what_the_fast_pass_passed: "Q14 an event visible far behind the live edge comes from the settled pass once the window passed",
             q15_pipelined_writes_of_one_id_keep_their_order: "Q15 writes of one id issued without waiting are stored and delivered in sequence order",
+            q16_payloads_of_every_size_come_back_byte_for_byte: "Q16 payloads of every size and every byte value come back byte for byte, in order, on every query",
         }
     };
 }
