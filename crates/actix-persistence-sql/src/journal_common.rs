@@ -759,7 +759,7 @@ where
             last_seq_nr: None,
         };
         for row in &rows {
-            match Self::decode_event(pid, row) {
+            match Self::decode_event(pid.to_owned(), row) {
                 Ok((seq_nr, event)) => {
                     read.last_seq_nr = Some(seq_nr);
                     read.events.push(Ok(event));
@@ -865,8 +865,10 @@ where
     /// each value's type compared with the column's first (`try_get_unchecked`, another
     /// fifth of PostgreSQL's replay): the query names the journal's own columns, whose types
     /// the migrations fix, and decoding still fails on a value of the wrong shape.
+    ///
+    /// `persistence_id` becomes the event's (a query reads it from the row: no copy).
     fn decode_event(
-        persistence_id: &str,
+        persistence_id: String,
         row: &<D::Db as Database>::Row,
     ) -> Result<(i64, PersistentRepr), JournalError> {
         let column_error = |e| JournalError::storage("replay", e);
@@ -878,7 +880,7 @@ where
             JournalError::storage(
                 "replay",
                 SqlStoreError::CorruptRow {
-                    persistence_id: persistence_id.to_owned(),
+                    persistence_id: persistence_id.clone(),
                     seq_nr: stored_seq_nr,
                     reason,
                 },
@@ -911,7 +913,7 @@ where
                 .try_get_unchecked(get(ReplayColumn::WriteTimestamp))
                 .map_err(column_error)?,
             tags,
-            persistence_id: persistence_id.to_owned(),
+            persistence_id,
         };
         Ok((stored_seq_nr, event))
     }
@@ -968,7 +970,7 @@ where
             .map(|row| {
                 let persistence_id: String =
                     row.try_get_unchecked(PERSISTENCE_ID).map_err(storage)?;
-                let (_, repr) = Self::decode_event(&persistence_id, row)?;
+                let (_, repr) = Self::decode_event(persistence_id, row)?;
                 Ok(StoredEvent {
                     timestamp: row.try_get_unchecked(DB_TIMESTAMP).map_err(storage)?,
                     previous_timestamp: row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,

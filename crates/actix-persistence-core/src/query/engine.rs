@@ -213,9 +213,14 @@ impl OffsetQuery {
     }
 
     /// Starts reading the page after `after` (when the page just read was full): the store
-    /// works on it while the consumer takes the envelopes of this one. At most one page is
-    /// read ahead.
-    fn read_ahead(&mut self, after: EventKey, bound: i64, fast: bool) {
+    /// works on it while this page is delivered and the consumer takes its envelopes. At most
+    /// one page is read ahead.
+    ///
+    /// Yields once, so that the reading task sends its query before this page is delivered: a
+    /// consumer that takes envelopes without waiting never yields to the runtime, and on a
+    /// single-threaded runtime (an Actix arbiter) the query would otherwise be sent only when
+    /// the next page is awaited, leaving the database idle while the page is delivered.
+    async fn read_ahead(&mut self, after: EventKey, bound: i64, fast: bool) {
         let store = Arc::clone(&self.store);
         let filter = self.filter.clone();
         let limit = self.settings.page_size.max(1);
@@ -240,12 +245,20 @@ impl OffsetQuery {
             bound,
             task,
         });
+        tokio::task::yield_now().await;
     }
 
     async fn settled_page(&mut self, bound: i64, fast_bound: i64) -> Result<(), QueryError> {
         let after = self.settled.clone();
         let page = self.read_page(&after, bound, false).await?;
         let full = page.len() >= self.settings.page_size.max(1) as usize;
+        if full {
+            // The next page starts after this one's last event (where `settled` will be): the
+            // store reads it while this page is delivered and taken.
+            if let Some(last) = page.last() {
+                self.read_ahead(last.key(), bound, false).await;
+            }
+        }
         let last = page.len().saturating_sub(1);
         for (i, event) in page.into_iter().enumerate() {
             // Only the settled timestamp is read while the page is delivered (offsets, and
@@ -259,9 +272,7 @@ impl OffsetQuery {
                 self.deliver(event);
             }
         }
-        if full {
-            self.read_ahead(self.settled.clone(), bound, false);
-        } else {
+        if !full {
             // Everything below `bound` is read.
             let end = EventKey::start_of(bound);
             if end > self.settled {
@@ -279,15 +290,19 @@ impl OffsetQuery {
         let after = self.fast.clone();
         let page = self.read_page(&after, bound, true).await?;
         let full = page.len() >= self.settings.page_size.max(1) as usize;
+        if full {
+            // The next page starts after this one's last event (where `fast` will be).
+            if let Some(last) = page.last() {
+                self.read_ahead(last.key(), bound, true).await;
+            }
+        }
         for event in page {
             self.fast = event.key();
             if !self.is_delivered(&event) && self.predecessor_delivered(&event) {
                 self.deliver(event);
             }
         }
-        if full {
-            self.read_ahead(self.fast.clone(), bound, true);
-        } else {
+        if !full {
             self.phase = if self.live { Phase::Wait } else { Phase::Done };
         }
         Ok(())
