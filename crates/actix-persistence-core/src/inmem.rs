@@ -43,7 +43,7 @@ impl Events {
 }
 
 /// Adds empty events for `pid` to `ids` (the id's one allocation, shared by its index entries).
-fn add_id<'a>(ids: &'a mut HashMap<Arc<str>, Events>, pid: &str) -> &'a mut Events {
+fn add_id<'a>(ids: &'a mut IdMap, pid: &str) -> &'a mut Events {
     ids.entry(Arc::from(pid))
         .or_insert_with_key(|id| Events::new(Arc::clone(id)))
 }
@@ -69,10 +69,15 @@ impl TimeKey {
     }
 }
 
+/// Events per persistence id, hashed with foldhash: the store looks an id up on every write,
+/// and SipHash (the std default, resistant to chosen keys) cost ~190 instructions per lookup
+/// there; the ids of a test or benchmark process are not an attack surface.
+type IdMap = HashMap<Arc<str>, Events, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct Journal {
     /// Per persistence id (the key is shared with [`Journal::by_time`]'s entries).
-    ids: HashMap<Arc<str>, Events>,
+    ids: IdMap,
     /// Every stored event in query order.
     by_time: BTreeSet<TimeKey>,
     /// The last timestamp given: timestamps never go down, so commit order is timestamp order.
