@@ -214,7 +214,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     if state.batch.is_empty() {
         return None;
     }
-    let mut writes = Vec::new();
+    let mut writes = Vec::with_capacity(state.batch.len());
     for mut invocation in state.batch.drain(..) {
         invocation.write = match std::mem::replace(&mut invocation.write, PendingWrite::None) {
             PendingWrite::Ready(write) => {

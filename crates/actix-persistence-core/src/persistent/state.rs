@@ -38,9 +38,12 @@ pub(crate) type Continuation<A> = Box<
 const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The events of one invocation: one is held inline (a `persist` allocates no vector).
+pub(crate) type EventBuf<E> = smallvec::SmallVec<[E; 1]>;
+
 /// One `persist`, `persist_all` or `defer` call waiting for its turn.
 pub(crate) struct Invocation<A: EventSourced> {
-    pub(crate) events: Vec<A::Event>,
+    pub(crate) events: EventBuf<A::Event>,
     pub(crate) write: PendingWrite,
     pub(crate) then: Continuation<A>,
     /// Sequence number of the last event (meaningless without events).
