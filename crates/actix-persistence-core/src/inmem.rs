@@ -45,7 +45,8 @@ impl Events {
 
     /// The index of the first stored event numbered `seq_nr` or higher.
     fn position(&self, seq_nr: u64) -> usize {
-        self.stored.partition_point(|(event, _)| event.seq_nr < seq_nr)
+        self.stored
+            .partition_point(|(event, _)| event.seq_nr < seq_nr)
     }
 
     /// The event numbered `seq_nr` with its timestamp, if it is stored.
@@ -235,11 +236,7 @@ impl InMemoryJournal {
             }
             .into());
         }
-        if let Some(taken) = write
-            .events
-            .iter()
-            .find(|e| events.get(e.seq_nr).is_some())
-        {
+        if let Some(taken) = write.events.iter().find(|e| events.get(e.seq_nr).is_some()) {
             return Err(JournalError::ConcurrentWrite {
                 persistence_id: taken.persistence_id.clone(),
                 seq_nr: taken.seq_nr,
