@@ -90,8 +90,9 @@ use crate::serialization::{
 };
 use crate::snapshot::{SnapshotError, SnapshotMetadata};
 use crate::store::PersistentRepr;
+use reply::Continuation;
 pub use snapshots::DeleteError;
-use state::{Continuation, EventBuf, Invocation, PendingWrite};
+use state::{EventBuf, Invocation, PendingWrite};
 
 /// Why recovery failed. The actor stops after [`EventSourced::on_recovery_failure`] ran.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -409,29 +410,7 @@ where
             }
         }
     };
-    let (tx, reply) = PersistReply::channel();
-    let then: Continuation<A> = Box::new(move |actor, outcome| match (actor, outcome) {
-        (Some((act, ctx)), Ok(events)) => match panics::catch_user(|| then(act, events, ctx)) {
-            Ok(value) => {
-                tx.send(Ok(value));
-                Ok(())
-            }
-            Err(reason) => {
-                tx.send(Err(PersistError::Panicked {
-                    reason: reason.clone(),
-                }));
-                Err(reason)
-            }
-        },
-        (None, Ok(_)) => {
-            tx.send(Err(PersistError::StoppedAfterStore));
-            Ok(())
-        }
-        (_, Err(cause)) => {
-            tx.send(Err(cause));
-            Ok(())
-        }
-    });
+    let (then, reply) = Continuation::new(then);
     driver::enqueue(
         act,
         ctx,

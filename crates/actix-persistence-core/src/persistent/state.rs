@@ -5,13 +5,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Addr, Context};
+use actix::Addr;
 use tokio::sync::oneshot;
 
 use super::addr::{ActorFailure, FailureCell};
 use super::driver::DriverState;
 use super::in_flight::{InFlight, InFlightGuard};
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
+use super::reply::Continuation;
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
 use crate::error::{
@@ -21,19 +22,6 @@ use crate::journal::{Incarnation, JournalActor};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
-
-/// A continuation: runs once with the stored events, or with why they were not stored.
-///
-/// With the actor (`Some`) and stored events it runs the user's continuation, catching a panic:
-/// `Err` carries the panic message, and the driver stops the actor. Without the actor (`None`:
-/// the actor is stopping or gone) it only answers the caller: stored events become
-/// [`PersistError::StoppedAfterStore`].
-pub(crate) type Continuation<A> = Box<
-    dyn FnOnce(
-        Option<(&mut A, &mut Context<A>)>,
-        Result<&[<A as EventSourced>::Event], PersistError>,
-    ) -> Result<(), String>,
->;
 
 const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -325,7 +313,7 @@ impl<A: EventSourced> PersistenceState<A> {
                 PendingWrite::Rejected(rejection) => Err(PersistError::Rejected(rejection)),
                 PendingWrite::None | PendingWrite::Ready(_) => Err(PersistError::ActorStopped),
             };
-            let _ = (invocation.then)(None, outcome);
+            let _ = invocation.then.call(None, outcome);
         }
     }
 
