@@ -21,6 +21,7 @@ use crate::store::AtomicWriteResult;
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
+#[inline]
 pub(crate) fn enqueue<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,

@@ -426,6 +426,7 @@ where
 
 /// Runs the actor's serializer and its `tags`, turning a panic in either into an error that
 /// rejects the write (the actor goes on, as for a serializer error).
+#[inline]
 fn serialize_caught<A: EventSourced>(
     actor: &A,
     event: &A::Event,

@@ -381,6 +381,7 @@ impl<A: EventSourced> PersistenceState<A> {
     /// path (the journal actor does not check again; the stores check for direct callers).
     /// Either way the write takes its sequence numbers (see
     /// [`take_seq_nrs`](Self::take_seq_nrs)).
+    #[inline]
     pub(crate) fn build_write(
         &self,
         first: u64,
