@@ -1,7 +1,6 @@
 //! An in-memory journal store, for tests and benchmarks. Nothing survives the process.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -21,8 +20,11 @@ use crate::store::{
 struct Events {
     /// The persistence id, the same allocation as its key in [`Journal::ids`].
     id: Arc<str>,
-    /// Per sequence number: the event and its timestamp (microseconds, see [`Journal::clock`]).
-    stored: BTreeMap<u64, (PersistentRepr, i64)>,
+    /// The stored events with their timestamps (microseconds, see [`Journal::clock`]),
+    /// ascending by sequence number: a write appends (its numbers follow the stored ones), a
+    /// delete drops a prefix. Cheaper than a `BTreeMap` per event (no node search and no node
+    /// allocations on the append path).
+    stored: VecDeque<(PersistentRepr, i64)>,
     highest: u64,
     /// The owner epoch: raised by every `take_ownership`.
     owner: FencingToken,
@@ -34,16 +36,64 @@ impl Events {
     fn new(id: Arc<str>) -> Self {
         Events {
             id,
-            stored: BTreeMap::new(),
+            stored: VecDeque::new(),
             highest: 0,
             owner: FencingToken::UNOWNED,
             deleted_to: 0,
         }
     }
+
+    /// The index of the first stored event numbered `seq_nr` or higher.
+    fn position(&self, seq_nr: u64) -> usize {
+        self.stored
+            .partition_point(|(event, _)| event.seq_nr < seq_nr)
+    }
+
+    /// The event numbered `seq_nr` with its timestamp, if it is stored.
+    fn get(&self, seq_nr: u64) -> Option<&(PersistentRepr, i64)> {
+        match self.stored.back() {
+            Some((last, _)) if last.seq_nr >= seq_nr => self
+                .stored
+                .get(self.position(seq_nr))
+                .filter(|(event, _)| event.seq_nr == seq_nr),
+            _ => None,
+        }
+    }
+
+    /// Stores `event` (its sequence number is not stored yet): appended, or in its place when a
+    /// higher number is stored already.
+    fn insert(&mut self, event: PersistentRepr, timestamp: i64) {
+        match self.stored.back() {
+            Some((last, _)) if last.seq_nr > event.seq_nr => {
+                let at = self.position(event.seq_nr);
+                self.stored.insert(at, (event, timestamp));
+            }
+            _ => self.stored.push_back((event, timestamp)),
+        }
+    }
+
+    /// The stored events numbered `from..=to`, ascending.
+    fn range(&self, from: u64, to: u64) -> impl Iterator<Item = &(PersistentRepr, i64)> {
+        self.stored
+            .range(self.position(from)..)
+            .take_while(move |(event, _)| event.seq_nr <= to)
+    }
+
+    /// The stored events numbered below `seq_nr`, ascending.
+    fn before(&self, seq_nr: u64) -> impl DoubleEndedIterator<Item = &(PersistentRepr, i64)> {
+        self.stored.range(..self.position(seq_nr))
+    }
+
+    /// Deletes the stored events numbered up to `to`; returns how many there were.
+    fn delete_to(&mut self, to: u64) -> usize {
+        let count = self.stored.partition_point(|(event, _)| event.seq_nr <= to);
+        self.stored.drain(..count);
+        count
+    }
 }
 
 /// Adds empty events for `pid` to `ids` (the id's one allocation, shared by its index entries).
-fn add_id<'a>(ids: &'a mut HashMap<Arc<str>, Events>, pid: &str) -> &'a mut Events {
+fn add_id<'a>(ids: &'a mut IdMap, pid: &str) -> &'a mut Events {
     ids.entry(Arc::from(pid))
         .or_insert_with_key(|id| Events::new(Arc::clone(id)))
 }
@@ -69,12 +119,23 @@ impl TimeKey {
     }
 }
 
+/// Events per persistence id, hashed with foldhash: the store looks an id up on every write,
+/// and SipHash (the std default, resistant to chosen keys) cost ~190 instructions per lookup
+/// there; the ids of a test or benchmark process are not an attack surface.
+type IdMap = HashMap<Arc<str>, Events, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct Journal {
     /// Per persistence id (the key is shared with [`Journal::by_time`]'s entries).
-    ids: HashMap<Arc<str>, Events>,
-    /// Every stored event in query order.
-    by_time: BTreeSet<TimeKey>,
+    ids: IdMap,
+    /// Every stored event in query order, sorted. Timestamps never go down, so a write's keys
+    /// sort after every earlier write's (an append, but among the keys of its own timestamp).
+    /// Entries of deleted events stay until [`Journal::compact`] drops them: a reader skips an
+    /// entry whose event is gone or was stored again at another timestamp ([`Journal::live`]).
+    by_time: Vec<TimeKey>,
+    /// How many entries of `by_time` have no stored event (at most: a deleted number stored
+    /// again at the same timestamp makes its entry live again).
+    stale: usize,
     /// The last timestamp given: timestamps never go down, so commit order is timestamp order.
     last_timestamp: i64,
 }
@@ -84,6 +145,40 @@ impl Journal {
     fn clock(&mut self) -> i64 {
         self.last_timestamp = self.last_timestamp.max(wall_clock_micros());
         self.last_timestamp
+    }
+
+    /// Adds `key` to the query index, in its place.
+    fn index(&mut self, key: TimeKey) {
+        match self.by_time.last() {
+            Some(last) if *last >= key => {
+                let at = self.by_time.partition_point(|k| *k < key);
+                if self.by_time.get(at) == Some(&key) {
+                    // The entry of a deleted event stored again at the same timestamp.
+                    self.stale = self.stale.saturating_sub(1);
+                } else {
+                    self.by_time.insert(at, key);
+                }
+            }
+            _ => self.by_time.push(key),
+        }
+    }
+
+    /// Whether the index entry `key` names a stored event (with that timestamp).
+    fn live(ids: &IdMap, key: &TimeKey) -> bool {
+        ids.get(&*key.persistence_id)
+            .and_then(|events| events.get(key.seq_nr))
+            .is_some_and(|(_, timestamp)| *timestamp == key.timestamp)
+    }
+
+    /// Drops the index entries of deleted events once they are half of the index (each
+    /// entry is then dropped in amortized O(1)).
+    fn compact(&mut self) {
+        if self.stale == 0 || self.stale < self.by_time.len() / 2 {
+            return;
+        }
+        let ids = &self.ids;
+        self.by_time.retain(|key| Journal::live(ids, key));
+        self.stale = 0;
     }
 }
 
@@ -141,25 +236,26 @@ impl InMemoryJournal {
             }
             .into());
         }
-        if let Some(taken) = write
-            .events
-            .iter()
-            .find(|e| events.stored.contains_key(&e.seq_nr))
-        {
+        if let Some(taken) = write.events.iter().find(|e| events.get(e.seq_nr).is_some()) {
             return Err(JournalError::ConcurrentWrite {
                 persistence_id: taken.persistence_id.clone(),
                 seq_nr: taken.seq_nr,
             }
             .into());
         }
-        events.highest = events.highest.max(write.highest_seq_nr());
+        // Consecutive and ascending (`check` above).
+        let (lowest, highest) = (write.lowest_seq_nr(), write.highest_seq_nr());
+        events.highest = events.highest.max(highest);
+        let id = Arc::clone(&events.id);
         for event in write.events {
-            journal.by_time.insert(TimeKey {
+            events.insert(event, timestamp);
+        }
+        for seq_nr in lowest..=highest {
+            journal.index(TimeKey {
                 timestamp,
-                persistence_id: Arc::clone(&events.id),
-                seq_nr: event.seq_nr,
+                persistence_id: Arc::clone(&id),
+                seq_nr,
             });
-            events.stored.insert(event.seq_nr, (event, timestamp));
         }
         Ok(())
     }
@@ -182,10 +278,9 @@ impl JournalStore for InMemoryJournal {
         let journal = self.lock();
         let events: Vec<_> = match journal.ids.get(pid) {
             Some(events) if from <= to => events
-                .stored
-                .range(from..=to)
+                .range(from, to)
                 .take(usize::try_from(max).unwrap_or(usize::MAX))
-                .map(|(_, (e, _))| Ok(e.clone()))
+                .map(|(e, _)| Ok(e.clone()))
                 .collect(),
             _ => Vec::new(),
         };
@@ -212,20 +307,9 @@ impl JournalStore for InMemoryJournal {
                     fencing_token: fencing_token.get(),
                 });
             }
-            let kept = if to == u64::MAX {
-                BTreeMap::new()
-            } else {
-                events.stored.split_off(&(to + 1))
-            };
-            let deleted = std::mem::replace(&mut events.stored, kept);
-            for (seq_nr, (_, timestamp)) in deleted {
-                journal.by_time.remove(&TimeKey {
-                    timestamp,
-                    persistence_id: Arc::clone(&events.id),
-                    seq_nr,
-                });
-            }
+            journal.stale += events.delete_to(to);
             events.deleted_to = events.deleted_to.max(to.min(events.highest));
+            journal.compact();
         }
         Ok(())
     }
@@ -264,28 +348,31 @@ impl QueryStore for InMemoryJournal {
         let journal = self.lock();
         let mut page = Vec::new();
         let after = TimeKey::from_event_key(request.after);
-        let range = (Bound::Excluded(&after), Bound::Unbounded);
-        for key in journal.by_time.range::<TimeKey, _>(range) {
+        let start = journal.by_time.partition_point(|key| *key <= after);
+        for key in &journal.by_time[start..] {
             if key.timestamp >= request.before_timestamp || page.len() >= request.limit as usize {
                 break;
             }
             let Some(events) = journal.ids.get(&*key.persistence_id) else {
                 continue;
             };
-            let Some((repr, timestamp)) = events.stored.get(&key.seq_nr) else {
+            let Some((repr, timestamp)) = events.get(key.seq_nr) else {
                 continue;
             };
+            if *timestamp != key.timestamp {
+                // A deleted event's entry; its number was stored again later.
+                continue;
+            }
             let slice = slice_for_persistence_id(&repr.persistence_id);
             if !request.filter.matches(repr, slice) {
                 continue;
             }
             let previous = if request.with_previous_timestamp {
                 events
-                    .stored
-                    .range(..key.seq_nr)
+                    .before(key.seq_nr)
                     .rev()
-                    .find(|(_, (previous, _))| request.filter.matches(previous, slice))
-                    .map(|(seq_nr, (_, timestamp))| (*seq_nr, *timestamp))
+                    .find(|(previous, _)| request.filter.matches(previous, slice))
+                    .map(|(previous, timestamp)| (previous.seq_nr, *timestamp))
             } else {
                 None
             };

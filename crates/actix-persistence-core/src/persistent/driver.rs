@@ -21,6 +21,7 @@ use crate::store::AtomicWriteResult;
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
+#[inline]
 pub(crate) fn enqueue<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
@@ -214,7 +215,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     if state.batch.is_empty() {
         return None;
     }
-    let mut writes = Vec::new();
+    let mut writes = Vec::with_capacity(state.batch.len());
     for mut invocation in state.batch.drain(..) {
         invocation.write = match std::mem::replace(&mut invocation.write, PendingWrite::None) {
             PendingWrite::Ready(write) => {
@@ -279,7 +280,7 @@ fn deliver<A: PersistentActor>(
         match outcome {
             Ok(()) => {
                 if let Err(reason) = apply_stored(act, &events, highest_seq_nr) {
-                    let _ = then(
+                    let _ = then.call(
                         None,
                         Err(PersistError::Panicked {
                             reason: reason.clone(),
@@ -288,7 +289,7 @@ fn deliver<A: PersistentActor>(
                     stop_with(act, ctx, StopReason::Panicked { reason }, results);
                     return false;
                 }
-                if let Err(reason) = then(Some((act, ctx)), Ok(&events)) {
+                if let Err(reason) = then.call(Some((act, ctx)), Ok(&events)) {
                     stop_with(act, ctx, StopReason::Panicked { reason }, results);
                     return false;
                 }
@@ -309,7 +310,7 @@ fn deliver<A: PersistentActor>(
                 // for a persist before recovery completed, which took none).
                 act.persistence_mut().confirm_seq_nr(highest_seq_nr);
                 let hook = catch_user(|| act.on_persist_rejected(&rejection, ctx));
-                let _ = then(Some((act, ctx)), Err(PersistError::Rejected(rejection)));
+                let _ = then.call(Some((act, ctx)), Err(PersistError::Rejected(rejection)));
                 if let Err(reason) = hook {
                     stop_with(act, ctx, StopReason::Panicked { reason }, results);
                     return false;
@@ -320,7 +321,7 @@ fn deliver<A: PersistentActor>(
                 act.persistence()
                     .record_failure(ActorFailure::Persist(cause.clone()));
                 let hook = catch_user(|| act.on_persist_failure(&cause, ctx));
-                let _ = then(None, Err(PersistError::Failed(cause)));
+                let _ = then.call(None, Err(PersistError::Failed(cause)));
                 let reason = match hook {
                     Ok(()) if fenced => StopReason::Fenced,
                     Ok(()) => StopReason::PersistFailure,
@@ -402,7 +403,7 @@ pub(crate) fn stop_with<A: PersistentActor>(
             PendingWrite::Rejected(rejection) => Err(PersistError::Rejected(rejection)),
             PendingWrite::None | PendingWrite::Ready(_) => Err(PersistError::ActorStopped),
         };
-        let _ = (invocation.then)(None, outcome);
+        let _ = invocation.then.call(None, outcome);
     }
     ctx.stop();
 }

@@ -90,8 +90,9 @@ use crate::serialization::{
 };
 use crate::snapshot::{SnapshotError, SnapshotMetadata};
 use crate::store::PersistentRepr;
+use reply::Continuation;
 pub use snapshots::DeleteError;
-use state::{Continuation, Invocation, PendingWrite};
+use state::{EventBuf, Invocation, PendingWrite};
 
 /// Why recovery failed. The actor stops after [`EventSourced::on_recovery_failure`] ran.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -315,7 +316,9 @@ pub trait PersistentActor: EventSourced {
         R: 'static,
         F: FnOnce(&mut Self, &Self::Event, &mut Context<Self>) -> R + 'static,
     {
-        self.persist_all(ctx, vec![event], move |act, events, ctx| {
+        // One event is kept inline: no allocation for the common `persist`.
+        let events: EventBuf<Self::Event> = smallvec::smallvec![event];
+        persist_events(self, ctx, events, move |act, events, ctx| {
             then(act, &events[0], ctx)
         })
     }
@@ -333,57 +336,7 @@ pub trait PersistentActor: EventSourced {
         R: 'static,
         F: FnOnce(&mut Self, &[Self::Event], &mut Context<Self>) -> R + 'static,
     {
-        let (write, highest_seq_nr) = if events.is_empty() {
-            (PendingWrite::None, 0)
-        } else {
-            match self.persistence().next_seq_nr() {
-                Err(rejection) => (PendingWrite::Rejected(rejection), 0),
-                Ok(first) => {
-                    let serialized = events.iter().map(|e| serialize_caught(self, e));
-                    let write = self
-                        .persistence()
-                        .build_write(first, events.len(), serialized);
-                    let highest = first + events.len() as u64 - 1;
-                    // Sent or rejected, the write keeps its sequence numbers (Akka's rule).
-                    self.persistence_mut().take_seq_nrs(highest);
-                    (write, highest)
-                }
-            }
-        };
-        let (tx, reply) = PersistReply::channel();
-        let then: Continuation<Self> = Box::new(move |actor, outcome| match (actor, outcome) {
-            (Some((act, ctx)), Ok(events)) => match panics::catch_user(|| then(act, events, ctx)) {
-                Ok(value) => {
-                    tx.send(Ok(value));
-                    Ok(())
-                }
-                Err(reason) => {
-                    tx.send(Err(PersistError::Panicked {
-                        reason: reason.clone(),
-                    }));
-                    Err(reason)
-                }
-            },
-            (None, Ok(_)) => {
-                tx.send(Err(PersistError::StoppedAfterStore));
-                Ok(())
-            }
-            (_, Err(cause)) => {
-                tx.send(Err(cause));
-                Ok(())
-            }
-        });
-        driver::enqueue(
-            self,
-            ctx,
-            Invocation {
-                events,
-                write,
-                then,
-                highest_seq_nr,
-            },
-        );
-        reply
+        persist_events(self, ctx, EventBuf::from_vec(events), then)
     }
 
     /// Saves the actor's state ([`EventSourced::snapshotting`]) as the snapshot at
@@ -427,8 +380,53 @@ pub trait PersistentActor: EventSourced {
     }
 }
 
+/// Persists `events` as one atomic write: [`PersistentActor::persist_all`] with the events in
+/// an [`EventBuf`] (one event is held inline).
+fn persist_events<A, R, F>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    events: EventBuf<A::Event>,
+    then: F,
+) -> PersistReply<R>
+where
+    A: PersistentActor,
+    R: 'static,
+    F: FnOnce(&mut A, &[A::Event], &mut Context<A>) -> R + 'static,
+{
+    let (write, highest_seq_nr) = if events.is_empty() {
+        (PendingWrite::None, 0)
+    } else {
+        match act.persistence().next_seq_nr() {
+            Err(rejection) => (PendingWrite::Rejected(rejection), 0),
+            Ok(first) => {
+                let serialized = events.iter().map(|e| serialize_caught(act, e));
+                let write = act
+                    .persistence()
+                    .build_write(first, events.len(), serialized);
+                let highest = first + events.len() as u64 - 1;
+                // Sent or rejected, the write keeps its sequence numbers (Akka's rule).
+                act.persistence_mut().take_seq_nrs(highest);
+                (write, highest)
+            }
+        }
+    };
+    let (then, reply) = Continuation::new(then);
+    driver::enqueue(
+        act,
+        ctx,
+        Invocation {
+            events,
+            write,
+            then,
+            highest_seq_nr,
+        },
+    );
+    reply
+}
+
 /// Runs the actor's serializer and its `tags`, turning a panic in either into an error that
 /// rejects the write (the actor goes on, as for a serializer error).
+#[inline]
 fn serialize_caught<A: EventSourced>(
     actor: &A,
     event: &A::Event,

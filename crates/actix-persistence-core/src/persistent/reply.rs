@@ -1,4 +1,4 @@
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -9,7 +9,8 @@ use actix::dev::{MessageResponse, OneshotSender};
 use actix::{Actor, ActorFuture, Context, Message};
 
 use super::driver::pump;
-use super::PersistentActor;
+use super::panics::catch_user;
+use super::{EventSourced, PersistentActor};
 
 use crate::error::{JournalError, WriteRejection};
 
@@ -67,31 +68,146 @@ enum Slot<R> {
     Taken,
 }
 
-type SharedSlot<R> = Rc<RefCell<Slot<R>>>;
+/// What holds a reply's slot: a bare cell (a ready reply), or a [`Pending`] continuation.
+trait HoldsSlot<R> {
+    fn slot(&self) -> &RefCell<Slot<R>>;
+}
 
-/// The continuation's end of a [`PersistReply`]. Dropping it unsent answers
+impl<R> HoldsSlot<R> for RefCell<Slot<R>> {
+    fn slot(&self) -> &RefCell<Slot<R>> {
+        self
+    }
+}
+
+type SharedSlot<R> = Rc<dyn HoldsSlot<R>>;
+
+/// A `persist`'s continuation and the slot of its reply, in one allocation: the
+/// [`Continuation`] runs it, the [`PersistReply`] reads the slot.
+struct Pending<R, F> {
+    slot: RefCell<Slot<R>>,
+    /// Taken when the continuation runs or is abandoned.
+    then: Cell<Option<F>>,
+}
+
+impl<R, F> HoldsSlot<R> for Pending<R, F> {
+    fn slot(&self) -> &RefCell<Slot<R>> {
+        &self.slot
+    }
+}
+
+/// The type-erased side of a [`Pending`] the driver calls.
+trait RunContinuation<A: EventSourced> {
+    fn run(
+        &self,
+        actor: Option<(&mut A, &mut Context<A>)>,
+        outcome: Result<&[A::Event], PersistError>,
+    ) -> Result<(), String>;
+
+    /// Answers [`PersistError::ActorStopped`] unless the continuation ran.
+    fn abandon(&self);
+}
+
+impl<A, R, F> RunContinuation<A> for Pending<R, F>
+where
+    A: EventSourced,
+    F: FnOnce(&mut A, &[A::Event], &mut Context<A>) -> R,
+{
+    fn run(
+        &self,
+        actor: Option<(&mut A, &mut Context<A>)>,
+        outcome: Result<&[A::Event], PersistError>,
+    ) -> Result<(), String> {
+        let Some(then) = self.then.take() else {
+            return Ok(());
+        };
+        match (actor, outcome) {
+            (Some((act, ctx)), Ok(events)) => match catch_user(|| then(act, events, ctx)) {
+                Ok(value) => {
+                    fill(&self.slot, Ok(value));
+                    Ok(())
+                }
+                Err(reason) => {
+                    fill(
+                        &self.slot,
+                        Err(PersistError::Panicked {
+                            reason: reason.clone(),
+                        }),
+                    );
+                    Err(reason)
+                }
+            },
+            (None, Ok(_)) => {
+                drop(then);
+                fill(&self.slot, Err(PersistError::StoppedAfterStore));
+                Ok(())
+            }
+            (_, Err(cause)) => {
+                drop(then);
+                fill(&self.slot, Err(cause));
+                Ok(())
+            }
+        }
+    }
+
+    fn abandon(&self) {
+        if let Some(then) = self.then.take() {
+            drop(then);
+            fill(&self.slot, Err(PersistError::ActorStopped));
+        }
+    }
+}
+
+/// A continuation: runs once with the stored events, or with why they were not stored.
+///
+/// With the actor (`Some`) and stored events it runs the user's continuation, catching a panic:
+/// `Err` carries the panic message, and the driver stops the actor. Without the actor (`None`:
+/// the actor is stopping or gone) it only answers the caller: stored events become
+/// [`PersistError::StoppedAfterStore`]. Dropping it without running it answers
 /// [`PersistError::ActorStopped`], so no reply waits forever.
-pub(crate) struct ReplySender<R> {
-    slot: Option<SharedSlot<R>>,
+pub(crate) struct Continuation<A: EventSourced> {
+    pending: Option<Rc<dyn RunContinuation<A>>>,
 }
 
-impl<R> ReplySender<R> {
-    pub(crate) fn send(mut self, outcome: PersistResult<R>) {
-        if let Some(slot) = self.slot.take() {
-            fill(&slot, outcome);
+impl<A: EventSourced> Continuation<A> {
+    /// `then` as a continuation, and the reply it fills (one allocation for both).
+    pub(crate) fn new<R, F>(then: F) -> (Self, PersistReply<R>)
+    where
+        R: 'static,
+        F: FnOnce(&mut A, &[A::Event], &mut Context<A>) -> R + 'static,
+    {
+        let pending = Rc::new(Pending {
+            slot: RefCell::new(Slot::Empty),
+            then: Cell::new(Some(then)),
+        });
+        let slot: SharedSlot<R> = Rc::clone(&pending) as SharedSlot<R>;
+        let continuation = Continuation {
+            pending: Some(pending),
+        };
+        (continuation, PersistReply { slot })
+    }
+
+    /// Runs the continuation (see the type's docs).
+    pub(crate) fn call(
+        mut self,
+        actor: Option<(&mut A, &mut Context<A>)>,
+        outcome: Result<&[A::Event], PersistError>,
+    ) -> Result<(), String> {
+        match self.pending.take() {
+            Some(pending) => pending.run(actor, outcome),
+            None => Ok(()),
         }
     }
 }
 
-impl<R> Drop for ReplySender<R> {
+impl<A: EventSourced> Drop for Continuation<A> {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            fill(&slot, Err(PersistError::ActorStopped));
+        if let Some(pending) = self.pending.take() {
+            pending.abandon();
         }
     }
 }
 
-fn fill<R>(slot: &SharedSlot<R>, outcome: PersistResult<R>) {
+fn fill<R>(slot: &RefCell<Slot<R>>, outcome: PersistResult<R>) {
     let previous = std::mem::replace(&mut *slot.borrow_mut(), Slot::Taken);
     match previous {
         Slot::Forward(sender) => {
@@ -126,21 +242,13 @@ impl<R> std::fmt::Debug for PersistReply<R> {
     }
 }
 
-impl<R> PersistReply<R> {
+impl<R: 'static> PersistReply<R> {
     /// A reply that is already there: for a command handled without persisting (e.g. one the
     /// actor refuses after validating it).
     pub fn ready(value: R) -> Self {
         PersistReply {
             slot: Rc::new(RefCell::new(Slot::Done(Ok(value)))),
         }
-    }
-
-    pub(crate) fn channel() -> (ReplySender<R>, Self) {
-        let slot = Rc::new(RefCell::new(Slot::Empty));
-        let sender = ReplySender {
-            slot: Some(Rc::clone(&slot)),
-        };
-        (sender, PersistReply { slot })
     }
 }
 
@@ -221,7 +329,7 @@ impl<R> Future for ReplyFuture<R> {
 
 /// The outcome if it is there, else registers the task to be woken when it is.
 fn poll_slot<R>(slot: &SharedSlot<R>, task: &TaskContext<'_>) -> Poll<PersistResult<R>> {
-    let mut slot = slot.borrow_mut();
+    let mut slot = slot.slot().borrow_mut();
     match std::mem::replace(&mut *slot, Slot::Taken) {
         Slot::Done(outcome) => Poll::Ready(outcome),
         Slot::Empty | Slot::Awaited(_) => {
@@ -238,7 +346,7 @@ fn poll_slot<R>(slot: &SharedSlot<R>, task: &TaskContext<'_>) -> Poll<PersistRes
 }
 
 fn take_done<R>(slot: &SharedSlot<R>) -> Option<PersistResult<R>> {
-    let mut slot = slot.borrow_mut();
+    let mut slot = slot.slot().borrow_mut();
     match std::mem::replace(&mut *slot, Slot::Taken) {
         Slot::Done(outcome) => Some(outcome),
         other => {
@@ -256,7 +364,7 @@ where
 {
     fn handle(self, _: &mut A::Context, tx: Option<OneshotSender<M::Result>>) {
         let Some(tx) = tx else { return };
-        let mut slot = self.slot.borrow_mut();
+        let mut slot = self.slot.slot().borrow_mut();
         match std::mem::replace(&mut *slot, Slot::Taken) {
             Slot::Done(outcome) => {
                 let _ = tx.send(outcome);

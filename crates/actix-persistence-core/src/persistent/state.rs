@@ -5,13 +5,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Addr, Context};
+use actix::Addr;
 use tokio::sync::oneshot;
 
 use super::addr::{ActorFailure, FailureCell};
 use super::driver::DriverState;
 use super::in_flight::{InFlight, InFlightGuard};
 use super::recovery::{Recovery, RecoveryPermits, RecoveryPlan};
+use super::reply::Continuation;
 use super::snapshots::SnapshotPolicy;
 use super::{EventSourced, PersistError};
 use crate::error::{
@@ -22,25 +23,15 @@ use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
 
-/// A continuation: runs once with the stored events, or with why they were not stored.
-///
-/// With the actor (`Some`) and stored events it runs the user's continuation, catching a panic:
-/// `Err` carries the panic message, and the driver stops the actor. Without the actor (`None`:
-/// the actor is stopping or gone) it only answers the caller: stored events become
-/// [`PersistError::StoppedAfterStore`].
-pub(crate) type Continuation<A> = Box<
-    dyn FnOnce(
-        Option<(&mut A, &mut Context<A>)>,
-        Result<&[<A as EventSourced>::Event], PersistError>,
-    ) -> Result<(), String>,
->;
-
 const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The events of one invocation: one is held inline (a `persist` allocates no vector).
+pub(crate) type EventBuf<E> = smallvec::SmallVec<[E; 1]>;
+
 /// One `persist`, `persist_all` or `defer` call waiting for its turn.
 pub(crate) struct Invocation<A: EventSourced> {
-    pub(crate) events: Vec<A::Event>,
+    pub(crate) events: EventBuf<A::Event>,
     pub(crate) write: PendingWrite,
     pub(crate) then: Continuation<A>,
     /// Sequence number of the last event (meaningless without events).
@@ -322,7 +313,7 @@ impl<A: EventSourced> PersistenceState<A> {
                 PendingWrite::Rejected(rejection) => Err(PersistError::Rejected(rejection)),
                 PendingWrite::None | PendingWrite::Ready(_) => Err(PersistError::ActorStopped),
             };
-            let _ = (invocation.then)(None, outcome);
+            let _ = invocation.then.call(None, outcome);
         }
     }
 
@@ -390,6 +381,7 @@ impl<A: EventSourced> PersistenceState<A> {
     /// path (the journal actor does not check again; the stores check for direct callers).
     /// Either way the write takes its sequence numbers (see
     /// [`take_seq_nrs`](Self::take_seq_nrs)).
+    #[inline]
     pub(crate) fn build_write(
         &self,
         first: u64,
