@@ -482,6 +482,18 @@ enum ReplayColumn {
     Tags = 6,
 }
 
+/// The error of a stored event that does not read back (a row this crate never writes).
+fn corrupt_row(persistence_id: String, seq_nr: i64, reason: String) -> JournalError {
+    JournalError::storage(
+        "replay",
+        SqlStoreError::CorruptRow {
+            persistence_id,
+            seq_nr,
+            reason,
+        },
+    )
+}
+
 /// The replay's page query: the columns in [`ReplayColumn`] order.
 const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
                                  manifest, payload, tags \
@@ -811,14 +823,7 @@ where
     ) -> Result<Option<PersistentRepr>, JsonRowError> {
         let stored_seq_nr = row.0;
         let corrupt = |reason: String| {
-            JsonRowError::Journal(JournalError::storage(
-                "replay",
-                SqlStoreError::CorruptRow {
-                    persistence_id: pid.to_owned(),
-                    seq_nr: stored_seq_nr,
-                    reason,
-                },
-            ))
+            JsonRowError::Journal(corrupt_row(pid.to_owned(), stored_seq_nr, reason))
         };
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
@@ -876,16 +881,7 @@ where
         let stored_seq_nr: i64 = row
             .try_get_unchecked(get(ReplayColumn::SeqNr))
             .map_err(column_error)?;
-        let corrupt = |reason: String| {
-            JournalError::storage(
-                "replay",
-                SqlStoreError::CorruptRow {
-                    persistence_id: persistence_id.clone(),
-                    seq_nr: stored_seq_nr,
-                    reason,
-                },
-            )
-        };
+        let corrupt = |reason: String| corrupt_row(persistence_id.clone(), stored_seq_nr, reason);
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id: D::SerializerId = row

@@ -120,6 +120,41 @@ async fn take(what: &str, stream: &mut EnvelopeStream, n: usize) -> Vec<RawEnvel
     taken
 }
 
+/// The next `n` elements of a live query that runs while `written` is false (writers still
+/// writing, in the same task): an element may wait for the settled pass, which runs only once
+/// the writes are done, so no element is due before then. From then on each must come within
+/// [`ANSWER_WITHIN`](super::ANSWER_WITHIN), as with [`take`]. (A fixed bound per element failed
+/// on a slow disk, where 1,000 PostgreSQL commits took longer than it.)
+async fn take_during(
+    what: &str,
+    stream: &mut EnvelopeStream,
+    n: usize,
+    written: &std::cell::Cell<bool>,
+) -> Vec<RawEnvelope> {
+    let mut taken = Vec::with_capacity(n);
+    while taken.len() < n {
+        // `next` is cancel-safe: the stream keeps its pending read when a timeout drops it.
+        let item = loop {
+            match tokio::time::timeout(super::ANSWER_WITHIN, stream.next()).await {
+                Ok(item) => break item,
+                Err(_) if !written.get() => continue,
+                Err(_) => panic!(
+                    "no answer to {what} within {:?} after the writes ended ({} of {n} \
+                     elements): the store hangs",
+                    super::ANSWER_WITHIN,
+                    taken.len()
+                ),
+            }
+        };
+        match item {
+            Some(Ok(envelope)) => taken.push(envelope),
+            Some(Err(e)) => panic!("{what} failed after {} elements: {e}", taken.len()),
+            None => panic!("{what} ended after {} elements, expected {n}", taken.len()),
+        }
+    }
+    taken
+}
+
 /// `(persistence id, seq_nr)` of each envelope.
 fn keys(envelopes: &[RawEnvelope]) -> Vec<(String, u64)> {
     envelopes
@@ -399,10 +434,12 @@ pub async fn q08_concurrent_writers_give_every_event_once(store: Arc<dyn QuerySt
         async move { t.write_range(&pid, 1, 20, &[tag]).await }
     });
     // The live query reads while the writers write.
-    let reader = take("Q8 live", &mut live, 1000).then(|envelopes| async move { envelopes });
+    let written = std::cell::Cell::new(false);
+    let reader = take_during("Q8 live", &mut live, 1000, &written);
     let writing = futures::future::join_all(writers).then(|_| async {
         // Every write is acknowledged: let the settled pass run.
         t.control.advance_clock(CASE_WINDOW);
+        written.set(true);
     });
     let (envelopes, ()) = futures::join!(reader, writing);
     assert_distinct_and_ordered("Q8", &envelopes);
@@ -790,10 +827,12 @@ pub async fn q15_pipelined_writes_of_one_id_keep_their_order(store: Arc<dyn Quer
         .flat_map(|seq_nr| ids.iter().map(move |id| (id, seq_nr)))
         .map(|(id, seq_nr)| t.write(vec![event(id, seq_nr, &[])]))
         .collect();
-    let reader = take("Q15 live", &mut live, 1200);
+    let written = std::cell::Cell::new(false);
+    let reader = take_during("Q15 live", &mut live, 1200, &written);
     let writing = futures::future::join_all(writes).then(|_| async {
         // Every write is acknowledged: let the settled pass run.
         t.control.advance_clock(CASE_WINDOW);
+        written.set(true);
     });
     let (envelopes, ()) = futures::join!(reader, writing);
     assert_distinct_and_ordered("Q15 live", &envelopes);
