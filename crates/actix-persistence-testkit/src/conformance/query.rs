@@ -98,13 +98,17 @@ fn fresh(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::new_v4().simple())
 }
 
-/// Every element of a current query.
-async fn collect(what: &str, stream: EnvelopeStream) -> Vec<RawEnvelope> {
-    let items: Vec<_> = within(what, stream.collect()).await;
+/// Every element of a current query, each within [`ANSWER_WITHIN`](super::ANSWER_WITHIN) of
+/// the previous one (a bound on the whole query failed on a slow machine, where a thousand
+/// elements in pages of 7 outlasted it without any page hanging).
+async fn collect(what: &str, mut stream: EnvelopeStream) -> Vec<RawEnvelope> {
+    let mut items = Vec::new();
+    while let Some(item) = within(what, stream.next()).await {
+        items.push(
+            item.unwrap_or_else(|e| panic!("{what} failed after {} elements: {e}", items.len())),
+        );
+    }
     items
-        .into_iter()
-        .map(|item| item.unwrap_or_else(|e| panic!("{what} failed: {e}")))
-        .collect()
 }
 
 /// The next `n` elements of a live query.
