@@ -63,16 +63,19 @@ pub enum Offset {
 /// assert_eq!(earlier.len(), 1);
 /// assert_eq!(seen.get("Account|42").map(|seen| seen.seq_nr), Some(7));
 /// ```
+/// One entry of a [`SeenMap`]: a persistence id and its last delivered event.
+type SeenEntry = (Arc<str>, SeenEvent);
+
 pub struct SeenMap {
     /// Every insert, in order; shared by the clones.
-    log: Arc<boxcar::Vec<(Arc<str>, SeenEvent)>>,
+    log: Arc<boxcar::Vec<SeenEntry>>,
     /// How many entries of `log` this map sees.
     len: usize,
     /// Entries with a lower timestamp are forgotten.
     floor: i64,
     /// The entries this map sees, by persistence id (the last insert of each, at or above
     /// `floor`), sorted on the first read.
-    sorted: OnceLock<Box<[(Arc<str>, SeenEvent)]>>,
+    sorted: OnceLock<Box<[SeenEntry]>>,
 }
 
 impl SeenMap {
@@ -81,7 +84,7 @@ impl SeenMap {
         SeenMap::from_log(Arc::new(boxcar::Vec::new()), 0, i64::MIN)
     }
 
-    fn from_log(log: Arc<boxcar::Vec<(Arc<str>, SeenEvent)>>, len: usize, floor: i64) -> Self {
+    fn from_log(log: Arc<boxcar::Vec<SeenEntry>>, len: usize, floor: i64) -> Self {
         SeenMap {
             log,
             len,
@@ -91,9 +94,9 @@ impl SeenMap {
     }
 
     /// The entries this map sees, sorted by persistence id.
-    fn sorted(&self) -> &[(Arc<str>, SeenEvent)] {
+    fn sorted(&self) -> &[SeenEntry] {
         self.sorted.get_or_init(|| {
-            let mut entries: Vec<(Arc<str>, SeenEvent)> = self.live_entries().into_iter().collect();
+            let mut entries: Vec<SeenEntry> = self.live_entries().into_iter().collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             entries.into_boxed_slice()
         })
@@ -126,7 +129,7 @@ impl SeenMap {
 
     /// The entries this map sees (the last insert of each id, at or above the floor), in a new
     /// log, in no particular order.
-    fn live_entries(&self) -> boxcar::Vec<(Arc<str>, SeenEvent)> {
+    fn live_entries(&self) -> boxcar::Vec<SeenEntry> {
         // The last insert of each id wins: read in insert order.
         let mut last = std::collections::HashMap::with_capacity(self.len);
         for (id, seen) in (0..self.len).filter_map(|i| self.log.get(i)) {
