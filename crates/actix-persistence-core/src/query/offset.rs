@@ -32,6 +32,9 @@ pub enum Offset {
     Timestamp(TimestampOffset),
 }
 
+/// One entry of a [`SeenMap`]: a persistence id and its last delivered event.
+type SeenEntry = (Arc<str>, SeenEvent);
+
 /// The persistence ids of a [`TimestampOffset`] with their last delivered event.
 ///
 /// A map whose clone costs O(1) however many entries it holds, so that every envelope of a
@@ -63,9 +66,6 @@ pub enum Offset {
 /// assert_eq!(earlier.len(), 1);
 /// assert_eq!(seen.get("Account|42").map(|seen| seen.seq_nr), Some(7));
 /// ```
-/// One entry of a [`SeenMap`]: a persistence id and its last delivered event.
-type SeenEntry = (Arc<str>, SeenEvent);
-
 pub struct SeenMap {
     /// Every insert, in order; shared by the clones.
     log: Arc<boxcar::Vec<SeenEntry>>,
