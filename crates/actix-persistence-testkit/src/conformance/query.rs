@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q19 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q21 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -1146,6 +1146,93 @@ pub async fn q19_resume_inside_one_timestamp_delivers_exactly_the_rest(store: Ar
     }
 }
 
+/// Q20: the live `events_by_persistence_id` honours its bounds and ends once every event up to
+/// `to_seq_nr` was delivered: at once for `to` 0 or `from` above `to`; when `to` is reached;
+/// and when the id's highest sequence number passed `to` although `to` itself is not stored
+/// (deleted, or a number no write stored, as a rejected write leaves). With `to` = MAX it
+/// never ends.
+pub async fn q20_live_events_by_persistence_id_ends_after_to(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let pid = fresh("Q20|");
+    t.write_range(&pid, 1, 6, &[]).await;
+    let live = |from, to| {
+        let what = format!("Q20 events_by_persistence_id({from}, {to})");
+        let stream = t.query.events_by_persistence_id(&pid, from, to);
+        async move { seq_nrs(&collect(&what, stream).await) }
+    };
+    assert_eq!(live(0, 0).await, Vec::<u64>::new(), "Q20 (0, 0)");
+    assert_eq!(live(4, 2).await, Vec::<u64>::new(), "Q20 (4, 2)");
+    assert_eq!(live(0, 3).await, vec![1, 2, 3], "Q20 (0, 3)");
+    within(
+        "Q20 delete",
+        t.store
+            .delete_messages_to(&pid, 5, actix_persistence_core::FencingToken::UNOWNED),
+    )
+    .await
+    .expect("Q20 delete");
+    assert_eq!(
+        live(1, 5).await,
+        Vec::<u64>::new(),
+        "Q20 (1, 5), all deleted"
+    );
+    assert_eq!(live(2, 6).await, vec![6], "Q20 (2, 6), 2..5 deleted");
+    // 7 is never stored (a rejected write's number): the query ends once 8 is.
+    let mut gap = t.query.events_by_persistence_id(&pid, 1, 7);
+    assert_eq!(seq_nrs(&take("Q20 (1, 7)", &mut gap, 1).await), vec![6]);
+    t.write_range(&pid, 8, 8, &[]).await;
+    assert_eq!(
+        seq_nrs(&collect("Q20 (1, 7)", gap).await),
+        Vec::<u64>::new(),
+        "Q20 (1, 7): ends after 6 once 8 is stored"
+    );
+    let mut open = t.query.events_by_persistence_id(&pid, 7, MAX_SEQ_NR);
+    assert_eq!(seq_nrs(&take("Q20 (7, MAX)", &mut open, 1).await), vec![8]);
+    t.write_range(&pid, 9, 9, &[]).await;
+    assert_eq!(
+        seq_nrs(&take("Q20 (7, MAX)", &mut open, 1).await),
+        vec![9],
+        "Q20 (7, MAX) goes on"
+    );
+}
+
+/// Q21: a live query reads the events already stored page after page, without waiting for
+/// the refresh interval between full pages (a one-hour interval here, and no write to notify
+/// it): by persistence id, by slices and by tag.
+pub async fn q21_live_queries_catch_up_without_waiting_for_a_refresh(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let query = ReadJournal::from_arc(
+        t.store.clone(),
+        QuerySettings {
+            refresh_interval: Duration::from_secs(3600),
+            ..t.query.settings().clone()
+        },
+    );
+    let entity_type = fresh("Q21");
+    let tag = fresh("q21-");
+    let pid = format!("{entity_type}|1");
+    // Four pages of 7 and a bit.
+    t.write_range(&pid, 1, 30, &[&tag]).await;
+    let expected: Vec<u64> = (1..=30).collect();
+    let mut by_pid = query.events_by_persistence_id(&pid, 1, MAX_SEQ_NR);
+    assert_eq!(
+        seq_nrs(&take("Q21 by persistence id", &mut by_pid, 30).await),
+        expected,
+        "Q21 by persistence id"
+    );
+    let mut by_slices = query.events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    assert_eq!(
+        seq_nrs(&take("Q21 by slices", &mut by_slices, 30).await),
+        expected,
+        "Q21 by slices"
+    );
+    let mut by_tag = query.events_by_tag(&tag, Offset::NoOffset);
+    assert_eq!(
+        seq_nrs(&take("Q21 by tag", &mut by_tag, 30).await),
+        expected,
+        "Q21 by tag"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -1180,7 +1267,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q19." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q21." }
 }
 
 impl Case for QueryCase {
