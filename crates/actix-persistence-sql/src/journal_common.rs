@@ -1025,7 +1025,8 @@ where
     }
 
     /// Persistence ids that stored events, after `after`, at most `limit`, in the database's
-    /// order of ids.
+    /// order of ids. An id whose row only records an ownership (an actor that recovered and
+    /// never stored an event: highest sequence number 0) is not one of them.
     pub(crate) async fn read_persistence_ids(
         &self,
         after: Option<&str>,
@@ -1035,14 +1036,16 @@ where
         let limit = i64::from(limit);
         match after {
             None => sqlx::query_scalar::<D::Db, String>(
-                "SELECT persistence_id FROM journal_highest ORDER BY persistence_id LIMIT $1",
+                "SELECT persistence_id FROM journal_highest WHERE highest_seq_nr > 0 \
+                 ORDER BY persistence_id LIMIT $1",
             )
             .bind(limit)
             .fetch_all(self.readers)
             .await
             .map_err(storage),
             Some(after) => sqlx::query_scalar::<D::Db, String>(
-                "SELECT persistence_id FROM journal_highest WHERE persistence_id > $1 \
+                "SELECT persistence_id FROM journal_highest \
+                 WHERE persistence_id > $1 AND highest_seq_nr > 0 \
                  ORDER BY persistence_id LIMIT $2",
             )
             .bind(after)

@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q21 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q22 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -1233,6 +1233,73 @@ pub async fn q21_live_queries_catch_up_without_waiting_for_a_refresh(store: Arc<
     );
 }
 
+/// Q22: `current_persistence_ids` lists the ids that stored events, also when all were deleted
+/// since, and no id that only took ownership (an actor that recovered and never persisted);
+/// after the last id it gives nothing, after an id not listed it goes on from there, and a
+/// limit of 0 gives nothing.
+pub async fn q22_persistence_ids_are_those_that_stored_events(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let prefix = fresh("Q22|");
+    let (owned, deleted, written) = (
+        format!("{prefix}-1"),
+        format!("{prefix}-2"),
+        format!("{prefix}-3"),
+    );
+    within("Q22 take ownership", t.store.take_ownership(&owned))
+        .await
+        .expect("Q22 take ownership");
+    t.write_range(&deleted, 1, 2, &[]).await;
+    within(
+        "Q22 delete",
+        t.store.delete_messages_to(
+            &deleted,
+            MAX_SEQ_NR,
+            actix_persistence_core::FencingToken::UNOWNED,
+        ),
+    )
+    .await
+    .expect("Q22 delete");
+    t.write_range(&written, 1, 1, &[]).await;
+    let list = |after: String, limit: u64| {
+        let stream = t.query.current_persistence_ids(Some(&after), limit);
+        async move {
+            let items: Vec<_> = within("Q22", stream.collect()).await;
+            items
+                .into_iter()
+                .map(|i| i.unwrap_or_else(|e| panic!("Q22 failed: {e}")))
+                .collect::<Vec<String>>()
+        }
+    };
+    let mine = |ids: Vec<String>| -> Vec<String> {
+        ids.into_iter()
+            .filter(|id| id.starts_with(&prefix))
+            .collect()
+    };
+    assert_eq!(
+        mine(list(prefix.clone(), MAX_SEQ_NR).await),
+        vec![deleted.clone(), written.clone()],
+        "Q22: the ids that stored events, not the one that only took ownership"
+    );
+    let after_last = list(written.clone(), MAX_SEQ_NR).await;
+    assert!(
+        after_last
+            .iter()
+            .all(|id| id.as_bytes() > written.as_bytes()),
+        "Q22: after the last id, only ids after it: {after_last:?}"
+    );
+    assert_eq!(mine(after_last), Vec::<String>::new(), "Q22 after the last");
+    assert_eq!(
+        list(owned.clone(), 1).await,
+        vec![deleted.clone()],
+        "Q22: after an id not listed, limit 1"
+    );
+    assert_eq!(
+        list(prefix.clone(), 0).await,
+        Vec::<String>::new(),
+        "Q22 limit 0"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -1267,7 +1334,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q21." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q22." }
 }
 
 impl Case for QueryCase {
