@@ -24,6 +24,9 @@ struct CountingStore {
     journal: InMemoryJournal,
     pages: Arc<AtomicUsize>,
     replays: Arc<AtomicUsize>,
+    /// Ids a page of persistence ids holds beyond the limit asked (a store breaking its
+    /// contract).
+    extra_ids: usize,
 }
 
 impl CountingStore {
@@ -81,7 +84,10 @@ impl QueryStore for CountingStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<String>, JournalError> {
-        self.journal.read_persistence_ids(after, limit).await
+        let mut ids = self.journal.read_persistence_ids(after, limit).await?;
+        let last = ids.last().cloned().unwrap_or_default();
+        ids.extend((0..self.extra_ids).map(|i| format!("{last}~{i}")));
+        Ok(ids)
     }
 
     fn write_notifications(&self) -> Option<WriteNotifications> {
@@ -175,4 +181,40 @@ async fn a_live_query_by_persistence_id_reads_nothing_ahead_of_its_consumer() {
         1,
     )
     .await;
+}
+
+/// A store that answers a page of persistence ids with more than the limit asked: the query
+/// still delivers at most its own limit, and pages on from the last id it kept.
+#[tokio::test]
+async fn current_persistence_ids_holds_a_store_to_the_limit() {
+    let store = CountingStore {
+        extra_ids: 3,
+        ..CountingStore::default()
+    };
+    for id in 0..10 {
+        let write = AtomicWrite::new(vec![PersistentRepr {
+            persistence_id: format!("Id|{id}"),
+            seq_nr: 1,
+            payload: b"{}".to_vec(),
+            serializer_id: 1,
+            manifest: String::new(),
+            writer_uuid: "w".to_owned(),
+            timestamp: 0,
+            tags: Vec::new(),
+        }])
+        .expect("one event");
+        let results = store.write_messages(vec![write]).await.expect("write");
+        assert!(results.iter().all(Result::is_ok));
+    }
+    let settings = QuerySettings {
+        page_size: 4,
+        ..QuerySettings::default()
+    };
+    let query = ReadJournal::from_arc(Arc::new(store), settings);
+    let ids: Vec<String> = query
+        .current_persistence_ids(None, 6)
+        .map(|id| id.expect("an id"))
+        .collect()
+        .await;
+    assert_eq!(ids, ["Id|0", "Id|1", "Id|2", "Id|3", "Id|4", "Id|5"]);
 }

@@ -29,7 +29,9 @@ use crate::store::MAX_SEQ_NR;
 /// - A query never delivers the same (persistence id, sequence number) twice, also across a
 ///   resume from an envelope's offset.
 /// - Events of one persistence id are delivered in sequence-number order.
-/// - Deleted events are not delivered.
+/// - Deleted events are not delivered. An event deleted after the page holding it was read (a page
+///   is read ahead while the previous one is delivered) is still delivered:
+///   a query delivers what it read.
 /// - Queries by slice and by tag deliver an event whose transaction commits late (after events
 ///   inserted after it were delivered) at most
 ///   [`late_commit_window`](QuerySettings::late_commit_window) plus one refresh interval
@@ -271,10 +273,12 @@ impl ReadJournal {
                 }
                 let limit = u32::try_from(remaining).unwrap_or(u32::MAX).min(page_size);
                 match store.read_persistence_ids(after.as_deref(), limit).await {
-                    Ok(ids) => {
+                    Ok(mut ids) => {
+                        // A store that answers more than asked is held to the limit.
+                        ids.truncate(limit as usize);
                         let last_page = ids.len() < limit as usize;
                         let next_after = ids.last().cloned().or(after);
-                        let remaining = remaining - ids.len() as u64;
+                        let remaining = remaining.saturating_sub(ids.len() as u64);
                         let items: Vec<Result<String, QueryError>> =
                             ids.into_iter().map(Ok).collect();
                         Some((stream::iter(items), (next_after, remaining, last_page)))
