@@ -29,6 +29,7 @@ pub const MIGRATIONS_TABLE: &str = "actix_persistence_migrations";
 const OWN_TABLES: &[&str] = &[
     "journal",
     "journal_highest",
+    "journal_clock",
     "snapshot",
     "event_tag",
     "projection_offset",

@@ -31,6 +31,17 @@ use crate::json_page;
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
+/// The highest timestamp the journal gave an event: the highest stored, or of a deleted event
+/// (`journal_clock`, kept by a trigger on delete: migration 0010). An insert's timestamp and a
+/// query's clock never go below it, so a wall clock that steps back (or deletes of the newest
+/// events) never give an event a timestamp below one a query delivered.
+macro_rules! clock_floor {
+    () => {
+        "max(COALESCE((SELECT max(db_timestamp) FROM journal), 0), \
+             COALESCE((SELECT last_timestamp FROM journal_clock WHERE id = 0), 0))"
+    };
+}
+
 /// The schema migrations under `migrations/sqlite/`, embedded at compile time, run by
 /// [`crate::migrate`] with bookkeeping of their own.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -466,9 +477,9 @@ impl Dialect for SqliteDialect {
         true
     }
 
-    /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it).
-    const CURRENT_TIMESTAMP: &'static str =
-        "SELECT max($1, COALESCE((SELECT max(db_timestamp) FROM journal), 0))";
+    /// SQLite's clock is this process's wall clock (the journal takes its timestamps from it),
+    /// never below a timestamp it gave (`clock_floor!`).
+    const CURRENT_TIMESTAMP: &'static str = concat!("SELECT max($1, ", clock_floor!(), ")");
 }
 
 /// Events per multi-row `INSERT`: 11 parameters each, well within SQLite's 32,766 bind
@@ -487,9 +498,8 @@ const IDS_PER_STATEMENT: usize = 4000;
 /// so numbered parameters make binding a batch quadratic (half of the CPU of a 512-event batch
 /// went there).
 fn insert_events_statement(rows: usize) -> String {
-    // `db_timestamp`: the wall clock, never below the highest stored (see migration 0003).
-    const ROW: &str =
-        "(?,?,?,?,?,?,?,?,max(?,COALESCE((SELECT max(db_timestamp) FROM journal),0)),?,?)";
+    // `db_timestamp`: the wall clock, never below a timestamp the journal gave (`clock_floor!`).
+    const ROW: &str = concat!("(?,?,?,?,?,?,?,?,max(?,", clock_floor!(), "),?,?)");
     let mut sql = String::with_capacity(200 + rows * (ROW.len() + 1));
     sql.push_str(
         "INSERT INTO journal \

@@ -195,3 +195,56 @@ async fn corrupt_row_ends_the_replay_with_a_storage_error() {
     })
     .await;
 }
+
+/// The journal's clock never goes back, also when the newest events are deleted: an event
+/// stored when the wall clock was an hour ahead (then stepped back), deleted, is followed by
+/// events with later timestamps, so a query resumed from the deleted event's offset delivers
+/// them (before migration 0010 their timestamps came from the wall clock again, an hour below
+/// the offset, and the resumed query never delivered them).
+#[tokio::test]
+async fn timestamps_never_go_below_a_deleted_event() {
+    use actix_persistence_core::query::{Offset, QuerySettings, QueryStore, ReadJournal};
+    common::run(|db: SqliteDb| async move {
+        let journal = std::sync::Arc::new(db.journal().await);
+        write_all_ok(&*journal, vec![atomic("Clock|1", 1..=1)]).await;
+        let ahead = db
+            .query_i64s("SELECT db_timestamp + 3600000000 FROM journal")
+            .await[0];
+        db.execute(&format!("UPDATE journal SET db_timestamp = {ahead}"))
+            .await;
+        let query = ReadJournal::from_arc(journal.clone(), QuerySettings::default());
+        let delivered: Vec<_> = query
+            .current_events_by_slices("Clock", 0, 1023, Offset::NoOffset)
+            .map(|e| e.expect("an envelope"))
+            .collect()
+            .await;
+        assert_eq!(delivered.len(), 1);
+        let offset = delivered[0].offset.clone();
+
+        journal
+            .delete_messages_to("Clock|1", 1, actix_persistence_core::FencingToken::UNOWNED)
+            .await
+            .expect("delete");
+        assert!(
+            journal.current_timestamp().await.expect("clock") >= ahead,
+            "the query clock keeps the deleted event's timestamp"
+        );
+        write_all_ok(&*journal, vec![atomic("Clock|2", 1..=2)]).await;
+        let stored = db.query_i64s("SELECT db_timestamp FROM journal").await;
+        assert!(
+            stored.iter().all(|ts| *ts >= ahead),
+            "{stored:?} below {ahead}"
+        );
+        let resumed: Vec<(String, u64)> = query
+            .current_events_by_slices("Clock", 0, 1023, offset)
+            .map(|e| e.expect("an envelope"))
+            .map(|e| (e.persistence_id.to_string(), e.seq_nr))
+            .collect()
+            .await;
+        assert_eq!(
+            resumed,
+            [("Clock|2".to_owned(), 1), ("Clock|2".to_owned(), 2)]
+        );
+    })
+    .await;
+}
