@@ -23,7 +23,8 @@ struct Events {
     /// The stored events with their timestamps (microseconds, see [`Journal::clock`]),
     /// ascending by sequence number: a write appends (its numbers follow the stored ones), a
     /// delete drops a prefix. Cheaper than a `BTreeMap` per event (no node search and no node
-    /// allocations on the append path).
+    /// allocations on the append path). Each keeps the shared persistence id and writer uuid
+    /// it was written with: replays and query pages hand out clones of those `Arc`s.
     stored: VecDeque<(PersistentRepr, i64)>,
     highest: u64,
     /// The owner epoch: raised by every `take_ownership`.
@@ -93,8 +94,8 @@ impl Events {
 }
 
 /// Adds empty events for `pid` to `ids` (the id's one allocation, shared by its index entries).
-fn add_id<'a>(ids: &'a mut IdMap, pid: &str) -> &'a mut Events {
-    ids.entry(Arc::from(pid))
+fn add_id(ids: &mut IdMap, pid: Arc<str>) -> &mut Events {
+    ids.entry(pid)
         .or_insert_with_key(|id| Events::new(Arc::clone(id)))
 }
 
@@ -113,7 +114,7 @@ impl TimeKey {
     fn from_event_key(key: &EventKey) -> Self {
         TimeKey {
             timestamp: key.timestamp,
-            persistence_id: Arc::from(key.persistence_id.as_str()),
+            persistence_id: Arc::clone(&key.persistence_id),
             seq_nr: key.seq_nr,
         }
     }
@@ -227,7 +228,11 @@ impl InMemoryJournal {
         let journal = &mut *journal;
         let events = match journal.ids.get_mut(write.persistence_id()) {
             Some(events) => events,
-            None => add_id(&mut journal.ids, write.persistence_id()),
+            // `check` above: there is a first event; its id becomes the map's.
+            None => match write.events.first() {
+                Some(first) => add_id(&mut journal.ids, Arc::clone(&first.persistence_id)),
+                None => return Ok(()),
+            },
         };
         if write.fencing_token < events.owner {
             return Err(JournalError::Fenced {
@@ -238,7 +243,7 @@ impl InMemoryJournal {
         }
         if let Some(taken) = write.events.iter().find(|e| events.get(e.seq_nr).is_some()) {
             return Err(JournalError::ConcurrentWrite {
-                persistence_id: taken.persistence_id.clone(),
+                persistence_id: taken.persistence_id.to_string(),
                 seq_nr: taken.seq_nr,
             }
             .into());
@@ -319,7 +324,7 @@ impl JournalStore for InMemoryJournal {
         let mut journal = self.lock();
         let events = match journal.ids.get_mut(pid) {
             Some(events) => events,
-            None => add_id(&mut journal.ids, pid),
+            None => add_id(&mut journal.ids, Arc::from(pid)),
         };
         events.owner = FencingToken(events.owner.get().saturating_add(1));
         Ok(Ownership {

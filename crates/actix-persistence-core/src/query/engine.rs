@@ -30,6 +30,7 @@ use super::{
     QueryStore, RawEnvelope, SeenEvent, SeenMap, StoredEvent, TimestampOffset, WriteNotifications,
 };
 use crate::error::JournalError;
+use crate::store::RunInterner;
 
 /// Where a query by offset is in its round.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +66,9 @@ pub(crate) struct OffsetQuery {
     next_round: Instant,
     /// The next page of the pass, read while the consumer drains the buffer.
     prefetch: Option<Prefetch>,
+    /// The entity type of the last envelope: envelopes of one entity type share it (a query
+    /// by slices allocates it once).
+    entity_types: RunInterner,
 }
 
 /// A page read ahead: the request it answers (pass, position, bound) and the task reading it,
@@ -126,6 +130,7 @@ impl OffsetQuery {
             notifications,
             next_round: Instant::now(),
             prefetch: None,
+            entity_types: RunInterner::new(),
         };
         stream::unfold(state, |mut state| async move {
             let item = state.next().await?;
@@ -383,7 +388,7 @@ impl OffsetQuery {
     /// Whether this query delivered `event` already.
     fn is_delivered(&self, event: &StoredEvent) -> bool {
         self.seen
-            .get(event.repr.persistence_id.as_str())
+            .get(&event.repr.persistence_id)
             .is_some_and(|seen| seen.seq_nr >= event.repr.seq_nr)
     }
 
@@ -398,14 +403,14 @@ impl OffsetQuery {
         };
         if self
             .seen
-            .get(event.repr.persistence_id.as_str())
+            .get(&event.repr.persistence_id)
             .is_some_and(|seen| seen.seq_nr >= seq_nr)
         {
             return true;
         }
         let previous = EventKey {
             timestamp,
-            persistence_id: event.repr.persistence_id.clone(),
+            persistence_id: Arc::clone(&event.repr.persistence_id),
             seq_nr,
         };
         previous <= self.settled
@@ -421,7 +426,14 @@ impl OffsetQuery {
             timestamp: self.settled.timestamp,
             seen: self.seen.clone(),
         });
+        let entity_type = self
+            .entity_types
+            .intern(super::entity_type_of(&event.repr.persistence_id));
         self.buffer
-            .push_back(RawEnvelope::from_repr(event.repr, offset));
+            .push_back(RawEnvelope::from_repr_with_entity_type(
+                event.repr,
+                offset,
+                entity_type,
+            ));
     }
 }

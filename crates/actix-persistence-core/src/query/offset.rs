@@ -74,12 +74,12 @@ impl SeenMap {
         self.0.insert_mut(persistence_id, seen);
     }
 
-    /// Sets the last delivered event of `persistence_id`, reusing the id's `Arc` when it has an
-    /// entry already (no allocation then).
-    pub(crate) fn update(&mut self, persistence_id: &str, seen: SeenEvent) {
-        let id = match self.0.get_key_value(persistence_id) {
+    /// Sets the last delivered event of `persistence_id`, reusing the entry's `Arc` when it has
+    /// one already, else the event's (no allocation either way).
+    pub(crate) fn update(&mut self, persistence_id: &Arc<str>, seen: SeenEvent) {
+        let id = match self.0.get_key_value(&**persistence_id) {
             Some((id, _)) => Arc::clone(id),
-            None => Arc::from(persistence_id),
+            None => Arc::clone(persistence_id),
         };
         self.0.insert_mut(id, seen);
     }
