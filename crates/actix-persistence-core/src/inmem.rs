@@ -417,3 +417,79 @@ impl QueryStore for InMemoryJournal {
         Some(self.notifier.subscribe())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::TryStreamExt;
+
+    use super::*;
+    use crate::query::{Offset, QuerySettings, ReadJournal};
+
+    fn event(pid: &Arc<str>, writer: &Arc<str>, seq_nr: u64) -> PersistentRepr {
+        PersistentRepr {
+            persistence_id: Arc::clone(pid),
+            seq_nr,
+            payload: b"{}".to_vec(),
+            serializer_id: 1,
+            manifest: String::new(),
+            writer_uuid: Arc::clone(writer),
+            timestamp: 0,
+            tags: Vec::new(),
+        }
+    }
+
+    /// The store keeps the `Arc`s it was given and hands them out; a query's envelopes of one
+    /// entity type share one.
+    #[tokio::test]
+    async fn replays_and_queries_share_the_written_ids() {
+        let journal = InMemoryJournal::new();
+        let writer: Arc<str> = Arc::from("writer");
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("Shared|a"), Arc::from("Shared|b"));
+        let writes = vec![
+            AtomicWrite::new(vec![event(&a, &writer, 1), event(&a, &writer, 2)]).expect("shape"),
+            AtomicWrite::new(vec![event(&b, &writer, 1)]).expect("shape"),
+        ];
+        let results = journal.write_messages(writes).await.expect("write");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+        let replayed: Vec<_> = journal
+            .replay_messages("Shared|a", 1, u64::MAX, u64::MAX)
+            .try_collect()
+            .await
+            .expect("replay");
+        assert_eq!(replayed.len(), 2);
+        for event in &replayed {
+            assert!(Arc::ptr_eq(&event.persistence_id, &a));
+            assert!(Arc::ptr_eq(&event.writer_uuid, &writer));
+        }
+
+        let query = ReadJournal::new(journal.clone(), QuerySettings::default());
+        let envelopes: Vec<_> = query
+            .current_events_by_slices("Shared", 0, 1023, Offset::NoOffset)
+            .try_collect()
+            .await
+            .expect("query");
+        assert_eq!(envelopes.len(), 3);
+        for envelope in &envelopes {
+            assert_eq!(&*envelope.entity_type, "Shared");
+            assert!(Arc::ptr_eq(
+                &envelope.entity_type,
+                &envelopes[0].entity_type
+            ));
+            assert!(Arc::ptr_eq(&envelope.writer_uuid, &writer));
+            let pid = if *envelope.persistence_id == *a {
+                &a
+            } else {
+                &b
+            };
+            assert!(Arc::ptr_eq(&envelope.persistence_id, pid));
+        }
+        let by_id: Vec<_> = query
+            .current_events_by_persistence_id("Shared|a", 1, u64::MAX)
+            .try_collect()
+            .await
+            .expect("query by id");
+        assert_eq!(by_id.len(), 2);
+        assert!(Arc::ptr_eq(&by_id[0].entity_type, &by_id[1].entity_type));
+    }
+}

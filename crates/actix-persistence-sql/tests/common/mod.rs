@@ -43,7 +43,7 @@ pub enum Setting {
 /// A database of one test, on one backend, and what the backend-generic tests need of it.
 #[allow(async_fn_in_trait)]
 pub trait TestBackend: Sized + Send + Sync + 'static {
-    type Journal: JournalStore + Clone;
+    type Journal: actix_persistence_core::query::QueryStore + Clone;
     type Snapshots: SnapshotStore;
     type Options: Clone + Send + 'static;
     /// A pool of connections outside any journal, for looking at what is stored.
