@@ -1058,8 +1058,11 @@ where
         Some(Ok(stored))
     }
 
-    /// Persistence ids that stored events, after `after`, at most `limit`, in the database's
-    /// order of ids.
+    /// Persistence ids that stored events, after `after`, at most `limit`, in byte order
+    /// ([`Dialect::BYTE_ORDER`]: the database's own collation may order text by a language's
+    /// rules; PostgreSQL reads them through `journal_highest_by_id_bytes`, migration 0010). An
+    /// id whose row only records an ownership (an actor that recovered and never stored an
+    /// event: highest sequence number 0) is not one of them.
     pub(crate) async fn read_persistence_ids(
         &self,
         after: Option<&str>,
@@ -1067,23 +1070,32 @@ where
     ) -> Result<Vec<String>, JournalError> {
         let storage = |e| JournalError::storage("query persistence ids", e);
         let limit = i64::from(limit);
+        let order = D::BYTE_ORDER;
         match after {
-            None => sqlx::query_scalar::<D::Db, String>(
-                "SELECT persistence_id FROM journal_highest ORDER BY persistence_id LIMIT $1",
-            )
-            .bind(limit)
-            .fetch_all(self.readers)
-            .await
-            .map_err(storage),
-            Some(after) => sqlx::query_scalar::<D::Db, String>(
-                "SELECT persistence_id FROM journal_highest WHERE persistence_id > $1 \
-                 ORDER BY persistence_id LIMIT $2",
-            )
-            .bind(after)
-            .bind(limit)
-            .fetch_all(self.readers)
-            .await
-            .map_err(storage),
+            None => {
+                let sql = format!(
+                    "SELECT persistence_id FROM journal_highest WHERE highest_seq_nr > 0 \
+                     ORDER BY persistence_id{order} LIMIT $1"
+                );
+                sqlx::query_scalar::<D::Db, String>(&sql)
+                    .bind(limit)
+                    .fetch_all(self.readers)
+                    .await
+                    .map_err(storage)
+            }
+            Some(after) => {
+                let sql = format!(
+                    "SELECT persistence_id FROM journal_highest \
+                     WHERE persistence_id{order} > $1 AND highest_seq_nr > 0 \
+                     ORDER BY persistence_id{order} LIMIT $2"
+                );
+                sqlx::query_scalar::<D::Db, String>(&sql)
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(self.readers)
+                    .await
+                    .map_err(storage)
+            }
         }
     }
 

@@ -384,3 +384,58 @@ async fn migration_0007_skips_null_tags() {
     );
     journal.close().await;
 }
+
+/// Most installations' databases compare text by a language's rules (`en_US.UTF-8`, or an ICU
+/// locale), not by bytes: `current_persistence_ids` still lists the ids in byte order, as the
+/// other stores and its contract say, and pages on from `after` in that order. The case runs
+/// with `journal_highest.persistence_id` in ICU's root collation (`und-x-icu`), as a database
+/// created with an ICU locale gives it.
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn persistence_ids_come_in_byte_order_whatever_the_database_collation() {
+    let Some(setup) = setup().await else { return };
+    let mut admin = PgConnection::connect(setup.db.url())
+        .await
+        .expect("admin connection");
+    sqlx::query(
+        "ALTER TABLE journal_highest ALTER COLUMN persistence_id TYPE text \
+         COLLATE \"und-x-icu\"",
+    )
+    .execute(&mut admin)
+    .await
+    .expect("an ICU collation (PostgreSQL built with ICU)");
+    let ids = ["é|1", "e|2", "a|1", "A|1", "aB", "a_b", "B|1", "_|1"];
+    for id in ids {
+        write(&setup.journal, id, 1).await;
+    }
+    let mut in_byte_order: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
+    in_byte_order.sort();
+    let all: Vec<String> = setup
+        .query
+        .current_persistence_ids(None, u64::MAX)
+        .try_collect()
+        .await
+        .expect("ids");
+    assert_eq!(all, in_byte_order, "all ids, in byte order");
+    // Page by page (two at a time) from each `after`.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page: Vec<String> = setup
+            .query
+            .current_persistence_ids(after.as_deref(), 2)
+            .try_collect()
+            .await
+            .expect("a page of ids");
+        match page.last() {
+            Some(last) => after = Some(last.clone()),
+            None => break,
+        }
+        paged.extend(page);
+    }
+    assert_eq!(paged, in_byte_order, "paged from `after`, in byte order");
+    setup.journal.close().await;
+}

@@ -9,7 +9,7 @@ use actix_persistence_core::query::{
     EventKey, EventsRequest, QueryStore, StoredEvent, WriteNotifications,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, Ownership, ReplayStream,
 };
 use async_trait::async_trait;
 
@@ -124,6 +124,10 @@ impl<S: QueryStore> JournalStore for ControlledQueryStore<S> {
         fencing_token: actix_persistence_core::FencingToken,
     ) -> Result<(), JournalError> {
         self.store.delete_messages_to(pid, to, fencing_token).await
+    }
+
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        self.store.take_ownership(pid).await
     }
 
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {

@@ -18,7 +18,7 @@
 //! behind its position, so an event that commits a little late comes within a refresh
 //! interval; only one later than that waits for the settled pass.
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::{self, Either};
@@ -58,9 +58,15 @@ pub(crate) struct OffsetQuery {
     settled: EventKey,
     /// The last position the fast pass read.
     fast: EventKey,
-    /// A persistent map: each envelope's offset carries a clone of it (O(1), shared entries).
+    /// Each envelope's offset carries a clone of it (O(1), a shared log of inserts).
     seen: SeenMap,
-    buffer: VecDeque<RawEnvelope>,
+    /// The entries of `seen` for look-ups (the same entries, plus forgotten ones until the
+    /// next compaction: a look-up ignores those below `seen_floor`).
+    delivered: HashMap<Arc<str>, SeenEvent, foldhash::fast::RandomState>,
+    /// Entries of `seen` with a lower timestamp are forgotten.
+    seen_floor: i64,
+    /// The envelopes of the page being read, handed to the consumer as one batch.
+    buffer: Vec<RawEnvelope>,
     phase: Phase,
     notifications: Option<WriteNotifications>,
     next_round: Instant,
@@ -117,6 +123,10 @@ impl OffsetQuery {
         } else {
             None
         };
+        let delivered = seen
+            .iter()
+            .map(|(id, seen)| (Arc::clone(id), *seen))
+            .collect();
         let state = OffsetQuery {
             store,
             filter,
@@ -125,28 +135,37 @@ impl OffsetQuery {
             fast: settled.clone(),
             settled,
             seen,
-            buffer: VecDeque::new(),
+            delivered,
+            seen_floor: i64::MIN,
+            buffer: Vec::new(),
             phase: Phase::Start,
             notifications,
             next_round: Instant::now(),
             prefetch: None,
             entity_types: RunInterner::new(),
         };
+        // A page at a time through `unfold` (moving the state in and out of a future per
+        // element cost more than the rest of a delivery), flattened into envelopes.
         stream::unfold(state, |mut state| async move {
-            let item = state.next().await?;
-            if item.is_err() {
+            let batch = state.next_batch().await?;
+            if batch.is_err() {
                 state.phase = Phase::Done;
             }
-            Some((item, state))
+            Some((batch, state))
+        })
+        .flat_map(|batch| match batch {
+            Ok(envelopes) => Either::Left(stream::iter(envelopes.into_iter().map(Ok))),
+            Err(error) => Either::Right(stream::once(future::ready(Err(error)))),
         })
         .boxed()
     }
 
-    /// The next envelope, reading pages (and waiting, when live) as needed.
-    async fn next(&mut self) -> Option<Result<RawEnvelope, QueryError>> {
+    /// The next envelopes (those of one page that were not delivered before), reading pages
+    /// (and waiting, when live) as needed.
+    async fn next_batch(&mut self) -> Option<Result<Vec<RawEnvelope>, QueryError>> {
         loop {
-            if let Some(envelope) = self.buffer.pop_front() {
-                return Some(Ok(envelope));
+            if !self.buffer.is_empty() {
+                return Some(Ok(std::mem::take(&mut self.buffer)));
             }
             let step = match self.phase {
                 Phase::Done => return None,
@@ -264,6 +283,7 @@ impl OffsetQuery {
                 self.read_ahead(last.key(), bound, false).await;
             }
         }
+        self.buffer.reserve(page.len());
         let last = page.len().saturating_sub(1);
         for (i, event) in page.into_iter().enumerate() {
             // Only the settled timestamp is read while the page is delivered (offsets, and
@@ -301,6 +321,7 @@ impl OffsetQuery {
                 self.read_ahead(last.key(), bound, true).await;
             }
         }
+        self.buffer.reserve(page.len());
         for event in page {
             self.fast = event.key();
             if !self.is_delivered(&event) && self.predecessor_delivered(&event) {
@@ -363,17 +384,31 @@ impl OffsetQuery {
         }
     }
 
-    /// Forgets the seen events with a timestamp below `floor`.
+    /// Forgets the seen events with a timestamp below `floor` (O(1): see [`Self::compact_seen`]).
     fn forget_seen_below(&mut self, floor: i64) {
-        let below: Vec<Arc<str>> = self
-            .seen
-            .iter()
-            .filter(|(_, seen)| seen.timestamp < floor)
-            .map(|(id, _)| Arc::clone(id))
-            .collect();
-        for id in below {
-            self.seen.remove(&id);
+        if floor > self.seen_floor {
+            self.seen_floor = floor;
+            self.seen.forget_below(floor);
         }
+    }
+
+    /// Drops the forgotten entries of `delivered` and `seen`'s log once they are most of it:
+    /// amortized O(1) per delivered event.
+    fn compact_seen(&mut self) {
+        if self.seen.log_len() <= self.delivered.len().saturating_mul(2).saturating_add(64) {
+            return;
+        }
+        let floor = self.seen_floor;
+        self.delivered.retain(|_, seen| seen.timestamp >= floor);
+        self.seen.compact_if_sparse(self.delivered.len());
+    }
+
+    /// The last event of `persistence_id` this query delivered at or after the settled position.
+    fn last_delivered(&self, persistence_id: &str) -> Option<SeenEvent> {
+        self.delivered
+            .get(persistence_id)
+            .filter(|seen| seen.timestamp >= self.seen_floor)
+            .copied()
     }
 
     /// Moves the settled position to `key`, forgetting seen events below its timestamp.
@@ -387,8 +422,7 @@ impl OffsetQuery {
 
     /// Whether this query delivered `event` already.
     fn is_delivered(&self, event: &StoredEvent) -> bool {
-        self.seen
-            .get(&event.repr.persistence_id)
+        self.last_delivered(&event.repr.persistence_id)
             .is_some_and(|seen| seen.seq_nr >= event.repr.seq_nr)
     }
 
@@ -402,8 +436,7 @@ impl OffsetQuery {
             return true;
         };
         if self
-            .seen
-            .get(&event.repr.persistence_id)
+            .last_delivered(&event.repr.persistence_id)
             .is_some_and(|seen| seen.seq_nr >= seq_nr)
         {
             return true;
@@ -421,7 +454,14 @@ impl OffsetQuery {
             seq_nr: event.repr.seq_nr,
             timestamp: event.timestamp,
         };
-        self.seen.update(&event.repr.persistence_id, seen);
+        // The entry's `Arc` when the id has one, else the event's: no allocation either way.
+        let id = match self.delivered.get_key_value(&*event.repr.persistence_id) {
+            Some((id, _)) => Arc::clone(id),
+            None => Arc::clone(&event.repr.persistence_id),
+        };
+        self.delivered.insert(Arc::clone(&id), seen);
+        self.seen.insert(id, seen);
+        self.compact_seen();
         let offset = Offset::Timestamp(TimestampOffset {
             timestamp: self.settled.timestamp,
             seen: self.seen.clone(),
@@ -429,11 +469,10 @@ impl OffsetQuery {
         let entity_type = self
             .entity_types
             .intern(super::entity_type_of(&event.repr.persistence_id));
-        self.buffer
-            .push_back(RawEnvelope::from_repr_with_entity_type(
-                event.repr,
-                offset,
-                entity_type,
-            ));
+        self.buffer.push(RawEnvelope::from_repr_with_entity_type(
+            event.repr,
+            offset,
+            entity_type,
+        ));
     }
 }

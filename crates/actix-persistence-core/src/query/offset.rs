@@ -1,7 +1,7 @@
 //! Offsets: where a query by slice or by tag stands, stored by a consumer to resume exactly
 //! after the last element it handled.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,15 +32,26 @@ pub enum Offset {
     Timestamp(TimestampOffset),
 }
 
+/// One entry of a [`SeenMap`]: a persistence id and its last delivered event.
+type SeenEntry = (Arc<str>, SeenEvent);
+
 /// The persistence ids of a [`TimestampOffset`] with their last delivered event.
 ///
-/// An ordered map that is persistent: a clone shares its entries and costs O(1) however many
-/// it holds, and an insert into a shared map copies O(log n) small tree nodes, not the map (a
-/// red-black tree of [`rpds`]); the ids are shared `Arc<str>`s, so an insert copies no string.
-/// Every envelope of a query carries a clone, so this is the per-event cost of an offset: an
-/// insert and a clone took about 225 ns with 10 entries and 670 ns with 500, against 470 ns and
-/// 1,020 ns for `imbl::OrdMap` (whose nodes hold 64 entries, each copied per insert) and 5.8 µs
-/// for a copied vector of 500 (docs/benchmarks.md, issue 8).
+/// A map whose clone costs O(1) however many entries it holds, so that every envelope of a
+/// query can carry its own offset. It is a view of a shared, append-only log of inserts (a
+/// [`boxcar::Vec`]): a clone shares the log and remembers how many of its entries it sees, and
+/// an insert into the clone that sees the whole log appends one entry (an insert into any other
+/// clone copies the entries it sees into a log of its own first, so clones never see each
+/// other's inserts). Entries whose timestamp is below the map's floor
+/// ([`forget_below`](Self::forget_below)) are not part of it: forgetting costs O(1), and the log is
+/// compacted when forgotten or replaced entries make up most of it.
+///
+/// Reading it ([`get`](Self::get), [`iter`](Self::iter), [`len`](Self::len), comparing,
+/// serializing) sorts its entries once per clone (O(n log n), then O(log n) per look-up): that
+/// is what a consumer does with the offset it stores, once per batch, while a query inserts and
+/// clones once per envelope. Per envelope this took about 40 ns with 10 or with 500 ids, against
+/// 225 ns and 670 ns for the persistent red-black tree of `rpds` it replaces
+/// (docs/benchmarks.md, issue 8).
 ///
 /// It serializes as a map of id to [`SeenEvent`], the JSON of a `BTreeMap`.
 ///
@@ -55,55 +66,159 @@ pub enum Offset {
 /// assert_eq!(earlier.len(), 1);
 /// assert_eq!(seen.get("Account|42").map(|seen| seen.seq_nr), Some(7));
 /// ```
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct SeenMap(rpds::RedBlackTreeMapSync<Arc<str>, SeenEvent>);
+pub struct SeenMap {
+    /// Every insert, in order; shared by the clones.
+    log: Arc<boxcar::Vec<SeenEntry>>,
+    /// How many entries of `log` this map sees.
+    len: usize,
+    /// Entries with a lower timestamp are forgotten.
+    floor: i64,
+    /// The entries this map sees, by persistence id (the last insert of each, at or above
+    /// `floor`), sorted on the first read.
+    sorted: OnceLock<Box<[SeenEntry]>>,
+}
 
 impl SeenMap {
     /// An empty map.
     pub fn new() -> Self {
-        SeenMap(rpds::RedBlackTreeMap::new_sync())
+        SeenMap::from_log(Arc::new(boxcar::Vec::new()), 0, i64::MIN)
+    }
+
+    fn from_log(log: Arc<boxcar::Vec<SeenEntry>>, len: usize, floor: i64) -> Self {
+        SeenMap {
+            log,
+            len,
+            floor,
+            sorted: OnceLock::new(),
+        }
+    }
+
+    /// The entries this map sees, sorted by persistence id.
+    fn sorted(&self) -> &[SeenEntry] {
+        self.sorted.get_or_init(|| {
+            let mut entries: Vec<SeenEntry> = self.live_entries().into_iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            entries.into_boxed_slice()
+        })
     }
 
     /// The last delivered event of `persistence_id`, if it has one here.
     pub fn get(&self, persistence_id: &str) -> Option<&SeenEvent> {
-        self.0.get(persistence_id)
+        let sorted = self.sorted();
+        sorted
+            .binary_search_by(|(id, _)| (**id).cmp(persistence_id))
+            .ok()
+            .map(|i| &sorted[i].1)
     }
 
-    /// Sets the last delivered event of `persistence_id`.
+    /// Sets the last delivered event of `persistence_id`. O(1) on the map a query keeps
+    /// inserting into; on an older clone, O(n) (it copies what it sees first).
     pub fn insert(&mut self, persistence_id: Arc<str>, seen: SeenEvent) {
-        self.0.insert_mut(persistence_id, seen);
+        self.sorted = OnceLock::new();
+        let index = self.log.push((Arc::clone(&persistence_id), seen));
+        if index == self.len {
+            self.len += 1;
+            return;
+        }
+        // Another clone appended since this one: copy what this one sees, then insert.
+        let log = self.live_entries();
+        log.push((persistence_id, seen));
+        self.len = log.count();
+        self.log = Arc::new(log);
     }
 
-    /// Sets the last delivered event of `persistence_id`, reusing the entry's `Arc` when it has
-    /// one already, else the event's (no allocation either way).
-    pub(crate) fn update(&mut self, persistence_id: &Arc<str>, seen: SeenEvent) {
-        let id = match self.0.get_key_value(&**persistence_id) {
-            Some((id, _)) => Arc::clone(id),
-            None => Arc::clone(persistence_id),
-        };
-        self.0.insert_mut(id, seen);
+    /// The entries this map sees (the last insert of each id, at or above the floor), in a new
+    /// log, in no particular order.
+    fn live_entries(&self) -> boxcar::Vec<SeenEntry> {
+        // The last insert of each id wins: read in insert order.
+        let mut last = std::collections::HashMap::with_capacity(self.len);
+        for (id, seen) in (0..self.len).filter_map(|i| self.log.get(i)) {
+            last.insert(id, *seen);
+        }
+        last.into_iter()
+            .filter(|(_, seen)| seen.timestamp >= self.floor)
+            .map(|(id, seen)| (Arc::clone(id), seen))
+            .collect()
     }
 
-    /// Forgets `persistence_id`; whether it was here.
+    /// Forgets `persistence_id`; whether it was here. O(n).
     pub fn remove(&mut self, persistence_id: &str) -> bool {
-        self.0.remove_mut(persistence_id)
+        if self.get(persistence_id).is_none() {
+            return false;
+        }
+        let log: boxcar::Vec<_> = self
+            .live_entries()
+            .into_iter()
+            .filter(|(id, _)| **id != *persistence_id)
+            .collect();
+        self.len = log.count();
+        self.log = Arc::new(log);
+        self.sorted = OnceLock::new();
+        true
+    }
+
+    /// Forgets every entry with a timestamp below `floor`, in O(1).
+    pub fn forget_below(&mut self, floor: i64) {
+        if floor > self.floor {
+            self.floor = floor;
+            self.sorted = OnceLock::new();
+        }
+    }
+
+    /// Starts a new log holding only the entries this map sees, when the log holds more than
+    /// `2 * live + 64` entries (`live`: how many it sees, as the caller counts them), so that
+    /// forgotten and replaced entries cost amortized O(1) per insert. Whether it did.
+    pub(crate) fn compact_if_sparse(&mut self, live: usize) -> bool {
+        if self.len <= live.saturating_mul(2).saturating_add(64) {
+            return false;
+        }
+        let log = self.live_entries();
+        self.len = log.count();
+        self.log = Arc::new(log);
+        true
+    }
+
+    /// How many entries the log holds that this map sees, forgotten and replaced ones included.
+    pub(crate) fn log_len(&self) -> usize {
+        self.len
     }
 
     /// The entries in persistence id order (bytewise).
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &SeenEvent)> {
-        self.0.iter()
+        self.sorted().iter().map(|(id, seen)| (id, seen))
     }
 
     /// How many persistence ids it holds.
     pub fn len(&self) -> usize {
-        self.0.size()
+        self.sorted().len()
     }
 
     /// Whether it holds no persistence id.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 }
+
+impl Default for SeenMap {
+    fn default() -> Self {
+        SeenMap::new()
+    }
+}
+
+impl Clone for SeenMap {
+    /// O(1): the clone shares the log (its sorted entries are built again when it is read).
+    fn clone(&self) -> Self {
+        SeenMap::from_log(Arc::clone(&self.log), self.len, self.floor)
+    }
+}
+
+impl PartialEq for SeenMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.sorted() == other.sorted()
+    }
+}
+
+impl Eq for SeenMap {}
 
 impl std::fmt::Debug for SeenMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -201,5 +316,100 @@ mod tests {
             })
         );
         assert_eq!(serde_json::to_string(&offset).expect("writes"), stored);
+    }
+
+    fn seen(seq_nr: u64, timestamp: i64) -> SeenEvent {
+        SeenEvent { seq_nr, timestamp }
+    }
+
+    fn entries(map: &SeenMap) -> Vec<(String, u64)> {
+        map.iter()
+            .map(|(id, seen)| (id.to_string(), seen.seq_nr))
+            .collect()
+    }
+
+    /// A clone keeps what it saw: inserts into the original (which appends to the shared log)
+    /// and into the clone (which copies first) never show in the other.
+    #[test]
+    fn clones_never_see_each_others_inserts() {
+        let mut tip = SeenMap::new();
+        tip.insert("B|1".into(), seen(1, 10));
+        tip.insert("A|1".into(), seen(4, 10));
+        let mut older = tip.clone();
+        tip.insert("C|1".into(), seen(2, 11));
+        tip.insert("A|1".into(), seen(5, 11));
+        older.insert("D|1".into(), seen(9, 12));
+        assert_eq!(
+            entries(&tip),
+            [("A|1".into(), 5), ("B|1".into(), 1), ("C|1".into(), 2)]
+        );
+        assert_eq!(
+            entries(&older),
+            [("A|1".into(), 4), ("B|1".into(), 1), ("D|1".into(), 9)]
+        );
+        // Both at the tip of their own log again.
+        tip.insert("E|1".into(), seen(1, 12));
+        older.insert("E|1".into(), seen(3, 12));
+        assert_eq!(tip.get("E|1"), Some(&seen(1, 12)));
+        assert_eq!(older.get("E|1"), Some(&seen(3, 12)));
+        assert_eq!((tip.len(), older.len()), (4, 4));
+    }
+
+    /// Two clones of one map inserting from two threads at once: each sees its own inserts only.
+    #[test]
+    fn clones_inserting_on_two_threads_stay_apart() {
+        let mut base = SeenMap::new();
+        base.insert("A|0".into(), seen(1, 0));
+        let (mut left, mut right) = (base.clone(), base.clone());
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for i in 0..1_000 {
+                    left.insert(format!("L|{i}").into(), seen(i, 1));
+                }
+            });
+            scope.spawn(|| {
+                for i in 0..1_000 {
+                    right.insert(format!("R|{i}").into(), seen(i, 1));
+                }
+            });
+        });
+        assert_eq!((left.len(), right.len(), base.len()), (1_001, 1_001, 1));
+        assert!(left.iter().all(|(id, _)| !id.starts_with('R')));
+        assert!(right.iter().all(|(id, _)| !id.starts_with('L')));
+    }
+
+    /// Forgetting hides the older entries at once; compaction keeps the live ones only.
+    #[test]
+    fn forgotten_entries_are_gone_and_compaction_keeps_the_rest() {
+        let mut map = SeenMap::new();
+        for i in 0..100 {
+            map.insert(format!("A|{i}").into(), seen(1, i));
+        }
+        let before = map.clone();
+        map.forget_below(90);
+        assert_eq!(map.len(), 10);
+        assert_eq!(map.get("A|89"), None);
+        assert_eq!(map.get("A|90"), Some(&seen(1, 90)));
+        assert_eq!(before.len(), 100, "a clone made before keeps its entries");
+        // A replaced entry's newer insert wins, also across a forget.
+        map.insert("A|95".into(), seen(2, 95));
+        assert!(map.compact_if_sparse(10));
+        assert_eq!(map.log_len(), 10);
+        assert_eq!(map.get("A|95"), Some(&seen(2, 95)));
+        assert_eq!(map, before_forget_of(&before, 90, ("A|95", seen(2, 95))));
+        assert!(!map.compact_if_sparse(10), "not sparse any more");
+        assert!(map.remove("A|90"));
+        assert!(!map.remove("A|90"));
+        assert_eq!(map.len(), 9);
+    }
+
+    fn before_forget_of(map: &SeenMap, floor: i64, insert: (&str, SeenEvent)) -> SeenMap {
+        let mut expected: SeenMap = map
+            .iter()
+            .filter(|(_, seen)| seen.timestamp >= floor)
+            .map(|(id, seen)| (Arc::clone(id), *seen))
+            .collect();
+        expected.insert(insert.0.into(), insert.1);
+        expected
     }
 }

@@ -29,7 +29,9 @@ use crate::store::MAX_SEQ_NR;
 /// - A query never delivers the same (persistence id, sequence number) twice, also across a
 ///   resume from an envelope's offset.
 /// - Events of one persistence id are delivered in sequence-number order.
-/// - Deleted events are not delivered.
+/// - Deleted events are not delivered. An event deleted after the page holding it was read (a page
+///   is read ahead while the previous one is delivered) is still delivered:
+///   a query delivers what it read.
 /// - Queries by slice and by tag deliver an event whose transaction commits late (after events
 ///   inserted after it were delivered) at most
 ///   [`late_commit_window`](QuerySettings::late_commit_window) plus one refresh interval
@@ -101,8 +103,16 @@ impl ReadJournal {
     }
 
     /// As [`current_events_by_persistence_id`](Self::current_events_by_persistence_id), then
-    /// keeps delivering new events of `persistence_id` until `to_seq_nr` was delivered
-    /// (`MAX_SEQ_NR`: never ends).
+    /// keeps delivering new events of `persistence_id` (`to_seq_nr` = `MAX_SEQ_NR`: never
+    /// ends).
+    ///
+    /// Stored events are read page after page without waiting; once a page is not full, the
+    /// query waits for the next refresh interval or a write notification before it reads again.
+    ///
+    /// It ends once every event up to `to_seq_nr` was delivered: when the id's highest sequence
+    /// number has reached `to_seq_nr` and the events up to it were read. Numbers below it that
+    /// hold no event (deleted, or never stored, as a rejected write leaves) are not waited for;
+    /// an empty range (`to_seq_nr` 0, or `from_seq_nr` above it) ends at once.
     pub fn events_by_persistence_id(
         &self,
         persistence_id: &str,
@@ -115,7 +125,8 @@ impl ReadJournal {
             next: u64,
             to: u64,
             notifications: Option<WriteNotifications>,
-            first: bool,
+            /// Whether the last page was not full: the next read waits for a round.
+            wait: bool,
         }
         let state = State {
             query: self.clone(),
@@ -123,22 +134,40 @@ impl ReadJournal {
             next: from_seq_nr.max(1),
             to: to_seq_nr,
             notifications: self.store.write_notifications(),
-            first: true,
+            wait: false,
         };
         stream::unfold(Some(state), |state| async move {
             let mut state = state?;
             if state.next > state.to {
                 return None;
             }
-            if !state.first {
+            if state.wait {
                 let deadline = Instant::now() + state.query.settings.refresh_interval;
                 wait_for_round(deadline, state.notifications.as_mut()).await;
             }
-            state.first = false;
+            // Read before the page: every event up to the highest sequence number is
+            // committed then, so a page read afterwards that ends below `to` holds all of
+            // them there are (a query up to MAX never ends, so it needs none).
+            let highest = if state.to == MAX_SEQ_NR {
+                Ok(0)
+            } else {
+                state
+                    .query
+                    .store
+                    .read_highest_sequence_nr(&state.persistence_id, state.next)
+                    .await
+            };
+            let highest = match highest {
+                Ok(highest) => highest,
+                Err(error) => {
+                    return Some((stream::iter(vec![Err(QueryError::from(error))]), None));
+                }
+            };
+            let page_size = state.query.settings.page_size.max(1) as usize;
             let page: Vec<_> = state
                 .query
                 .current_events_by_persistence_id(&state.persistence_id, state.next, state.to)
-                .take(state.query.settings.page_size.max(1) as usize)
+                .take(page_size)
                 .collect()
                 .await;
             let mut failed = false;
@@ -148,7 +177,15 @@ impl ReadJournal {
                     Err(_) => failed = true,
                 }
             }
-            let next_state = if failed { None } else { Some(state) };
+            let full = page.len() >= page_size;
+            state.wait = !full;
+            // Every event up to `to` is stored and was read: nothing more will come.
+            let complete = !full && highest >= state.to;
+            let next_state = if failed || complete {
+                None
+            } else {
+                Some(state)
+            };
             Some((stream::iter(page), next_state))
         })
         .flatten()
@@ -238,10 +275,12 @@ impl ReadJournal {
                 }
                 let limit = u32::try_from(remaining).unwrap_or(u32::MAX).min(page_size);
                 match store.read_persistence_ids(after.as_deref(), limit).await {
-                    Ok(ids) => {
+                    Ok(mut ids) => {
+                        // A store that answers more than asked is held to the limit.
+                        ids.truncate(limit as usize);
                         let last_page = ids.len() < limit as usize;
                         let next_after = ids.last().cloned().or(after);
-                        let remaining = remaining - ids.len() as u64;
+                        let remaining = remaining.saturating_sub(ids.len() as u64);
                         let items: Vec<Result<String, QueryError>> =
                             ids.into_iter().map(Ok).collect();
                         Some((stream::iter(items), (next_after, remaining, last_page)))

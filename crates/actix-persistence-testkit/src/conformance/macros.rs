@@ -205,7 +205,7 @@ macro_rules! __case_table {
     };
 }
 
-/// Expands into one `#[test]` per query conformance case (Q1-Q16 as
+/// Expands into one `#[test]` per query conformance case (Q1-Q22 as
 /// `q01_events_by_persistence_id_bounds` ..
 /// `q16_payloads_of_every_size_come_back_byte_for_byte`), each against a
 /// [`QueryStore`](actix_persistence_core::query::QueryStore) fresh from the factory. Same
@@ -250,6 +250,12 @@ macro_rules! __query_cases {
             q14_settled_pass_delivers_what_the_fast_pass_passed: "Q14 an event visible far behind the live edge comes from the settled pass once the window passed",
             q15_pipelined_writes_of_one_id_keep_their_order: "Q15 writes of one id issued without waiting are stored and delivered in sequence order",
             q16_payloads_of_every_size_come_back_byte_for_byte: "Q16 payloads of every size and every byte value come back byte for byte, in order, on every query",
+            q17_tags_are_matched_exactly: "Q17 a query by tag matches odd tags exactly; an event carrying a tag twice comes once",
+            q18_odd_persistence_ids_keep_their_entity_type: "Q18 ids with the separator in odd places, non-ASCII or 255 bytes long belong to the entity type before the first `|`",
+            q19_resume_inside_one_timestamp_delivers_exactly_the_rest: "Q19 resuming inside more than a page of events with one timestamp gives exactly the rest",
+            q20_live_events_by_persistence_id_ends_after_to: "Q20 the live events_by_persistence_id ends once every event up to `to` was delivered, also when `to` is not stored",
+            q21_live_queries_catch_up_without_waiting_for_a_refresh: "Q21 live queries read stored pages one after another without waiting for the refresh interval",
+            q22_persistence_ids_are_those_that_stored_events: "Q22 current_persistence_ids lists ids that stored events, not ids that only took ownership",
         }
     };
 }

@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q16 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q22 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -634,6 +634,23 @@ pub async fn q12_bad_arguments_are_errors(store: Arc<dyn QueryStore>) {
         ),
         "Q12: a sequence offset to a tag query is an error, got {bad_offset:?}"
     );
+    for live in [false, true] {
+        let offset = Offset::Sequence { seq_nr: 3 };
+        let stream = if live {
+            t.query.events_by_slices("Q12", 0, 1023, offset)
+        } else {
+            t.query.current_events_by_slices("Q12", 0, 1023, offset)
+        };
+        let bad_offset: Vec<_> = within("Q12", stream.collect::<Vec<_>>()).await;
+        assert!(
+            matches!(
+                bad_offset.as_slice(),
+                [Err(QueryError::InvalidOffset { .. })]
+            ),
+            "Q12: a sequence offset to a query by slices (live: {live}) is an error and ends \
+             it, got {bad_offset:?}"
+        );
+    }
 }
 
 /// Q13: when an id's event commits late and its next event is then written and seen first,
@@ -880,6 +897,409 @@ pub async fn q15_pipelined_writes_of_one_id_keep_their_order(store: Arc<dyn Quer
     }
 }
 
+/// Q17: a query by tag matches the tag exactly, byte for byte: the empty tag, quotes,
+/// backslashes, non-ASCII, SQL `LIKE` wildcards, JSON-looking text and a tag that is a prefix
+/// of others each select only their own events; an event carrying a tag twice is delivered
+/// once (current and live) and comes back with its tags as written.
+pub async fn q17_tags_are_matched_exactly(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let run = fresh("q17-");
+    let pid = fresh("Q17|");
+    let quote = format!("{run}\"'\\");
+    let unicode = format!("{run}-\u{fc}n\u{ef}c\u{f8}d\u{e9}-\u{65e5}\u{672c}-\u{1F980}");
+    let wildcard = format!("{run}%");
+    let json = format!("{run}[\"x\",null]");
+    let written: Vec<Vec<&str>> = vec![
+        vec![&quote, &quote],
+        vec![""],
+        vec![&unicode, &run],
+        vec![&wildcard],
+        vec![&json, " "],
+        vec![],
+        vec![&quote, "", &unicode],
+    ];
+    for (seq_nr, tags) in (1u64..).zip(&written) {
+        t.write(vec![event(&pid, seq_nr, tags)]).await;
+    }
+    // The empty tag and " " may also be carried by events of other runs on a shared store:
+    // only this case's persistence id counts.
+    let by_tag = |tag: String| {
+        let what = format!("Q17 current_events_by_tag({tag:?})");
+        let stream = t.query.current_events_by_tag(&tag, Offset::NoOffset);
+        let pid = pid.clone();
+        async move {
+            let mine: Vec<RawEnvelope> = collect(&what, stream)
+                .await
+                .into_iter()
+                .filter(|e| *e.persistence_id == *pid)
+                .collect();
+            mine
+        }
+    };
+    for (tag, expected) in [
+        (quote.clone(), vec![1, 7]),
+        (String::new(), vec![2, 7]),
+        (unicode.clone(), vec![3, 7]),
+        (run.clone(), vec![3]),
+        (wildcard.clone(), vec![4]),
+        (format!("{run}_"), vec![]),
+        (json.clone(), vec![5]),
+        (" ".to_owned(), vec![5]),
+        (format!("{quote} "), vec![]),
+    ] {
+        let got = by_tag(tag.clone()).await;
+        assert_eq!(seq_nrs(&got), expected, "Q17: events tagged {tag:?}");
+        for e in &got {
+            let index = usize::try_from(e.seq_nr - 1).unwrap_or(usize::MAX);
+            assert_eq!(
+                e.tags, written[index],
+                "Q17: tags of event {} as written",
+                e.seq_nr
+            );
+        }
+    }
+    // Live: the event tagged twice comes once, and the next one follows it.
+    let mut live = t.query.events_by_tag(&quote, Offset::NoOffset);
+    assert_eq!(
+        seq_nrs(&take("Q17 live", &mut live, 2).await),
+        vec![1, 7],
+        "Q17 live"
+    );
+    t.write(vec![event(&pid, 8, &[&quote, &quote])]).await;
+    t.write(vec![event(&pid, 9, &[&quote])]).await;
+    assert_eq!(
+        seq_nrs(&take("Q17 live", &mut live, 2).await),
+        vec![8, 9],
+        "Q17 live: the event tagged twice once, then the next"
+    );
+}
+
+/// Q18: persistence ids with the entity-type separator in odd places (`E|`, `E||x`, `E|a|b`,
+/// `|E`, none), non-ASCII and 255 bytes long belong to the entity type before the first `|`
+/// (`""` without one): a query by slices of that type delivers exactly their events, each
+/// with its id's slice, also when the range is that one slice.
+pub async fn q18_odd_persistence_ids_keep_their_entity_type(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q18");
+    let mut long = format!("{entity_type}|");
+    // Two-byte characters up to the last few bytes, then one-byte ones up to the limit.
+    while long.len() + 4 <= actix_persistence_core::limits::MAX_PERSISTENCE_ID_BYTES {
+        long.push(if long.len() % 2 == 0 { 'x' } else { '\u{e9}' });
+    }
+    while long.len() < actix_persistence_core::limits::MAX_PERSISTENCE_ID_BYTES {
+        long.push('y');
+    }
+    let typed = vec![
+        format!("{entity_type}|"),
+        format!("{entity_type}||x"),
+        format!("{entity_type}|a|b"),
+        format!("{entity_type}|\u{fc}n\u{ef}-\u{65e5}\u{672c}-\u{1F980}"),
+        format!("{entity_type}|'\"\\%_ "),
+        long,
+    ];
+    // Of entity type "": no separator, or one in front.
+    let untyped = vec![format!("|{entity_type}"), entity_type.clone()];
+    // Of another entity type that starts like this one.
+    let other = format!("{entity_type}x|1");
+    for (i, id) in typed.iter().chain(&untyped).chain([&other]).enumerate() {
+        t.write_range(id, 1, 1 + (i as u64 % 2), &[]).await;
+    }
+    let expected = |ids: &[String]| {
+        let mut keys: Vec<(String, u64)> = ids
+            .iter()
+            .enumerate()
+            .flat_map(|(i, id)| (1..=1 + (i as u64 % 2)).map(move |seq_nr| (id.clone(), seq_nr)))
+            .collect();
+        keys.sort();
+        keys
+    };
+    let by_slices = |entity_type: String, min: u16, max: u16| {
+        let what = format!("Q18 current_events_by_slices({entity_type:?}, {min}, {max})");
+        let stream = t
+            .query
+            .current_events_by_slices(&entity_type, min, max, Offset::NoOffset);
+        async move { collect(&what, stream).await }
+    };
+    let got = by_slices(entity_type.clone(), 0, 1023).await;
+    for e in &got {
+        assert_eq!(
+            *e.entity_type, *entity_type,
+            "Q18: entity type of {:?}",
+            e.persistence_id
+        );
+        assert_eq!(
+            e.slice,
+            slice_for_persistence_id(&e.persistence_id),
+            "Q18: slice of {:?}",
+            e.persistence_id
+        );
+    }
+    assert_distinct_and_ordered("Q18", &got);
+    let mut got = keys(&got);
+    got.sort();
+    assert_eq!(
+        got,
+        expected(&typed),
+        "Q18: exactly the ids of the entity type"
+    );
+    for id in &typed {
+        let slice = slice_for_persistence_id(id);
+        let in_slice = by_slices(entity_type.clone(), slice, slice).await;
+        assert!(
+            in_slice.iter().any(|e| *e.persistence_id == **id),
+            "Q18: {id:?} in a query of its slice {slice} alone"
+        );
+    }
+    let mut untyped_got: Vec<(String, u64)> = keys(&by_slices(String::new(), 0, 1023).await)
+        .into_iter()
+        .filter(|(id, _)| id.contains(entity_type.as_str()))
+        .collect();
+    untyped_got.sort();
+    let untyped_expected: Vec<(String, u64)> = {
+        let mut keys: Vec<(String, u64)> = expected(&[typed.clone(), untyped.clone()].concat())
+            .into_iter()
+            .filter(|(id, _)| untyped.contains(id))
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        untyped_got, untyped_expected,
+        "Q18: ids without a separator, or with one in front, are of entity type \"\""
+    );
+}
+
+/// Q19: more than a page of events with one database timestamp (one atomic write of 20 events
+/// and one of 10 in one call, pages of 7): resuming from the offset of any element, page
+/// boundaries included, delivers exactly the rest, whether the fast pass delivered them or
+/// the settled pass (after the late-commit window); a live query resumed at a page boundary
+/// goes on without repeats.
+pub async fn q19_resume_inside_one_timestamp_delivers_exactly_the_rest(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q19");
+    let tag = fresh("q19-");
+    let (a, b) = (format!("{entity_type}|a"), format!("{entity_type}|b"));
+    let batch = vec![
+        AtomicWrite::new((1..=20).map(|n| event(&a, n, &[&tag])).collect())
+            .expect("a well-shaped atomic write"),
+        AtomicWrite::new((1..=10).map(|n| event(&b, n, &[&tag])).collect())
+            .expect("a well-shaped atomic write"),
+    ];
+    let results = within("Q19 write", t.store.write_messages(batch))
+        .await
+        .unwrap_or_else(|e| panic!("Q19 write failed: {e}"));
+    assert!(results.iter().all(Result::is_ok), "Q19 write: {results:?}");
+    for settled in [false, true] {
+        if settled {
+            // Every event is now behind the window: the settled pass delivers them.
+            t.control.advance_clock(CASE_WINDOW * 2);
+        }
+        let query = |by_tag: bool, offset: Offset| {
+            if by_tag {
+                t.query.current_events_by_tag(&tag, offset)
+            } else {
+                t.query
+                    .current_events_by_slices(&entity_type, 0, 1023, offset)
+            }
+        };
+        for by_tag in [false, true] {
+            let what = format!("Q19 (by tag: {by_tag}, settled pass: {settled})");
+            let all = collect(&what, query(by_tag, Offset::NoOffset)).await;
+            assert_eq!(all.len(), 30, "{what}: 30 events");
+            assert_distinct_and_ordered(&what, &all);
+            for (i, element) in all.iter().enumerate() {
+                let stored = serde_json::to_string(&element.offset).expect("offset to JSON");
+                let offset: Offset = serde_json::from_str(&stored).expect("offset from JSON");
+                let rest = collect(&what, query(by_tag, offset)).await;
+                assert_eq!(
+                    keys(&rest),
+                    keys(&all[i + 1..]),
+                    "{what}: resumed after element {i}"
+                );
+            }
+        }
+    }
+    // Live, resumed at the boundaries of the first two pages.
+    let all = collect(
+        "Q19 live",
+        t.query
+            .current_events_by_slices(&entity_type, 0, 1023, Offset::NoOffset),
+    )
+    .await;
+    for (round, i) in [6usize, 13].into_iter().enumerate() {
+        let mut live = t
+            .query
+            .events_by_slices(&entity_type, 0, 1023, all[i].offset.clone());
+        let rest = take("Q19 live resumed", &mut live, all.len() - i - 1 + round).await;
+        let mut expected = keys(&all[i + 1..]);
+        if round == 1 {
+            expected.push((b.clone(), 11));
+        }
+        assert_eq!(keys(&rest), expected, "Q19 live resumed after element {i}");
+        let seq_nr = 11 + round as u64;
+        t.write_range(&b, seq_nr, seq_nr, &[&tag]).await;
+        assert_eq!(
+            keys(&take("Q19 live", &mut live, 1).await),
+            vec![(b.clone(), seq_nr)],
+            "Q19 live: the next event, no repeat"
+        );
+    }
+}
+
+/// Q20: the live `events_by_persistence_id` honours its bounds and ends once every event up to
+/// `to_seq_nr` was delivered: at once for `to` 0 or `from` above `to`; when `to` is reached;
+/// and when the id's highest sequence number passed `to` although `to` itself is not stored
+/// (deleted, or a number no write stored, as a rejected write leaves). With `to` = MAX it
+/// never ends.
+pub async fn q20_live_events_by_persistence_id_ends_after_to(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let pid = fresh("Q20|");
+    t.write_range(&pid, 1, 6, &[]).await;
+    let live = |from, to| {
+        let what = format!("Q20 events_by_persistence_id({from}, {to})");
+        let stream = t.query.events_by_persistence_id(&pid, from, to);
+        async move { seq_nrs(&collect(&what, stream).await) }
+    };
+    assert_eq!(live(0, 0).await, Vec::<u64>::new(), "Q20 (0, 0)");
+    assert_eq!(live(4, 2).await, Vec::<u64>::new(), "Q20 (4, 2)");
+    assert_eq!(live(0, 3).await, vec![1, 2, 3], "Q20 (0, 3)");
+    within(
+        "Q20 delete",
+        t.store
+            .delete_messages_to(&pid, 5, actix_persistence_core::FencingToken::UNOWNED),
+    )
+    .await
+    .expect("Q20 delete");
+    assert_eq!(
+        live(1, 5).await,
+        Vec::<u64>::new(),
+        "Q20 (1, 5), all deleted"
+    );
+    assert_eq!(live(2, 6).await, vec![6], "Q20 (2, 6), 2..5 deleted");
+    // 7 is never stored (a rejected write's number): the query ends once 8 is.
+    let mut gap = t.query.events_by_persistence_id(&pid, 1, 7);
+    assert_eq!(seq_nrs(&take("Q20 (1, 7)", &mut gap, 1).await), vec![6]);
+    t.write_range(&pid, 8, 8, &[]).await;
+    assert_eq!(
+        seq_nrs(&collect("Q20 (1, 7)", gap).await),
+        Vec::<u64>::new(),
+        "Q20 (1, 7): ends after 6 once 8 is stored"
+    );
+    let mut open = t.query.events_by_persistence_id(&pid, 7, MAX_SEQ_NR);
+    assert_eq!(seq_nrs(&take("Q20 (7, MAX)", &mut open, 1).await), vec![8]);
+    t.write_range(&pid, 9, 9, &[]).await;
+    assert_eq!(
+        seq_nrs(&take("Q20 (7, MAX)", &mut open, 1).await),
+        vec![9],
+        "Q20 (7, MAX) goes on"
+    );
+}
+
+/// Q21: a live query reads the events already stored page after page, without waiting for
+/// the refresh interval between full pages (a one-hour interval here, and no write to notify
+/// it): by persistence id, by slices and by tag.
+pub async fn q21_live_queries_catch_up_without_waiting_for_a_refresh(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let query = ReadJournal::from_arc(
+        t.store.clone(),
+        QuerySettings {
+            refresh_interval: Duration::from_secs(3600),
+            ..t.query.settings().clone()
+        },
+    );
+    let entity_type = fresh("Q21");
+    let tag = fresh("q21-");
+    let pid = format!("{entity_type}|1");
+    // Four pages of 7 and a bit.
+    t.write_range(&pid, 1, 30, &[&tag]).await;
+    let expected: Vec<u64> = (1..=30).collect();
+    let mut by_pid = query.events_by_persistence_id(&pid, 1, MAX_SEQ_NR);
+    assert_eq!(
+        seq_nrs(&take("Q21 by persistence id", &mut by_pid, 30).await),
+        expected,
+        "Q21 by persistence id"
+    );
+    let mut by_slices = query.events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+    assert_eq!(
+        seq_nrs(&take("Q21 by slices", &mut by_slices, 30).await),
+        expected,
+        "Q21 by slices"
+    );
+    let mut by_tag = query.events_by_tag(&tag, Offset::NoOffset);
+    assert_eq!(
+        seq_nrs(&take("Q21 by tag", &mut by_tag, 30).await),
+        expected,
+        "Q21 by tag"
+    );
+}
+
+/// Q22: `current_persistence_ids` lists the ids that stored events, also when all were deleted
+/// since, and no id that only took ownership (an actor that recovered and never persisted);
+/// after the last id it gives nothing, after an id not listed it goes on from there, and a
+/// limit of 0 gives nothing.
+pub async fn q22_persistence_ids_are_those_that_stored_events(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let prefix = fresh("Q22|");
+    let (owned, deleted, written) = (
+        format!("{prefix}-1"),
+        format!("{prefix}-2"),
+        format!("{prefix}-3"),
+    );
+    within("Q22 take ownership", t.store.take_ownership(&owned))
+        .await
+        .expect("Q22 take ownership");
+    t.write_range(&deleted, 1, 2, &[]).await;
+    within(
+        "Q22 delete",
+        t.store.delete_messages_to(
+            &deleted,
+            MAX_SEQ_NR,
+            actix_persistence_core::FencingToken::UNOWNED,
+        ),
+    )
+    .await
+    .expect("Q22 delete");
+    t.write_range(&written, 1, 1, &[]).await;
+    let list = |after: String, limit: u64| {
+        let stream = t.query.current_persistence_ids(Some(&after), limit);
+        async move {
+            let items: Vec<_> = within("Q22", stream.collect()).await;
+            items
+                .into_iter()
+                .map(|i| i.unwrap_or_else(|e| panic!("Q22 failed: {e}")))
+                .collect::<Vec<String>>()
+        }
+    };
+    let mine = |ids: Vec<String>| -> Vec<String> {
+        ids.into_iter()
+            .filter(|id| id.starts_with(&prefix))
+            .collect()
+    };
+    assert_eq!(
+        mine(list(prefix.clone(), MAX_SEQ_NR).await),
+        vec![deleted.clone(), written.clone()],
+        "Q22: the ids that stored events, not the one that only took ownership"
+    );
+    let after_last = list(written.clone(), MAX_SEQ_NR).await;
+    assert!(
+        after_last
+            .iter()
+            .all(|id| id.as_bytes() > written.as_bytes()),
+        "Q22: after the last id, only ids after it: {after_last:?}"
+    );
+    assert_eq!(mine(after_last), Vec::<String>::new(), "Q22 after the last");
+    assert_eq!(
+        list(owned.clone(), 1).await,
+        vec![deleted.clone()],
+        "Q22: after an id not listed, limit 1"
+    );
+    assert_eq!(
+        list(prefix.clone(), 0).await,
+        Vec::<String>::new(),
+        "Q22 limit 0"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -914,7 +1334,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q15." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q22." }
 }
 
 impl Case for QueryCase {
