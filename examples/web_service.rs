@@ -106,7 +106,7 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
             "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
              ON CONFLICT (persistence_id) DO UPDATE SET balance = balance + excluded.balance",
         )
-        .bind(&envelope.persistence_id)
+        .bind(&*envelope.persistence_id)
         .bind(change)
         .execute(&mut **tx)
         .await?;

@@ -42,12 +42,12 @@ fn long_id(bytes: usize) -> String {
 
 fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: b"\"x\"".to_vec(),
         serializer_id: 1,
         manifest: String::new(),
-        writer_uuid: "w".to_owned(),
+        writer_uuid: "w".into(),
         timestamp: 0,
         tags: Vec::new(),
     }

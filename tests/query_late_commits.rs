@@ -14,12 +14,12 @@ use futures::StreamExt;
 
 fn event(pid: &str) -> AtomicWrite {
     AtomicWrite::new(vec![PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr: 1,
         payload: b"{}".to_vec(),
         serializer_id: actix_persistence::serialization::JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "late".to_owned(),
+        writer_uuid: "late".into(),
         timestamp: 0,
         tags: Vec::new(),
     }])
@@ -37,7 +37,10 @@ async fn next_id(live: &mut EnvelopeStream) -> String {
     let next = tokio::time::timeout(Duration::from_secs(10), live.next())
         .await
         .expect("delivered by the notified pass (full rounds are an hour apart)");
-    next.expect("live").expect("no error").persistence_id
+    next.expect("live")
+        .expect("no error")
+        .persistence_id
+        .to_string()
 }
 
 #[tokio::test]

@@ -22,12 +22,12 @@ use tokio::sync::{mpsc, oneshot};
 
 fn repr(pid: &str, seq_nr: u64, entry: &Entry) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: serde_json::to_vec(entry).expect("json"),
         serializer_id: actix_persistence::serialization::JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "test-writer".to_owned(),
+        writer_uuid: "test-writer".into(),
         timestamp: 1,
         tags: Vec::new(),
     }

@@ -19,12 +19,12 @@ use support::*;
 
 fn event_repr(pid: &str, seq_nr: u64, name: &str) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: serde_json::to_vec(&named(name)).expect("json"),
         serializer_id: actix_persistence::serialization::JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "test-writer".to_owned(),
+        writer_uuid: "test-writer".into(),
         timestamp: 1,
         tags: Vec::new(),
     }

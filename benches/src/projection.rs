@@ -311,13 +311,13 @@ async fn write_events(journal: Arc<dyn JournalStore>, ids: usize, per_id: u64) {
                 for seq_nr in 1..=per_id {
                     for &n in &mine {
                         let event = PersistentRepr {
-                            persistence_id: format!("{ENTITY_TYPE}|{n}"),
+                            persistence_id: format!("{ENTITY_TYPE}|{n}").into(),
                             seq_nr,
                             payload: serde_json::to_vec(&BenchEvent { n: seq_nr }).expect("json"),
                             serializer_id:
                                 actix_persistence_core::serialization::JSON_SERIALIZER_ID,
                             manifest: String::new(),
-                            writer_uuid: "bench".to_owned(),
+                            writer_uuid: "bench".into(),
                             timestamp: 0,
                             tags: Vec::new(),
                         };
@@ -368,7 +368,7 @@ impl TransactionalGroupedHandler<Env, Transaction<'static, Sqlite>> for SqliteRo
             self.0
         ));
         insert.push_values(envelopes, |mut row, e| {
-            row.push_bind(&e.persistence_id)
+            row.push_bind(&*e.persistence_id)
                 .push_bind(e.seq_nr as i64)
                 .push_bind(e.event.n as i64);
         });
@@ -416,7 +416,7 @@ impl TransactionalGroupedHandler<Env, Transaction<'static, Postgres>> for Postgr
             self.0
         ));
         insert.push_values(envelopes, |mut row, e| {
-            row.push_bind(&e.persistence_id)
+            row.push_bind(&*e.persistence_id)
                 .push_bind(e.seq_nr as i64)
                 .push_bind(e.event.n as i64);
         });

@@ -36,12 +36,12 @@ const STALL: Duration = Duration::from_secs(20);
 
 fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: format!("{{\"Added\":{seq_nr}}}").into_bytes(),
         serializer_id: JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "query-speed".to_owned(),
+        writer_uuid: "query-speed".into(),
         timestamp: 0,
         tags: vec!["bench".to_owned()],
     }
@@ -157,7 +157,7 @@ async fn timestamps_out_of_order(
         .filter_map(|e| {
             let previous = e.previous_timestamp?;
             (previous > e.timestamp).then_some((
-                e.repr.persistence_id,
+                e.repr.persistence_id.to_string(),
                 e.repr.seq_nr,
                 e.timestamp,
                 previous,
@@ -268,11 +268,11 @@ async fn live(
                 };
                 let envelope = next.expect("live").expect("no error");
                 *delivered_keys
-                    .entry((envelope.persistence_id.clone(), envelope.seq_nr))
+                    .entry((envelope.persistence_id.to_string(), envelope.seq_nr))
                     .or_default() += 1;
                 let delivered = Instant::now();
                 received += 1;
-                let key = (envelope.persistence_id, envelope.seq_nr);
+                let key = (envelope.persistence_id.to_string(), envelope.seq_nr);
                 // Delivered before the writer saw its acknowledgement: latency 0.
                 pending.insert(key, delivered);
                 let mut acked = acked.lock().expect("lock");

@@ -93,12 +93,12 @@ async fn fill(store: &dyn JournalStore, events: u64) -> Duration {
         let last = (next + EVENTS_PER_WRITE - 1).min(events);
         let reprs = (next..=last)
             .map(|seq_nr| PersistentRepr {
-                persistence_id: PID.to_owned(),
+                persistence_id: PID.into(),
                 seq_nr,
                 payload: b"1".to_vec(),
                 serializer_id: JSON_SERIALIZER_ID,
                 manifest: String::new(),
-                writer_uuid: "recovery-speed".to_owned(),
+                writer_uuid: "recovery-speed".into(),
                 timestamp: 0,
                 tags: Vec::new(),
             })

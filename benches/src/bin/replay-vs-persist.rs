@@ -183,12 +183,12 @@ async fn fill(store: &dyn JournalStore, pid: &str, events: u64) {
         let last = (next + 999).min(events);
         let reprs = (next..=last)
             .map(|seq_nr| PersistentRepr {
-                persistence_id: pid.to_owned(),
+                persistence_id: pid.into(),
                 seq_nr,
                 payload: b"1".to_vec(),
                 serializer_id: JSON_SERIALIZER_ID,
                 manifest: String::new(),
-                writer_uuid: "replay-vs-persist".to_owned(),
+                writer_uuid: "replay-vs-persist".into(),
                 timestamp: 0,
                 tags: Vec::new(),
             })

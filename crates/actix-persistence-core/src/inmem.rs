@@ -23,7 +23,8 @@ struct Events {
     /// The stored events with their timestamps (microseconds, see [`Journal::clock`]),
     /// ascending by sequence number: a write appends (its numbers follow the stored ones), a
     /// delete drops a prefix. Cheaper than a `BTreeMap` per event (no node search and no node
-    /// allocations on the append path).
+    /// allocations on the append path). Each keeps the shared persistence id and writer uuid
+    /// it was written with: replays and query pages hand out clones of those `Arc`s.
     stored: VecDeque<(PersistentRepr, i64)>,
     highest: u64,
     /// The owner epoch: raised by every `take_ownership`.
@@ -93,8 +94,8 @@ impl Events {
 }
 
 /// Adds empty events for `pid` to `ids` (the id's one allocation, shared by its index entries).
-fn add_id<'a>(ids: &'a mut IdMap, pid: &str) -> &'a mut Events {
-    ids.entry(Arc::from(pid))
+fn add_id(ids: &mut IdMap, pid: Arc<str>) -> &mut Events {
+    ids.entry(pid)
         .or_insert_with_key(|id| Events::new(Arc::clone(id)))
 }
 
@@ -113,7 +114,7 @@ impl TimeKey {
     fn from_event_key(key: &EventKey) -> Self {
         TimeKey {
             timestamp: key.timestamp,
-            persistence_id: Arc::from(key.persistence_id.as_str()),
+            persistence_id: Arc::clone(&key.persistence_id),
             seq_nr: key.seq_nr,
         }
     }
@@ -227,7 +228,11 @@ impl InMemoryJournal {
         let journal = &mut *journal;
         let events = match journal.ids.get_mut(write.persistence_id()) {
             Some(events) => events,
-            None => add_id(&mut journal.ids, write.persistence_id()),
+            // `check` above: there is a first event; its id becomes the map's.
+            None => match write.events.first() {
+                Some(first) => add_id(&mut journal.ids, Arc::clone(&first.persistence_id)),
+                None => return Ok(()),
+            },
         };
         if write.fencing_token < events.owner {
             return Err(JournalError::Fenced {
@@ -238,7 +243,7 @@ impl InMemoryJournal {
         }
         if let Some(taken) = write.events.iter().find(|e| events.get(e.seq_nr).is_some()) {
             return Err(JournalError::ConcurrentWrite {
-                persistence_id: taken.persistence_id.clone(),
+                persistence_id: taken.persistence_id.to_string(),
                 seq_nr: taken.seq_nr,
             }
             .into());
@@ -319,7 +324,7 @@ impl JournalStore for InMemoryJournal {
         let mut journal = self.lock();
         let events = match journal.ids.get_mut(pid) {
             Some(events) => events,
-            None => add_id(&mut journal.ids, pid),
+            None => add_id(&mut journal.ids, Arc::from(pid)),
         };
         events.owner = FencingToken(events.owner.get().saturating_add(1));
         Ok(Ownership {
@@ -410,5 +415,81 @@ impl QueryStore for InMemoryJournal {
 
     fn write_notifications(&self) -> Option<WriteNotifications> {
         Some(self.notifier.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::TryStreamExt;
+
+    use super::*;
+    use crate::query::{Offset, QuerySettings, ReadJournal};
+
+    fn event(pid: &Arc<str>, writer: &Arc<str>, seq_nr: u64) -> PersistentRepr {
+        PersistentRepr {
+            persistence_id: Arc::clone(pid),
+            seq_nr,
+            payload: b"{}".to_vec(),
+            serializer_id: 1,
+            manifest: String::new(),
+            writer_uuid: Arc::clone(writer),
+            timestamp: 0,
+            tags: Vec::new(),
+        }
+    }
+
+    /// The store keeps the `Arc`s it was given and hands them out; a query's envelopes of one
+    /// entity type share one.
+    #[tokio::test]
+    async fn replays_and_queries_share_the_written_ids() {
+        let journal = InMemoryJournal::new();
+        let writer: Arc<str> = Arc::from("writer");
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("Shared|a"), Arc::from("Shared|b"));
+        let writes = vec![
+            AtomicWrite::new(vec![event(&a, &writer, 1), event(&a, &writer, 2)]).expect("shape"),
+            AtomicWrite::new(vec![event(&b, &writer, 1)]).expect("shape"),
+        ];
+        let results = journal.write_messages(writes).await.expect("write");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+        let replayed: Vec<_> = journal
+            .replay_messages("Shared|a", 1, u64::MAX, u64::MAX)
+            .try_collect()
+            .await
+            .expect("replay");
+        assert_eq!(replayed.len(), 2);
+        for event in &replayed {
+            assert!(Arc::ptr_eq(&event.persistence_id, &a));
+            assert!(Arc::ptr_eq(&event.writer_uuid, &writer));
+        }
+
+        let query = ReadJournal::new(journal.clone(), QuerySettings::default());
+        let envelopes: Vec<_> = query
+            .current_events_by_slices("Shared", 0, 1023, Offset::NoOffset)
+            .try_collect()
+            .await
+            .expect("query");
+        assert_eq!(envelopes.len(), 3);
+        for envelope in &envelopes {
+            assert_eq!(&*envelope.entity_type, "Shared");
+            assert!(Arc::ptr_eq(
+                &envelope.entity_type,
+                &envelopes[0].entity_type
+            ));
+            assert!(Arc::ptr_eq(&envelope.writer_uuid, &writer));
+            let pid = if *envelope.persistence_id == *a {
+                &a
+            } else {
+                &b
+            };
+            assert!(Arc::ptr_eq(&envelope.persistence_id, pid));
+        }
+        let by_id: Vec<_> = query
+            .current_events_by_persistence_id("Shared|a", 1, u64::MAX)
+            .try_collect()
+            .await
+            .expect("query by id");
+        assert_eq!(by_id.len(), 2);
+        assert!(Arc::ptr_eq(&by_id[0].entity_type, &by_id[1].entity_type));
     }
 }

@@ -99,12 +99,12 @@ const PAGE: u32 = 7;
 
 fn event(seq_nr: u64) -> AtomicWrite {
     AtomicWrite::new(vec![PersistentRepr {
-        persistence_id: "Slow|1".to_owned(),
+        persistence_id: "Slow|1".into(),
         seq_nr,
         payload: b"{}".to_vec(),
         serializer_id: 1,
         manifest: String::new(),
-        writer_uuid: "w".to_owned(),
+        writer_uuid: "w".into(),
         timestamp: 0,
         tags: vec!["slow".to_owned()],
     }])
@@ -193,12 +193,12 @@ async fn current_persistence_ids_holds_a_store_to_the_limit() {
     };
     for id in 0..10 {
         let write = AtomicWrite::new(vec![PersistentRepr {
-            persistence_id: format!("Id|{id}"),
+            persistence_id: format!("Id|{id}").into(),
             seq_nr: 1,
             payload: b"{}".to_vec(),
             serializer_id: 1,
             manifest: String::new(),
-            writer_uuid: "w".to_owned(),
+            writer_uuid: "w".into(),
             timestamp: 0,
             tags: Vec::new(),
         }])

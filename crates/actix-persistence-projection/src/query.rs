@@ -211,7 +211,7 @@ impl<Ev: Send + Sync + 'static> SourceProvider for QuerySource<Ev> {
         let behind: Vec<_> = events
             .iter()
             .filter(|e| {
-                seen.get(e.repr.persistence_id.as_str())
+                seen.get(&e.repr.persistence_id)
                     .map_or(true, |s| s.seq_nr < e.repr.seq_nr)
             })
             .collect();

@@ -122,7 +122,7 @@ impl TransactionalHandler<Env, InMemoryTransaction> for Balances {
         envelope: &Env,
     ) -> Result<(), HandlerError> {
         let handled = Arc::clone(&self.handled);
-        let key = (envelope.persistence_id.clone(), envelope.seq_nr);
+        let key = (envelope.persistence_id.to_string(), envelope.seq_nr);
         tx.on_commit(move || handled.lock().expect("lock").push(key));
         Ok(())
     }

@@ -43,7 +43,7 @@ impl FailsOn {
 #[async_trait]
 impl Handler<Env> for FailsOn {
     async fn process(&self, envelope: &Env) -> Result<(), HandlerError> {
-        if (envelope.persistence_id.clone(), envelope.seq_nr) == self.target {
+        if (envelope.persistence_id.to_string(), envelope.seq_nr) == self.target {
             let attempt = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
             if attempt <= self.failures {
                 if self.panic {

@@ -32,7 +32,7 @@ impl TransactionalHandler<Env, InMemoryTransaction> for Balances {
         envelope: &Env,
     ) -> Result<(), HandlerError> {
         let handled = Arc::clone(&self.handled);
-        let key = (envelope.persistence_id.clone(), envelope.seq_nr);
+        let key = (envelope.persistence_id.to_string(), envelope.seq_nr);
         tx.on_commit(move || handled.lock().expect("lock").push(key));
         if let Some(gate) = &self.gate {
             gate.pass().await;

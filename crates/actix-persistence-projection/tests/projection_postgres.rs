@@ -128,7 +128,7 @@ async fn apply(
     envelope: &Env,
 ) -> Result<(), HandlerError> {
     sqlx::query("INSERT INTO handled (persistence_id, seq_nr) VALUES ($1, $2)")
-        .bind(&envelope.persistence_id)
+        .bind(&*envelope.persistence_id)
         .bind(envelope.seq_nr as i64)
         .execute(&mut **tx)
         .await?;
@@ -136,7 +136,7 @@ async fn apply(
         "INSERT INTO balance (persistence_id, total) VALUES ($1, $2)
          ON CONFLICT (persistence_id) DO UPDATE SET total = balance.total + excluded.total",
     )
-    .bind(&envelope.persistence_id)
+    .bind(&*envelope.persistence_id)
     .bind(envelope.event.amount as i64)
     .execute(&mut **tx)
     .await?;
@@ -155,7 +155,7 @@ struct ReadModel {
 impl ReadModel {
     fn should_fail(&self, envelope: &Env) -> bool {
         self.fail_once
-            && envelope.persistence_id == pid(1)
+            && *envelope.persistence_id == *pid(1)
             && envelope.seq_nr == 2
             && !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst)
     }

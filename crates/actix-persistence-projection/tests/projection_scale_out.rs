@@ -39,7 +39,7 @@ impl TransactionalHandler<Env, Transaction<'static, Postgres>> for Record {
         envelope: &Env,
     ) -> Result<(), HandlerError> {
         sqlx::query("INSERT INTO handled (persistence_id, seq_nr, range) VALUES ($1, $2, $3)")
-            .bind(&envelope.persistence_id)
+            .bind(&*envelope.persistence_id)
             .bind(envelope.seq_nr as i64)
             .bind(self.range)
             .execute(&mut **tx)

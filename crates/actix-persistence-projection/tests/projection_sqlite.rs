@@ -104,7 +104,7 @@ impl Db {
 
 async fn apply(tx: &mut Transaction<'static, Sqlite>, envelope: &Env) -> Result<(), HandlerError> {
     sqlx::query("INSERT INTO handled (persistence_id, seq_nr) VALUES (?, ?)")
-        .bind(&envelope.persistence_id)
+        .bind(&*envelope.persistence_id)
         .bind(envelope.seq_nr as i64)
         .execute(&mut **tx)
         .await?;
@@ -112,7 +112,7 @@ async fn apply(tx: &mut Transaction<'static, Sqlite>, envelope: &Env) -> Result<
         "INSERT INTO balance (persistence_id, total) VALUES (?, ?)
          ON CONFLICT (persistence_id) DO UPDATE SET total = total + excluded.total",
     )
-    .bind(&envelope.persistence_id)
+    .bind(&*envelope.persistence_id)
     .bind(envelope.event.amount as i64)
     .execute(&mut **tx)
     .await?;
@@ -131,7 +131,7 @@ struct ReadModel {
 impl ReadModel {
     fn should_fail(&self, envelope: &Env) -> bool {
         self.fail_once
-            && envelope.persistence_id == pid(1)
+            && *envelope.persistence_id == *pid(1)
             && envelope.seq_nr == 2
             && !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst)
     }

@@ -8,13 +8,14 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::sync::Arc;
 
 use actix_persistence_core::query::{
     entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
     StoredEvent,
 };
 use actix_persistence_core::{
-    AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
+    AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream, RunInterner,
     WriteRejection,
 };
 use futures::future::BoxFuture;
@@ -524,7 +525,10 @@ enum JsonRowError {
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
     readers: Pool<D::Db>,
-    persistence_id: String,
+    /// Shared by every event of the replay (one allocation for the whole replay).
+    persistence_id: Arc<str>,
+    /// The writer uuid of the last event: a run of events of one incarnation shares one.
+    writer_uuids: RunInterner,
     next_from: i64,
     to: i64,
     remaining: u64,
@@ -631,7 +635,8 @@ impl<D: Dialect> JournalTables<'_, D>
 where
     for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
-    for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db> + ColumnIndex<<D::Db as Database>::Row>,
+    for<'q> &'q str:
+        Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db> + ColumnIndex<<D::Db as Database>::Row>,
     usize: ColumnIndex<<D::Db as Database>::Row>,
     for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
     for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
@@ -653,7 +658,8 @@ where
         }
         let cursor = ReplayCursor::<D> {
             readers: self.readers.clone(),
-            persistence_id: pid.to_owned(),
+            persistence_id: Arc::from(pid),
+            writer_uuids: RunInterner::new(),
             next_from: from,
             to,
             remaining: max,
@@ -680,7 +686,7 @@ where
             .next_from
             .saturating_add(cursor.window - 1)
             .min(cursor.to);
-        let read = match Self::read_replay_rows(&cursor, upper, limit).await {
+        let read = match Self::read_replay_rows(&mut cursor, upper, limit).await {
             Ok(read) => read,
             Err(e) => return Page::failed(e),
         };
@@ -728,14 +734,14 @@ where
     /// [`JournalError::Storage`] when the query fails; a row that does not decode ends
     /// [`ReplayRows::events`] with its error.
     async fn read_replay_rows(
-        cursor: &ReplayCursor<D>,
+        cursor: &mut ReplayCursor<D>,
         upper: i64,
         limit: u64,
     ) -> Result<ReplayRows, JournalError> {
         let storage = |e| JournalError::storage("replay", e);
         // At most `page_size`, a u32.
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let pid = cursor.persistence_id.as_str();
+        let pid = &*cursor.persistence_id;
         let mut conn = cursor.readers.acquire().await.map_err(storage)?;
         if D::JSON_PAGES {
             let text = sqlx::query_scalar::<D::Db, String>(&json_page::page_sql(REPLAY_SQL, false))
@@ -747,7 +753,14 @@ where
                 .await;
             conn.return_to_pool().await;
             let text = text.map_err(storage)?;
-            if let Some(rows) = Self::replay_rows_from_json(&cursor.readers, pid, &text).await {
+            if let Some(rows) = Self::replay_rows_from_json(
+                &cursor.readers,
+                &cursor.persistence_id,
+                &mut cursor.writer_uuids,
+                &text,
+            )
+            .await
+            {
                 return rows;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
@@ -771,7 +784,8 @@ where
             last_seq_nr: None,
         };
         for row in &rows {
-            match Self::decode_event(pid.to_owned(), row) {
+            let pid = Arc::clone(&cursor.persistence_id);
+            match Self::decode_event(pid, &mut cursor.writer_uuids, row) {
                 Ok((seq_nr, event)) => {
                     read.last_seq_nr = Some(seq_nr);
                     read.events.push(Ok(event));
@@ -790,7 +804,8 @@ where
     /// is not such a page: the caller reads the page row by row.
     async fn replay_rows_from_json(
         readers: &Pool<D::Db>,
-        pid: &str,
+        pid: &Arc<str>,
+        writer_uuids: &mut RunInterner,
         text: &str,
     ) -> Option<Result<ReplayRows, JournalError>> {
         let mut rows = json_page::parse(text).ok()?;
@@ -801,7 +816,7 @@ where
             last_seq_nr: rows.last().map(|row| row.0),
         };
         for row in rows {
-            match Self::event_from_json(readers, pid, row).await {
+            match Self::event_from_json(readers, pid, writer_uuids, row).await {
                 Ok(Some(event)) => read.events.push(Ok(event)),
                 Ok(None) => {}
                 Err(JsonRowError::NotAPage) => return None,
@@ -814,16 +829,18 @@ where
         Some(Ok(read))
     }
 
-    /// The event of a JSON page's row (of `pid`), reading its payload when the page does not
-    /// carry it: `None` when the event was deleted meanwhile.
+    /// The event of a JSON page's row (of `pid`, shared), reading its payload when the page
+    /// does not carry it: `None` when the event was deleted meanwhile. Its writer uuid comes
+    /// from `writer_uuids` (shared with the previous row's when equal).
     async fn event_from_json(
         readers: &Pool<D::Db>,
-        pid: &str,
+        pid: &Arc<str>,
+        writer_uuids: &mut RunInterner,
         row: json_page::JsonRow<'_>,
     ) -> Result<Option<PersistentRepr>, JsonRowError> {
         let stored_seq_nr = row.0;
         let corrupt = |reason: String| {
-            JsonRowError::Journal(corrupt_row(pid.to_owned(), stored_seq_nr, reason))
+            JsonRowError::Journal(corrupt_row(pid.to_string(), stored_seq_nr, reason))
         };
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
@@ -836,7 +853,7 @@ where
                 let payload = sqlx::query_scalar::<D::Db, Vec<u8>>(
                     "SELECT payload FROM journal WHERE persistence_id = $1 AND seq_nr = $2",
                 )
-                .bind(pid)
+                .bind(&**pid)
                 .bind(stored_seq_nr)
                 .fetch_optional(readers)
                 .await
@@ -852,12 +869,12 @@ where
             return Err(JsonRowError::NotAPage);
         };
         Ok(Some(PersistentRepr {
-            persistence_id: pid.to_owned(),
+            persistence_id: Arc::clone(pid),
             seq_nr,
             payload,
             serializer_id,
             manifest: row.4,
-            writer_uuid: row.1,
+            writer_uuid: writer_uuids.intern(&row.1),
             timestamp: row.2,
             tags,
         }))
@@ -871,9 +888,12 @@ where
     /// fifth of PostgreSQL's replay): the query names the journal's own columns, whose types
     /// the migrations fix, and decoding still fails on a value of the wrong shape.
     ///
-    /// `persistence_id` becomes the event's (a query reads it from the row: no copy).
+    /// `persistence_id` becomes the event's (shared: a replay has one for all its events, a
+    /// query page one per run of rows of an id); the writer uuid is read borrowed from the row
+    /// and shared through `writer_uuids` (a run of rows of one writer: one allocation).
     fn decode_event(
-        persistence_id: String,
+        persistence_id: Arc<str>,
+        writer_uuids: &mut RunInterner,
         row: &<D::Db as Database>::Row,
     ) -> Result<(i64, PersistentRepr), JournalError> {
         let column_error = |e| JournalError::storage("replay", e);
@@ -881,7 +901,8 @@ where
         let stored_seq_nr: i64 = row
             .try_get_unchecked(get(ReplayColumn::SeqNr))
             .map_err(column_error)?;
-        let corrupt = |reason: String| corrupt_row(persistence_id.clone(), stored_seq_nr, reason);
+        let corrupt =
+            |reason: String| corrupt_row(persistence_id.to_string(), stored_seq_nr, reason);
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id: D::SerializerId = row
@@ -902,9 +923,10 @@ where
             manifest: row
                 .try_get_unchecked(get(ReplayColumn::Manifest))
                 .map_err(column_error)?,
-            writer_uuid: row
-                .try_get_unchecked(get(ReplayColumn::WriterUuid))
-                .map_err(column_error)?,
+            writer_uuid: writer_uuids.intern(
+                row.try_get_unchecked::<&str, _>(get(ReplayColumn::WriterUuid))
+                    .map_err(column_error)?,
+            ),
             timestamp: row
                 .try_get_unchecked(get(ReplayColumn::WriteTimestamp))
                 .map_err(column_error)?,
@@ -961,12 +983,18 @@ where
         const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
         const DB_TIMESTAMP: usize = PERSISTENCE_ID + 1;
         // Unchecked, as the replay's columns (see `decode_event`): the journal's own columns;
-        // the previous event's are the same columns, or NULL.
+        // the previous event's are the same columns, or NULL. Rows come sorted by timestamp,
+        // then persistence id: a run of rows of one id (or one writer) shares one `Arc`, the
+        // id read borrowed from the row.
+        let mut ids = RunInterner::new();
+        let mut writer_uuids = RunInterner::new();
         rows.iter()
             .map(|row| {
-                let persistence_id: String =
-                    row.try_get_unchecked(PERSISTENCE_ID).map_err(storage)?;
-                let (_, repr) = Self::decode_event(persistence_id, row)?;
+                let persistence_id = ids.intern(
+                    row.try_get_unchecked::<&str, _>(PERSISTENCE_ID)
+                        .map_err(storage)?,
+                );
+                let (_, repr) = Self::decode_event(persistence_id, &mut writer_uuids, row)?;
                 Ok(StoredEvent {
                     timestamp: row.try_get_unchecked(DB_TIMESTAMP).map_err(storage)?,
                     previous_timestamp: row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
@@ -987,25 +1015,31 @@ where
         &self,
         text: &str,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
-        let mut rows = json_page::parse(text).ok()?;
+        let rows = json_page::parse(text).ok()?;
+        // A run of rows of one id (or one writer) shares one `Arc`; the JSON's text is read
+        // borrowed (no copy unless it holds escapes).
+        let mut ids = RunInterner::new();
+        let mut writer_uuids = RunInterner::new();
         let mut events = Vec::with_capacity(rows.len());
-        for row in rows.iter_mut() {
-            // Moved out: the row keeps an empty id.
-            let (Some(persistence_id), Some(timestamp)) = (row.7.take(), row.8) else {
+        for row in &rows {
+            let (Some(persistence_id), Some(timestamp)) = (row.7.as_deref(), row.8) else {
                 return None;
             };
-            events.push((persistence_id, timestamp, row.9, row.10));
+            events.push((ids.intern(persistence_id), timestamp, row.9, row.10));
         }
         let mut stored = Vec::with_capacity(rows.len());
         for (row, (persistence_id, timestamp, previous_timestamp, previous_seq_nr)) in
             rows.into_iter().zip(events)
         {
-            let repr = match Self::event_from_json(self.readers, &persistence_id, row).await {
-                Ok(Some(repr)) => repr,
-                Ok(None) => continue,
-                Err(JsonRowError::NotAPage) => return None,
-                Err(JsonRowError::Journal(error)) => return Some(Err(error)),
-            };
+            let repr =
+                match Self::event_from_json(self.readers, &persistence_id, &mut writer_uuids, row)
+                    .await
+                {
+                    Ok(Some(repr)) => repr,
+                    Ok(None) => continue,
+                    Err(JsonRowError::NotAPage) => return None,
+                    Err(JsonRowError::Journal(error)) => return Some(Err(error)),
+                };
             stored.push(StoredEvent {
                 timestamp,
                 previous_timestamp,
@@ -1260,7 +1294,7 @@ where
         EventFilter::Tag(tag) => add::<D::Db, _>(&mut arguments, tag.as_str())?,
     }
     add::<D::Db, _>(&mut arguments, request.after.timestamp)?;
-    add::<D::Db, _>(&mut arguments, request.after.persistence_id.as_str())?;
+    add::<D::Db, _>(&mut arguments, &*request.after.persistence_id)?;
     add::<D::Db, _>(&mut arguments, clamp_seq_nr(request.after.seq_nr))?;
     add::<D::Db, _>(&mut arguments, request.before_timestamp)?;
     add::<D::Db, _>(&mut arguments, i64::from(request.limit))?;

@@ -14,6 +14,8 @@
 //! columns)`, however large the payloads; a larger payload is read on its own afterwards
 //! ([`JsonRow::payload`] is `None` for it).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 /// The largest payload a JSON page carries (bytes, before hex); larger ones are read one by one.
@@ -44,8 +46,10 @@ pub(crate) fn page_sql(inner: &str, query_columns: bool) -> String {
 pub(crate) struct JsonRow<'a>(
     /// `seq_nr`.
     pub i64,
-    /// `writer_uuid`.
-    pub String,
+    /// `writer_uuid`, borrowed from the page's text (unless it holds escapes): the caller
+    /// shares one `Arc` per run of rows of one writer.
+    #[serde(borrow)]
+    pub Cow<'a, str>,
     /// `write_timestamp`, ms.
     pub i64,
     /// `serializer_id`.
@@ -57,8 +61,9 @@ pub(crate) struct JsonRow<'a>(
     pub Option<&'a str>,
     /// `tags` (stored as a JSON array of strings; `None` when the stored text is not JSON).
     pub Option<Vec<String>>,
-    /// `persistence_id` (queries only).
-    pub Option<String>,
+    /// `persistence_id` (queries only), borrowed as `writer_uuid` is.
+    #[serde(borrow, deserialize_with = "optional_text")]
+    pub Option<Cow<'a, str>>,
     /// `db_timestamp`, µs (queries only).
     pub Option<i64>,
     /// `previous_timestamp`, µs (the fast pass only).
@@ -66,6 +71,16 @@ pub(crate) struct JsonRow<'a>(
     /// `previous_seq_nr` (the fast pass only).
     pub Option<i64>,
 );
+
+/// An optional string borrowed from the JSON text when it holds no escapes (serde borrows a
+/// `Cow<str>` field, but not one inside an `Option`).
+fn optional_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text<'de>>::deserialize(deserializer)?.map(|text| text.0))
+}
 
 impl JsonRow<'_> {
     /// The payload, when the page carries it (`Some(Err)`: not hex, a corrupt page).
@@ -115,6 +130,22 @@ mod tests {
             (Some(99), Some(98), Some(2))
         );
         assert!(rows[1].payload().is_none(), "a payload read on its own");
+        assert!(
+            matches!(rows[0].1, Cow::Borrowed("w")),
+            "the writer is not copied"
+        );
+        assert!(
+            matches!(rows[0].7, Some(Cow::Borrowed("A|1"))),
+            "the persistence id is not copied"
+        );
+    }
+
+    #[test]
+    fn escaped_text_reads_back() {
+        let text = r#"[[3,"w\"x",17,1,"m","7B7D",[],"A|\"1",99,null,null]]"#;
+        let rows = parse(text).expect("a page");
+        assert_eq!(rows[0].1, r#"w"x"#);
+        assert_eq!(rows[0].7.as_deref(), Some(r#"A|"1"#));
     }
 
     #[test]

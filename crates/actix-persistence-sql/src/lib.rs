@@ -42,12 +42,12 @@
 //! let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
 //!
 //! let event = PersistentRepr {
-//!     persistence_id: "account-42".to_owned(),
+//!     persistence_id: "account-42".into(),
 //!     seq_nr: 1,
 //!     payload: br#"{"Deposited":100}"#.to_vec(),
 //!     serializer_id: 1,
 //!     manifest: "Deposited".to_owned(),
-//!     writer_uuid: "6d1f...".to_owned(),
+//!     writer_uuid: "6d1f...".into(),
 //!     timestamp: 1_700_000_000_000,
 //!     tags: vec!["account".to_owned()],
 //! };

@@ -958,7 +958,7 @@ async fn insert_atomic_write(
             query = query
                 // Consecutive and at most `highest_seq_nr`, which fits.
                 .bind(clamp_seq_nr(event.seq_nr))
-                .bind(&event.writer_uuid)
+                .bind(&*event.writer_uuid)
                 .bind(event.timestamp)
                 .bind(serializer_id_to_sql(event.serializer_id))
                 .bind(&event.manifest)

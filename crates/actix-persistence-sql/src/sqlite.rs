@@ -334,8 +334,8 @@ impl SqliteJournal {
     /// # let url = format!("sqlite:{}", dir.path().join("journal.db").display());
     /// let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
     /// # let event = |pid: &str| PersistentRepr {
-    /// #     persistence_id: pid.to_owned(), seq_nr: 1, payload: b"{}".to_vec(), serializer_id: 1,
-    /// #     manifest: String::new(), writer_uuid: "w".to_owned(), timestamp: 0, tags: vec![],
+    /// #     persistence_id: pid.into(), seq_nr: 1, payload: b"{}".to_vec(), serializer_id: 1,
+    /// #     manifest: String::new(), writer_uuid: "w".into(), timestamp: 0, tags: vec![],
     /// # };
     /// // Three actors write at the same time: their writes share transactions.
     /// let (a, b, c) = futures::join!(
@@ -793,12 +793,12 @@ fn bind_event<'q>(
     tags: &'q str,
     now_micros: i64,
 ) -> SqliteQuery<'q> {
-    let persistence_id = event.persistence_id.as_str();
+    let persistence_id = &*event.persistence_id;
     query
-        .bind(event.persistence_id.as_str())
+        .bind(&*event.persistence_id)
         // Checked to fit when the write was prepared.
         .bind(clamp_seq_nr(event.seq_nr))
-        .bind(event.writer_uuid.as_str())
+        .bind(&*event.writer_uuid)
         .bind(event.timestamp)
         .bind(SqliteDialect::serializer_id_to_sql(event.serializer_id))
         .bind(event.manifest.as_str())

@@ -11,6 +11,7 @@ use common::{
     atomic, backend_tests, recover, replay_events, write_all_ok, write_one_to_five, TestBackend,
 };
 use futures::{StreamExt, TryStreamExt};
+use std::sync::Arc;
 
 const MAX: u64 = MAX_SEQ_NR;
 
@@ -21,6 +22,7 @@ backend_tests! {
     replay_reads_exactly_one_page_ahead,
     delete_touches_only_its_own_persistence_id,
     writes_after_a_full_delete_continue_the_sequence,
+    replays_and_query_pages_share_ids_and_writers,
 }
 
 async fn replay_of_2000_events_crosses_page_boundaries<B: TestBackend>(db: B) {
@@ -220,4 +222,62 @@ async fn writes_after_a_full_delete_continue_the_sequence<B: TestBackend>(db: B)
     assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![], 5));
     write_all_ok(&journal, vec![atomic("p-1", 6..=7)]).await;
     assert_eq!(recover(&journal, "p-1", 1, MAX, MAX).await, (vec![6, 7], 7));
+}
+
+/// A replay shares one persistence id among all its events and one writer uuid among a run of
+/// events of one writer, across its pages; a query page shares them per run of rows.
+async fn replays_and_query_pages_share_ids_and_writers<B: TestBackend>(db: B) {
+    use actix_persistence_core::query::{EventFilter, EventKey, EventsRequest, QueryStore};
+
+    let journal = db
+        .journal_with(&[common::Setting::ReplayBatchSize(3)])
+        .await;
+    write_all_ok(
+        &journal,
+        vec![atomic("Shared|a", 1..=4), atomic("Shared|b", 1..=3)],
+    )
+    .await;
+
+    let replayed = replay_events(&journal, "Shared|a", 1, MAX, MAX).await;
+    assert_eq!(replayed.len(), 4);
+    for event in &replayed {
+        assert_eq!(&*event.persistence_id, "Shared|a");
+        assert_eq!(&*event.writer_uuid, "writer-1");
+        assert!(Arc::ptr_eq(
+            &event.persistence_id,
+            &replayed[0].persistence_id
+        ));
+        assert!(
+            Arc::ptr_eq(&event.writer_uuid, &replayed[0].writer_uuid),
+            "one writer uuid across the replay's pages"
+        );
+    }
+
+    let filter = EventFilter::Slices {
+        entity_type: "Shared".to_owned(),
+        min_slice: 0,
+        max_slice: 1023,
+    };
+    let page = journal
+        .read_events(EventsRequest {
+            filter: &filter,
+            after: &EventKey::start_of(i64::MIN),
+            before_timestamp: i64::MAX,
+            limit: 100,
+            with_previous_timestamp: true,
+        })
+        .await
+        .expect("a query page");
+    assert_eq!(page.len(), 7);
+    for pair in page.windows(2) {
+        let (a, b) = (&pair[0].repr, &pair[1].repr);
+        assert_eq!(
+            Arc::ptr_eq(&a.persistence_id, &b.persistence_id),
+            a.persistence_id == b.persistence_id,
+            "a run of rows of one id shares one Arc: {:?}, {:?}",
+            a.persistence_id,
+            b.persistence_id
+        );
+        assert!(Arc::ptr_eq(&a.writer_uuid, &b.writer_uuid), "one writer");
+    }
 }

@@ -206,9 +206,9 @@ async fn second_journal_writing_a_taken_seq_nr_fails_and_the_first_event_is_kept
     // The second writer is another journal (another process, as far as the database knows).
     let other = db.journal().await;
     let mut first = event_with_payload("p-1", 6, b"first writer");
-    first.writer_uuid = "writer-a".to_owned();
+    first.writer_uuid = "writer-a".into();
     let mut second = event_with_payload("p-1", 6, b"second writer");
-    second.writer_uuid = "writer-b".to_owned();
+    second.writer_uuid = "writer-b".into();
 
     write_all_ok(
         &journal,
@@ -233,7 +233,7 @@ async fn concurrent_writers_of_the_same_seq_nr_store_exactly_one<B: TestBackend>
         let journal = journals[usize::from(writer) % 2].clone();
         tasks.push(tokio::spawn(async move {
             let mut event = event_with_payload("contested", 1, &[writer]);
-            event.writer_uuid = format!("writer-{writer}");
+            event.writer_uuid = format!("writer-{writer}").into();
             let results = journal
                 .write_messages(vec![AtomicWrite::new(vec![event]).unwrap()])
                 .await
@@ -328,12 +328,12 @@ async fn metadata_survives_write_and_replay<B: TestBackend>(db: B) {
     let all_bytes: Vec<u8> = (0..=255).collect();
     let events = vec![
         PersistentRepr {
-            persistence_id: "meta".to_owned(),
+            persistence_id: "meta".into(),
             seq_nr: 1,
             payload: all_bytes,
             serializer_id: u32::MAX,
             manifest: "com.example.Deposited/v2 ü".to_owned(),
-            writer_uuid: "3f2b8c1e-9d4a-4b7f-a1c2-5e6f7a8b9c0d".to_owned(),
+            writer_uuid: "3f2b8c1e-9d4a-4b7f-a1c2-5e6f7a8b9c0d".into(),
             timestamp: 1_712_345_678_901,
             tags: vec![
                 "account".to_owned(),
@@ -346,22 +346,22 @@ async fn metadata_survives_write_and_replay<B: TestBackend>(db: B) {
             ],
         },
         PersistentRepr {
-            persistence_id: "meta".to_owned(),
+            persistence_id: "meta".into(),
             seq_nr: 2,
             payload: Vec::new(),
             serializer_id: 0,
             manifest: String::new(),
-            writer_uuid: String::new(),
+            writer_uuid: "".into(),
             timestamp: -1,
             tags: Vec::new(),
         },
         PersistentRepr {
-            persistence_id: "meta".to_owned(),
+            persistence_id: "meta".into(),
             seq_nr: 3,
             payload: b"\0nul\0".to_vec(),
             serializer_id: 7,
             manifest: "m".to_owned(),
-            writer_uuid: "w".to_owned(),
+            writer_uuid: "w".into(),
             timestamp: i64::MAX,
             tags: vec!["only".to_owned()],
         },

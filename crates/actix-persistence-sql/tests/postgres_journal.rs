@@ -76,7 +76,7 @@ mod on_a_server {
         common::run(|db: PostgresDb| async move {
             let journal = db.journal().await;
             let mut nul_writer = event("p-1", 2);
-            nul_writer.writer_uuid = "w\0".to_owned();
+            nul_writer.writer_uuid = "w\0".into();
             let mut nul_manifest = event("p-1", 3);
             nul_manifest.manifest = "\0".to_owned();
             let mut nul_tag = event("p-1", 4);

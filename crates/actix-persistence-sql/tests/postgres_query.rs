@@ -56,12 +56,12 @@ async fn setup() -> Option<Setup> {
 
 fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: b"{}".to_vec(),
         serializer_id: 1,
         manifest: String::new(),
-        writer_uuid: "w".to_owned(),
+        writer_uuid: "w".into(),
         timestamp: 0,
         tags: vec![],
     }
@@ -87,7 +87,7 @@ async fn next(live: &mut EnvelopeStream) -> (String, u64) {
         .expect("an element within 30 s")
         .expect("the live query goes on")
         .expect("no error");
-    (envelope.persistence_id, envelope.seq_nr)
+    (envelope.persistence_id.to_string(), envelope.seq_nr)
 }
 
 /// Waits until a statement of the journal waits for a lock held by the test.
@@ -177,7 +177,7 @@ async fn a_transaction_committing_after_a_later_one_is_delivered_once() {
     // followed, never `early` 1 again.
     let mut resumed: Vec<(String, u64)> = query
         .current_events_by_slices("Late", 0, 1023, offset_after_early)
-        .map_ok(|e| (e.persistence_id, e.seq_nr))
+        .map_ok(|e| (e.persistence_id.to_string(), e.seq_nr))
         .try_collect()
         .await
         .expect("resumed query");
@@ -231,7 +231,7 @@ async fn a_rolled_back_transaction_holds_no_query_up() {
     assert_eq!(next(&mut live).await, (other.to_owned(), 3));
     let all: Vec<(String, u64)> = query
         .current_events_by_slices("Gap", 0, 1023, Offset::NoOffset)
-        .map_ok(|e| (e.persistence_id, e.seq_nr))
+        .map_ok(|e| (e.persistence_id.to_string(), e.seq_nr))
         .try_collect()
         .await
         .expect("current query");
@@ -301,7 +301,7 @@ async fn a_query_analyzes_a_journal_filled_since_its_statistics() {
     let query = ReadJournal::new(journal.clone(), settings);
     let envelopes: Vec<(String, u64)> = query
         .current_events_by_slices("Stats", 0, 1023, Offset::NoOffset)
-        .map_ok(|e| (e.persistence_id, e.seq_nr))
+        .map_ok(|e| (e.persistence_id.to_string(), e.seq_nr))
         .try_collect()
         .await
         .expect("catch-up");

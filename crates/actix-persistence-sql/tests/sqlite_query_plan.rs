@@ -15,12 +15,12 @@ use sqlx::{Connection, Row, SqliteConnection};
 
 fn event(pid: &str, seq_nr: u64, tags: &[&str]) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: b"{}".to_vec(),
         serializer_id: actix_persistence_core::serialization::JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "plan".to_owned(),
+        writer_uuid: "plan".into(),
         timestamp: 0,
         tags: tags.iter().map(|t| (*t).to_owned()).collect(),
     }

@@ -32,7 +32,7 @@ async fn open_copy_of_fixture() -> (SqliteJournal, tempfile::TempDir) {
 
 async fn keys(stream: EnvelopeStream) -> Vec<(String, u64)> {
     stream
-        .map_ok(|e| (e.persistence_id, e.seq_nr))
+        .map_ok(|e| (e.persistence_id.to_string(), e.seq_nr))
         .try_collect()
         .await
         .expect("query")
@@ -100,12 +100,12 @@ async fn a_release_0_1_0_database_answers_queries_by_tag_and_id_without_deleted_
 async fn new_events_in_a_release_0_1_0_database_follow_the_old_ones() {
     let (journal, _dir) = open_copy_of_fixture().await;
     let event = PersistentRepr {
-        persistence_id: "Account|1".to_owned(),
+        persistence_id: "Account|1".into(),
         seq_nr: 6,
         payload: br#"{"Added":6}"#.to_vec(),
         serializer_id: 1,
         manifest: String::new(),
-        writer_uuid: "new".to_owned(),
+        writer_uuid: "new".into(),
         timestamp: 0,
         tags: vec![],
     };

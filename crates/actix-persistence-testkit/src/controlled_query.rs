@@ -103,7 +103,7 @@ impl<S: QueryStore> JournalStore for ControlledQueryStore<S> {
         if shift != 0 {
             let mut shifts = self.control.written_at_shift();
             for event in writes.iter().flat_map(|write| write.events.iter()) {
-                shifts.insert((event.persistence_id.clone(), event.seq_nr), shift);
+                shifts.insert((event.persistence_id.to_string(), event.seq_nr), shift);
             }
         }
         self.store.write_messages(writes).await
@@ -174,7 +174,7 @@ impl<S: QueryStore> QueryStore for ControlledQueryStore<S> {
                     shifts.get(&(pid.to_owned(), seq_nr)).copied().unwrap_or(0)
                 };
                 for mut event in read {
-                    let pid = event.repr.persistence_id.as_str();
+                    let pid = &*event.repr.persistence_id;
                     if self.control.is_pending(pid) {
                         continue;
                     }

@@ -215,7 +215,7 @@ impl Faults {
                     passed += 1;
                     if passed == remaining {
                         let fault = InjectedFault::EventWrite {
-                            persistence_id: event.persistence_id.clone(),
+                            persistence_id: event.persistence_id.to_string(),
                             seq_nr: event.seq_nr,
                         };
                         failing_write = Some((index, fault));

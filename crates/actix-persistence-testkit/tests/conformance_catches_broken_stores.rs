@@ -74,7 +74,7 @@ impl JournalStore for Mutant {
         mut writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
         for event in writes.iter_mut().flat_map(|w| w.events.iter_mut()) {
-            event.persistence_id = self.pid(&event.persistence_id);
+            event.persistence_id = self.pid(&event.persistence_id).into();
             if self.mutation == Mutation::DropsTags {
                 event.tags.clear();
             }

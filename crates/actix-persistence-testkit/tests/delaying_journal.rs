@@ -9,12 +9,12 @@ use actix_persistence_testkit::{DelayProfile, DelayedWrite, DelayingJournal};
 
 fn write(pid: &str, seq_nr: u64) -> AtomicWrite {
     AtomicWrite::new(vec![PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: b"\"x\"".to_vec(),
         serializer_id: 1,
         manifest: String::new(),
-        writer_uuid: "w".to_owned(),
+        writer_uuid: "w".into(),
         timestamp: 0,
         tags: Vec::new(),
     }])

@@ -19,12 +19,12 @@ use tokio::sync::oneshot;
 
 fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: format!("\"{pid}-{seq_nr}\"").into_bytes(),
         serializer_id: 1,
         manifest: String::new(),
-        writer_uuid: "writer".to_owned(),
+        writer_uuid: "writer".into(),
         timestamp: 1_700_000_000_000,
         tags: Vec::new(),
     }

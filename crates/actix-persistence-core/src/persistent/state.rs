@@ -56,10 +56,12 @@ pub(crate) enum PendingWrite {
 /// Every persistent actor holds one in a field (found by `#[derive(PersistentActor)]`).
 /// Creating it creates a new [`Incarnation`]: build a fresh one for every actor you start.
 pub struct PersistenceState<A: EventSourced> {
-    persistence_id: String,
+    /// Shared with every event this incarnation writes (a clone per event, no copy).
+    persistence_id: Arc<str>,
     journal: Addr<JournalActor>,
     incarnation: Incarnation,
-    writer_uuid: String,
+    /// Shared as the persistence id is.
+    writer_uuid: Arc<str>,
     /// The token recovery got when it took ownership of the id; every write carries it.
     fencing_token: FencingToken,
     /// Highest sequence number recovered or stored and applied.
@@ -154,10 +156,10 @@ impl<A: EventSourced> PersistenceState<A> {
         let persistence_id = persistence_id.into();
         validate_persistence_id(&persistence_id)?;
         Ok(PersistenceState {
-            persistence_id,
+            persistence_id: Arc::from(persistence_id),
             journal,
             incarnation: Incarnation::next(),
-            writer_uuid: uuid::Uuid::new_v4().to_string(),
+            writer_uuid: Arc::from(uuid::Uuid::new_v4().to_string()),
             fencing_token: FencingToken::UNOWNED,
             last_seq_nr: 0,
             assigned_seq_nr: 0,
@@ -328,7 +330,7 @@ impl<A: EventSourced> PersistenceState<A> {
 
     pub(crate) fn recovery_plan(&self) -> RecoveryPlan {
         RecoveryPlan {
-            persistence_id: self.persistence_id.clone(),
+            persistence_id: self.persistence_id.to_string(),
             journal: self.journal.clone(),
             snapshots: self.snapshots.clone(),
             recovery: self.recovery,
@@ -355,7 +357,7 @@ impl<A: EventSourced> PersistenceState<A> {
     pub(crate) fn next_seq_nr(&self) -> Result<u64, WriteRejection> {
         if !self.recovered {
             return Err(WriteRejection {
-                persistence_id: self.persistence_id.clone(),
+                persistence_id: self.persistence_id.to_string(),
                 seq_nr: 0,
                 reason: "persist before recovery completed: sequence numbers are not known yet \
                          (persist from a command handler or on_recovery_completed)"
@@ -393,18 +395,18 @@ impl<A: EventSourced> PersistenceState<A> {
         for (seq_nr, (event, tags)) in (first..).zip(serialized) {
             match event {
                 Ok(event) => reprs.push(PersistentRepr {
-                    persistence_id: self.persistence_id.clone(),
+                    persistence_id: Arc::clone(&self.persistence_id),
                     seq_nr,
                     payload: event.payload,
                     serializer_id: event.serializer_id,
                     manifest: event.manifest,
-                    writer_uuid: self.writer_uuid.clone(),
+                    writer_uuid: Arc::clone(&self.writer_uuid),
                     timestamp,
                     tags,
                 }),
                 Err(e) => {
                     let rejection = WriteRejection {
-                        persistence_id: self.persistence_id.clone(),
+                        persistence_id: self.persistence_id.to_string(),
                         seq_nr,
                         reason: e.to_string(),
                     };

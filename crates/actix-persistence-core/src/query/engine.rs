@@ -30,6 +30,7 @@ use super::{
     QueryStore, RawEnvelope, SeenEvent, SeenMap, StoredEvent, TimestampOffset, WriteNotifications,
 };
 use crate::error::JournalError;
+use crate::store::RunInterner;
 
 /// Where a query by offset is in its round.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +72,9 @@ pub(crate) struct OffsetQuery {
     next_round: Instant,
     /// The next page of the pass, read while the consumer drains the buffer.
     prefetch: Option<Prefetch>,
+    /// The entity type of the last envelope: envelopes of one entity type share it (a query
+    /// by slices allocates it once).
+    entity_types: RunInterner,
 }
 
 /// A page read ahead: the request it answers (pass, position, bound) and the task reading it,
@@ -138,6 +142,7 @@ impl OffsetQuery {
             notifications,
             next_round: Instant::now(),
             prefetch: None,
+            entity_types: RunInterner::new(),
         };
         // A page at a time through `unfold` (moving the state in and out of a future per
         // element cost more than the rest of a delivery), flattened into envelopes.
@@ -438,7 +443,7 @@ impl OffsetQuery {
         }
         let previous = EventKey {
             timestamp,
-            persistence_id: event.repr.persistence_id.clone(),
+            persistence_id: Arc::clone(&event.repr.persistence_id),
             seq_nr,
         };
         previous <= self.settled
@@ -449,12 +454,10 @@ impl OffsetQuery {
             seq_nr: event.repr.seq_nr,
             timestamp: event.timestamp,
         };
-        let id = match self
-            .delivered
-            .get_key_value(event.repr.persistence_id.as_str())
-        {
+        // The entry's `Arc` when the id has one, else the event's: no allocation either way.
+        let id = match self.delivered.get_key_value(&*event.repr.persistence_id) {
             Some((id, _)) => Arc::clone(id),
-            None => Arc::from(event.repr.persistence_id.as_str()),
+            None => Arc::clone(&event.repr.persistence_id),
         };
         self.delivered.insert(Arc::clone(&id), seen);
         self.seen.insert(id, seen);
@@ -463,6 +466,13 @@ impl OffsetQuery {
             timestamp: self.settled.timestamp,
             seen: self.seen.clone(),
         });
-        self.buffer.push(RawEnvelope::from_repr(event.repr, offset));
+        let entity_type = self
+            .entity_types
+            .intern(super::entity_type_of(&event.repr.persistence_id));
+        self.buffer.push(RawEnvelope::from_repr_with_entity_type(
+            event.repr,
+            offset,
+            entity_type,
+        ));
     }
 }

@@ -1,6 +1,7 @@
 //! What queries deliver: event envelopes, raw or decoded into the event type.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use futures::stream::{BoxStream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -15,7 +16,10 @@ use crate::store::PersistentRepr;
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventEnvelope<E = SerializedEvent> {
     /// The persistence id that persisted the event.
-    pub persistence_id: String,
+    ///
+    /// Shared: the envelopes of one persistence id (a query by persistence id, a run of one id
+    /// in a page) hold the same allocation, so a clone is O(1) and copies no text.
+    pub persistence_id: Arc<str>,
     /// Its sequence number within the persistence id, from 1.
     pub seq_nr: u64,
     /// The offset just after this event: hand it back to the same query to resume with the
@@ -28,9 +32,13 @@ pub struct EventEnvelope<E = SerializedEvent> {
     /// The slice of the persistence id ([`slice_for_persistence_id`]).
     pub slice: u16,
     /// The entity type of the persistence id ([`entity_type_of`]).
-    pub entity_type: String,
-    /// The id of the incarnation that wrote the event.
-    pub writer_uuid: String,
+    ///
+    /// Shared as `persistence_id` is: one allocation per query by persistence id or by
+    /// slices, one per run of envelopes of one entity type otherwise (clone is O(1)).
+    pub entity_type: Arc<str>,
+    /// The id of the incarnation that wrote the event (shared as `persistence_id` is, clone is
+    /// O(1)).
+    pub writer_uuid: Arc<str>,
     /// The event.
     pub event: E,
 }
@@ -46,11 +54,30 @@ pub type EnvelopeStream = BoxStream<'static, Result<RawEnvelope, QueryError>>;
 pub type TypedEnvelopeStream<E> = BoxStream<'static, Result<EventEnvelope<E>, QueryError>>;
 
 impl RawEnvelope {
-    /// The envelope of a stored event, with `offset`.
+    /// The envelope of a stored event, with `offset`. Its entity type is a new allocation;
+    /// [`from_repr_with_entity_type`](Self::from_repr_with_entity_type) shares one.
     pub fn from_repr(repr: PersistentRepr, offset: Offset) -> Self {
+        let entity_type = Arc::from(entity_type_of(&repr.persistence_id));
+        Self::from_repr_with_entity_type(repr, offset, entity_type)
+    }
+
+    /// The envelope of a stored event, with `offset`, sharing `entity_type` when it is the
+    /// entity type of the event's persistence id ([`entity_type_of`]; else the envelope gets
+    /// its own): a query shares one `Arc` among its envelopes of one entity type.
+    pub fn from_repr_with_entity_type(
+        repr: PersistentRepr,
+        offset: Offset,
+        entity_type: Arc<str>,
+    ) -> Self {
+        let own = entity_type_of(&repr.persistence_id);
+        let entity_type = if *entity_type == *own {
+            entity_type
+        } else {
+            Arc::from(own)
+        };
         EventEnvelope {
             slice: slice_for_persistence_id(&repr.persistence_id),
-            entity_type: entity_type_of(&repr.persistence_id).to_owned(),
+            entity_type,
             persistence_id: repr.persistence_id,
             seq_nr: repr.seq_nr,
             offset,
@@ -78,7 +105,7 @@ impl RawEnvelope {
             decoder
                 .decode(self.seq_nr, &self.event)
                 .map_err(|source| QueryError::Decode {
-                    persistence_id: self.persistence_id.clone(),
+                    persistence_id: self.persistence_id.to_string(),
                     seq_nr: self.seq_nr,
                     source,
                 })?;

@@ -24,12 +24,12 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let journal = InMemoryJournal::new();
 //! let event = PersistentRepr {
-//!     persistence_id: "Account|42".to_owned(),
+//!     persistence_id: "Account|42".into(),
 //!     seq_nr: 1,
 //!     payload: br#"{"Deposited":100}"#.to_vec(),
 //!     serializer_id: 1,
 //!     manifest: String::new(),
-//!     writer_uuid: "w".to_owned(),
+//!     writer_uuid: "w".into(),
 //!     timestamp: 0,
 //!     tags: vec![],
 //! };

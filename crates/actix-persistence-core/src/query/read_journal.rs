@@ -93,9 +93,11 @@ impl ReadJournal {
         to_seq_nr: u64,
     ) -> EnvelopeStream {
         let store = Arc::clone(&self.store);
+        // One entity type for the whole query, shared by its envelopes.
+        let entity_type: Arc<str> = Arc::from(super::entity_type_of(persistence_id));
         store
             .replay_messages(persistence_id, from_seq_nr, to_seq_nr, MAX_SEQ_NR)
-            .map_ok(sequence_envelope)
+            .map_ok(move |repr| sequence_envelope(repr, Arc::clone(&entity_type)))
             .map_err(QueryError::from)
             .boxed()
     }
@@ -330,9 +332,9 @@ impl ReadJournal {
     }
 }
 
-fn sequence_envelope(repr: crate::store::PersistentRepr) -> RawEnvelope {
+fn sequence_envelope(repr: crate::store::PersistentRepr, entity_type: Arc<str>) -> RawEnvelope {
     let seq_nr = repr.seq_nr;
-    RawEnvelope::from_repr(repr, Offset::Sequence { seq_nr })
+    RawEnvelope::from_repr_with_entity_type(repr, Offset::Sequence { seq_nr }, entity_type)
 }
 
 /// Waits until `deadline`, or a write notification when there are any.

@@ -51,8 +51,9 @@ impl EventFilter {
 pub struct EventKey {
     /// Database timestamp, microseconds since the Unix epoch.
     pub timestamp: i64,
-    /// The persistence id.
-    pub persistence_id: String,
+    /// The persistence id, shared with the event's ([`PersistentRepr::persistence_id`]): a
+    /// query moves its position once per event, a clone of the `Arc` (O(1), no copy).
+    pub persistence_id: Arc<str>,
     /// The sequence number.
     pub seq_nr: u64,
 }
@@ -62,7 +63,7 @@ impl EventKey {
     pub fn start_of(timestamp: i64) -> Self {
         EventKey {
             timestamp,
-            persistence_id: String::new(),
+            persistence_id: Arc::default(),
             seq_nr: 0,
         }
     }
@@ -120,11 +121,11 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
-    /// Its position.
+    /// Its position (sharing the event's persistence id: no copy).
     pub fn key(&self) -> EventKey {
         EventKey {
             timestamp: self.timestamp,
-            persistence_id: self.repr.persistence_id.clone(),
+            persistence_id: Arc::clone(&self.repr.persistence_id),
             seq_nr: self.repr.seq_nr,
         }
     }

@@ -44,12 +44,12 @@ pub fn pid(n: usize) -> String {
 
 pub fn repr(pid: &str, seq_nr: u64, amount: u64) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: serde_json::to_vec(&Deposited { amount }).expect("json"),
         serializer_id: actix_persistence_core::serialization::JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "writer".to_owned(),
+        writer_uuid: "writer".into(),
         timestamp: 1_700_000_000_000 + seq_nr as i64,
         tags: vec!["account".to_owned()],
     }
@@ -140,7 +140,7 @@ impl Recorder {
         self.handled
             .lock()
             .expect("lock")
-            .push((envelope.persistence_id.clone(), envelope.seq_nr));
+            .push((envelope.persistence_id.to_string(), envelope.seq_nr));
     }
 }
 
@@ -214,7 +214,7 @@ impl Handler<Env> for Gated {
             running.0 += 1;
             running.1 = running.1.max(running.0);
         }
-        let key = (envelope.persistence_id.clone(), envelope.seq_nr);
+        let key = (envelope.persistence_id.to_string(), envelope.seq_nr);
         let free = self.free.lock().expect("lock").contains(&key);
         if !free {
             self.permits.acquire().await.expect("open").forget();

@@ -43,7 +43,7 @@ pub enum Setting {
 /// A database of one test, on one backend, and what the backend-generic tests need of it.
 #[allow(async_fn_in_trait)]
 pub trait TestBackend: Sized + Send + Sync + 'static {
-    type Journal: JournalStore + Clone;
+    type Journal: actix_persistence_core::query::QueryStore + Clone;
     type Snapshots: SnapshotStore;
     type Options: Clone + Send + 'static;
     /// A pool of connections outside any journal, for looking at what is stored.
@@ -262,12 +262,12 @@ pub fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
 /// Event `seq_nr` of `pid` with the given payload.
 pub fn event_with_payload(pid: &str, seq_nr: u64, payload: &[u8]) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: payload.to_vec(),
         serializer_id: 1,
         manifest: "Event".to_owned(),
-        writer_uuid: "writer-1".to_owned(),
+        writer_uuid: "writer-1".into(),
         timestamp: 1_700_000_000_000 + (seq_nr % 1_000_000) as i64,
         tags: Vec::new(),
     }
@@ -335,7 +335,7 @@ pub async fn recover(
 ) -> (Vec<u64>, u64) {
     let events = replay_events(journal, pid, from, to, max).await;
     for event in &events {
-        assert_eq!(event.persistence_id, pid);
+        assert_eq!(&*event.persistence_id, pid);
         assert_eq!(event.payload, format!("a-{}", event.seq_nr).into_bytes());
     }
     let highest = journal

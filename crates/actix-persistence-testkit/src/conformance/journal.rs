@@ -206,12 +206,12 @@ impl Writer {
     /// Event `seq_nr` with `payload` as a JSON string.
     pub(crate) fn event(&self, seq_nr: u64, payload: &str) -> PersistentRepr {
         PersistentRepr {
-            persistence_id: self.pid.clone(),
+            persistence_id: self.pid.as_str().into(),
             seq_nr,
             payload: json_string(payload),
             serializer_id: JSON_SERIALIZER_ID,
             manifest: String::new(),
-            writer_uuid: self.writer_uuid.clone(),
+            writer_uuid: self.writer_uuid.as_str().into(),
             timestamp: now_millis(),
             tags: Vec::new(),
         }
@@ -959,12 +959,12 @@ pub async fn j26_metadata_round_trip(store: Arc<dyn JournalStore>) {
     let event =
         |seq_nr, payload: Vec<u8>, serializer_id, manifest: &str, timestamp, tags: &[&str]| {
             PersistentRepr {
-                persistence_id: f.pid().to_owned(),
+                persistence_id: f.pid().into(),
                 seq_nr,
                 payload,
                 serializer_id,
                 manifest: manifest.to_owned(),
-                writer_uuid: writer_uuid.clone(),
+                writer_uuid: writer_uuid.as_str().into(),
                 timestamp,
                 tags: tags.iter().map(|t| (*t).to_owned()).collect(),
             }
@@ -1295,7 +1295,7 @@ pub async fn j27_store_rejects_writes_over_the_limits(store: Arc<dyn JournalStor
         over(6, &|e| e.manifest = "m".repeat(MAX_MANIFEST_BYTES + 1)),
         atomic(six.clone()),
         over(7, &|e| e.tags = vec!["t".to_owned(); MAX_TAGS + 1]),
-        over(7, &|e| e.writer_uuid = "w\0".to_owned()),
+        over(7, &|e| e.writer_uuid = "w\0".into()),
     ];
     let reply = f
         .journal

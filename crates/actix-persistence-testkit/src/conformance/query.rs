@@ -82,12 +82,12 @@ impl QueryUnderTest {
 /// Event `seq_nr` of `pid`: payload `{"n":seq_nr}` (JSON), tagged `tags`.
 pub fn event(pid: &str, seq_nr: u64, tags: &[&str]) -> PersistentRepr {
     PersistentRepr {
-        persistence_id: pid.to_owned(),
+        persistence_id: pid.into(),
         seq_nr,
         payload: format!("{{\"n\":{seq_nr}}}").into_bytes(),
         serializer_id: JSON_SERIALIZER_ID,
         manifest: String::new(),
-        writer_uuid: "query-case".to_owned(),
+        writer_uuid: "query-case".into(),
         timestamp: super::now_millis(),
         tags: tags.iter().map(|t| (*t).to_owned()).collect(),
     }
@@ -163,7 +163,7 @@ async fn take_during(
 fn keys(envelopes: &[RawEnvelope]) -> Vec<(String, u64)> {
     envelopes
         .iter()
-        .map(|e| (e.persistence_id.clone(), e.seq_nr))
+        .map(|e| (e.persistence_id.to_string(), e.seq_nr))
         .collect()
 }
 
@@ -212,7 +212,7 @@ pub async fn q01_events_by_persistence_id_bounds(store: Arc<dyn QueryStore>) {
     assert_eq!(all[2].offset, Offset::Sequence { seq_nr: 3 }, "Q1 offset");
     assert_eq!(all[0].event.payload, b"{\"n\":1}".to_vec(), "Q1 payload");
     assert_eq!(all[0].slice, slice_for_persistence_id(&pid), "Q1 slice");
-    assert_eq!(all[0].entity_type, "Q1", "Q1 entity type");
+    assert_eq!(&*all[0].entity_type, "Q1", "Q1 entity type");
 }
 
 /// Q2: the slice ranges of `slice_ranges(4)` partition the ids of an entity type: every id in
@@ -241,8 +241,8 @@ pub async fn q02_slice_ranges_partition_ids(store: Arc<dyn QueryStore>) {
                 e.persistence_id,
                 e.slice
             );
-            assert_eq!(e.entity_type, entity_type, "Q2 entity type");
-            delivered.push((e.persistence_id.clone(), e.seq_nr));
+            assert_eq!(*e.entity_type, *entity_type, "Q2 entity type");
+            delivered.push((e.persistence_id.to_string(), e.seq_nr));
         }
     }
     delivered.sort();
@@ -778,7 +778,7 @@ pub async fn q16_payloads_of_every_size_come_back_byte_for_byte(store: Arc<dyn Q
                 .collect();
             e.serializer_id = 7;
             e.manifest = format!("m\u{e9}\u{1F600}-{seq_nr}");
-            e.writer_uuid = "w-\u{3b1}\"'\\".to_owned();
+            e.writer_uuid = "w-\u{3b1}\"'\\".into();
             e
         })
         .collect();
@@ -931,7 +931,7 @@ pub async fn q17_tags_are_matched_exactly(store: Arc<dyn QueryStore>) {
             let mine: Vec<RawEnvelope> = collect(&what, stream)
                 .await
                 .into_iter()
-                .filter(|e| e.persistence_id == pid)
+                .filter(|e| *e.persistence_id == *pid)
                 .collect();
             mine
         }
@@ -1023,7 +1023,7 @@ pub async fn q18_odd_persistence_ids_keep_their_entity_type(store: Arc<dyn Query
     let got = by_slices(entity_type.clone(), 0, 1023).await;
     for e in &got {
         assert_eq!(
-            e.entity_type, entity_type,
+            *e.entity_type, *entity_type,
             "Q18: entity type of {:?}",
             e.persistence_id
         );
@@ -1046,7 +1046,7 @@ pub async fn q18_odd_persistence_ids_keep_their_entity_type(store: Arc<dyn Query
         let slice = slice_for_persistence_id(id);
         let in_slice = by_slices(entity_type.clone(), slice, slice).await;
         assert!(
-            in_slice.iter().any(|e| &e.persistence_id == id),
+            in_slice.iter().any(|e| *e.persistence_id == **id),
             "Q18: {id:?} in a query of its slice {slice} alone"
         );
     }
