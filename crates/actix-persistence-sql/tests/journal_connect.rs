@@ -23,8 +23,17 @@ backend_tests! {
 async fn connect_creates_the_tables_with_a_global_ordering<B: TestBackend>(db: B) {
     assert!(db.table_names().await.is_empty(), "a fresh database");
     let journal = db.journal().await;
+    let mut tables = db.table_names().await;
+    // SQLite keeps the journal's clock across deletes in a table of its own (migration 0010).
+    for own in B::OWN_TABLES {
+        let position = tables.iter().position(|t| t == own);
+        assert!(position.is_some(), "{own} in {tables:?}");
+        if let Some(position) = position {
+            tables.remove(position);
+        }
+    }
     assert_eq!(
-        db.table_names().await,
+        tables,
         // The projection offset store's tables come with the same migrations (0005, 0008).
         vec![
             "event_tag",

@@ -55,6 +55,9 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// says.
     const COMMIT_REFUSAL: &'static str;
 
+    /// The tables this backend's migrations create beyond those both create.
+    const OWN_TABLES: &'static [&'static str];
+
     /// A fresh, empty database of its own; `None` when the backend cannot run here.
     async fn create() -> Option<Self>;
 

@@ -34,6 +34,8 @@ impl TestBackend for PostgresDb {
 
     const COMMIT_REFUSAL: &'static str = "commit refused";
 
+    const OWN_TABLES: &'static [&'static str] = &[];
+
     async fn create() -> Option<Self> {
         Some(PostgresDb {
             db: TestDatabase::create().await?,

@@ -42,6 +42,9 @@ impl TestBackend for SqliteDb {
 
     const COMMIT_REFUSAL: &'static str = "FOREIGN KEY";
 
+    /// The journal's clock across deletes (migration 0010).
+    const OWN_TABLES: &'static [&'static str] = &["journal_clock"];
+
     async fn create() -> Option<Self> {
         let dir = tempfile::tempdir().expect("temporary directory");
         let url = format!("sqlite:{}", dir.path().join("journal.db").display());
