@@ -522,7 +522,7 @@ fn insert_events_statement(rows: usize) -> String {
               payload, tags, db_timestamp, slice, entity_type) \
          SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
                 payload, tags, max(wall_clock, clock.floor), slice, entity_type \
-         FROM batch, clock WHERE true \
+         FROM batch, clock WHERE batch.persistence_id IS NOT NULL \
          ON CONFLICT (persistence_id, seq_nr) DO NOTHING"
     ));
     sql
@@ -533,9 +533,10 @@ fn insert_events_statement(rows: usize) -> String {
 /// and only where the id's owner epoch is not above the token (issue 10's fencing check, under
 /// the same row lock as the raise): a fenced id's row is left alone and counts no change.
 fn raise_highest_statement(ids: usize) -> String {
-    let mut sql = String::with_capacity(250 + ids * 8);
+    let mut sql = String::with_capacity(400 + ids * 8);
     sql.push_str(
-        "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES ",
+        "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+         SELECT column1, column2, column3 FROM (VALUES ",
     );
     for id in 0..ids {
         if id > 0 {
@@ -543,19 +544,25 @@ fn raise_highest_statement(ids: usize) -> String {
         }
         sql.push_str("(?,?,?)");
     }
+    // Rows with a NULL id pad the statement to a cached size (`padded_rows`). The WHERE also
+    // keeps SQLite from reading ON CONFLICT as a join's constraint.
     sql.push_str(
-        " ON CONFLICT (persistence_id) \
+        ") WHERE column1 IS NOT NULL \
+         ON CONFLICT (persistence_id) \
          DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
          WHERE owner_epoch <= excluded.owner_epoch",
     );
     sql
 }
 
-/// A multi-row statement of `rows` rows: the full-size one is prepared once per connection and
-/// kept in sqlx's statement cache; the smaller ones of varying size are prepared for the one
-/// execution, so they never push the journal's other statements out of that cache.
-fn is_cached(rows: usize, full: usize) -> bool {
-    rows == full || rows == 1
+/// The rows of a multi-row statement for `rows` values, at most `full`: the next power of two,
+/// so that a connection prepares a dozen sizes of each statement at most and keeps them in
+/// sqlx's statement cache; the rows beyond the values are NULL and left out by the statement.
+/// Preparing a statement of each batch's own size was 41 % of the SQLite write path's
+/// instructions (docs/benchmarks.md, issue 12, session 5); a padded row costs its NULL
+/// parameters.
+fn padded_rows(rows: usize, full: usize) -> usize {
+    rows.max(1).next_power_of_two().min(full)
 }
 
 /// Inserts `events` (each with its tags as JSON) in as few statements as SQLite's parameter
@@ -567,15 +574,31 @@ async fn insert_events(
 ) -> Result<u64, sqlx::Error> {
     let mut inserted = 0;
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        let sql = insert_events_statement(chunk.len());
-        let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), ROWS_PER_STATEMENT));
+        // One of a few statement sizes, each prepared once per connection and cached: the
+        // rows beyond the chunk's are NULL and left out by the statement.
+        let rows = padded_rows(chunk.len(), ROWS_PER_STATEMENT);
+        let sql = insert_events_statement(rows);
+        let mut query = sqlx::query(&sql);
         let now_micros = wall_clock_micros();
         for (event, tags) in chunk {
             query = bind_event(query, event, tags, now_micros);
         }
+        for _ in chunk.len()..rows {
+            query = bind_padding_row(query);
+        }
         inserted += query.execute(&mut *conn).await?.rows_affected();
     }
     Ok(inserted)
+}
+
+/// Binds a row of [`insert_events_statement`] that inserts nothing (its persistence id is
+/// NULL).
+fn bind_padding_row(query: SqliteQuery<'_>) -> SqliteQuery<'_> {
+    let mut query = query;
+    for _ in 0..11 {
+        query = query.bind(None::<i64>);
+    }
+    query
 }
 
 /// Raises the highest sequence number of each persistence id in `highest` (id, highest
@@ -588,10 +611,14 @@ async fn raise_highest(
 ) -> Result<u64, sqlx::Error> {
     let mut raised = 0;
     for chunk in highest.chunks(IDS_PER_STATEMENT) {
-        let sql = raise_highest_statement(chunk.len());
-        let mut query = sqlx::query(&sql).persistent(is_cached(chunk.len(), IDS_PER_STATEMENT));
+        let rows = padded_rows(chunk.len(), IDS_PER_STATEMENT);
+        let sql = raise_highest_statement(rows);
+        let mut query = sqlx::query(&sql);
         for (persistence_id, seq_nr, token) in chunk {
             query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
+        }
+        for _ in chunk.len()..rows {
+            query = bind_padding_id(query);
         }
         raised += query.execute(&mut *conn).await?.rows_affected();
     }
@@ -658,7 +685,8 @@ async fn take_ownerships(
              DO UPDATE SET owner_epoch = journal_highest.owner_epoch + 1 \
              RETURNING persistence_id, highest_seq_nr, owner_epoch",
         );
-        // Of varying size: prepared for this execution only (see `is_cached`).
+        // Of varying size: prepared for this execution only (the ownership takes of a batch of
+        // recoveries, rarer than writes).
         let mut query = sqlx::query_as::<_, (String, i64, i64)>(&sql).persistent(false);
         for persistence_id in chunk {
             query = query.bind(persistence_id.as_str());
@@ -747,9 +775,9 @@ async fn insert_atomic_write(
 }
 
 /// [`Dialect::insert_batch`] for SQLite: every event of the batch in one multi-row `INSERT`
-/// and the highest sequence number of every persistence id in one multi-row upsert, both sent
-/// as one query (one hand-off to the connection's worker thread) when the batch has at most
-/// [`ROWS_PER_STATEMENT`] events, else in chunks. `Ok(false)` when some event's sequence
+/// (chunks of [`ROWS_PER_STATEMENT`]), then the highest sequence number of every persistence
+/// id in one multi-row upsert, each padded to a cached statement size (`padded_rows`); both in
+/// one query for a batch of at most [`ONE_QUERY_BATCH`] events. `Ok(false)` when some event's sequence
 /// number was taken or some write was fenced (its id's owner epoch is above its token, so
 /// its row was not raised): the caller rolls back and takes the slow path, a savepoint per
 /// atomic write, where the fenced or conflicting write fails alone.
@@ -760,37 +788,69 @@ async fn insert_batch(
     let storage = |e| JournalError::storage("write", e);
     let events = events_of(writes);
     let highest = highest_of(writes);
-    if events.len() > ROWS_PER_STATEMENT {
-        let inserted = insert_events(conn, &events).await.map_err(storage)?;
-        if inserted < events.len() as u64 {
-            return Ok(false);
-        }
-        let raised = raise_highest(conn, &highest).await.map_err(storage)?;
-        return Ok(raised == highest.len() as u64);
+    if events.len() <= ONE_QUERY_BATCH {
+        return insert_small_batch(conn, &events, &highest)
+            .await
+            .map_err(storage);
     }
+    // Two statements of cached sizes (two hand-offs to the connection's worker thread): one
+    // statement of the batch's own size, prepared for each batch, cost far more.
+    let inserted = insert_events(conn, &events).await.map_err(storage)?;
+    if inserted < events.len() as u64 {
+        return Ok(false);
+    }
+    // One change per upserted id (an upsert that updates counts too): fewer means an id's row
+    // was not raised because the write was fenced.
+    let raised = raise_highest(conn, &highest).await.map_err(storage)?;
+    Ok(raised == highest.len() as u64)
+}
+
+/// Batches of at most this many events send their insert and their upsert as one query (one
+/// hand-off to the connection's worker thread, as a lone event of one actor's sequential
+/// persists): the 15 pairs of padded sizes are small enough to keep in the statement cache.
+const ONE_QUERY_BATCH: usize = 16;
+
+/// A batch of at most [`ONE_QUERY_BATCH`] events: both statements, padded to cached sizes, in
+/// one query. Whether every event was inserted and every id raised (see [`insert_batch`]).
+async fn insert_small_batch(
+    conn: &mut SqliteConnection,
+    events: &[(&PersistentRepr, &str)],
+    highest: &[(&str, i64, i64)],
+) -> Result<bool, sqlx::Error> {
+    let rows = padded_rows(events.len(), ROWS_PER_STATEMENT);
+    let ids = padded_rows(highest.len(), IDS_PER_STATEMENT);
     let sql = format!(
         "{};{}",
-        insert_events_statement(events.len()),
-        raise_highest_statement(highest.len())
+        insert_events_statement(rows),
+        raise_highest_statement(ids)
     );
-    // The lone write of a lone event (one actor persisting one event at a time) is cached.
-    let mut query = sqlx::query(&sql).persistent(events.len() == 1);
+    let mut query = sqlx::query(&sql);
     let now_micros = wall_clock_micros();
-    for (event, tags) in &events {
+    for (event, tags) in events {
         query = bind_event(query, event, tags, now_micros);
     }
-    for (persistence_id, seq_nr, token) in &highest {
+    for _ in events.len()..rows {
+        query = bind_padding_row(query);
+    }
+    for (persistence_id, seq_nr, token) in highest {
         query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
+    }
+    for _ in highest.len()..ids {
+        query = bind_padding_id(query);
     }
     // One change per inserted event and one per upserted id (an upsert that updates counts
     // too): fewer means an event was skipped as taken or an id's row was not raised because
     // the write was fenced.
-    let changes = query
-        .execute(&mut *conn)
-        .await
-        .map_err(storage)?
-        .rows_affected();
+    let changes = query.execute(&mut *conn).await?.rows_affected();
     Ok(changes == (events.len() + highest.len()) as u64)
+}
+
+/// Binds a row of [`raise_highest_statement`] that raises nothing (its persistence id is NULL).
+fn bind_padding_id(query: SqliteQuery<'_>) -> SqliteQuery<'_> {
+    query
+        .bind(None::<&str>)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
 }
 
 type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
