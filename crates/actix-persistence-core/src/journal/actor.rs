@@ -66,6 +66,7 @@ impl Group {
     /// Hands reply `seq` on: straight to its actor when it is next in the group's order and
     /// nothing waits in the resequencer, else to the resequencer (one actor hop less for the
     /// common in-order reply; the order is the same either way).
+    #[inline]
     fn reply(order: &ReplyOrder, resequencer: &Addr<Resequencer>, msg: Resequence) {
         if order.may_deliver_now(msg.seq) {
             order.deliver_now(msg);
@@ -340,6 +341,7 @@ async fn call_store(
 
 /// The reply to a batch of `expected` atomic writes whose store call returned `outcome`
 /// (`Err(())`: the store panicked).
+#[inline]
 fn store_reply(
     outcome: Result<Result<Vec<AtomicWriteResult>, JournalError>, ()>,
     expected: usize,
