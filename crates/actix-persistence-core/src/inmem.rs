@@ -13,7 +13,7 @@ use crate::query::{
 };
 use crate::store::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream,
+    ReplayStream, WriteNow,
 };
 
 #[derive(Debug)]
@@ -220,6 +220,16 @@ impl InMemoryJournal {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
+    /// stored.
+    fn write_batch(&self, writes: Vec<AtomicWrite>) -> Vec<AtomicWriteResult> {
+        let results: Vec<_> = writes.into_iter().map(|w| self.write_atomic(w)).collect();
+        if results.iter().any(Result::is_ok) {
+            self.notifier.notify();
+        }
+        results
+    }
+
     /// Stores one atomic write all or nothing.
     fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
         write.check()?;
@@ -272,11 +282,12 @@ impl JournalStore for InMemoryJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        let results: Vec<_> = writes.into_iter().map(|w| self.write_atomic(w)).collect();
-        if results.iter().any(Result::is_ok) {
-            self.notifier.notify();
-        }
-        Ok(results)
+        Ok(self.write_batch(writes))
+    }
+
+    /// Always answers at once: an in-memory write never waits.
+    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+        WriteNow::Done(Ok(self.write_batch(writes)))
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {

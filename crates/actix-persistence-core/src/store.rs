@@ -221,6 +221,19 @@ impl AtomicWrite {
 /// The outcome of one atomic write: stored, rejected (not stored, go on) or failed.
 pub type AtomicWriteResult = Result<(), AtomicWriteError>;
 
+/// The answer of [`JournalStore::write_messages_now`]: the batch's outcome, or the writes
+/// handed back when the store cannot answer without waiting.
+#[derive(Debug)]
+pub enum WriteNow {
+    /// The store answered: exactly what [`JournalStore::write_messages`] would have returned
+    /// for the same writes (one result per atomic write, in order, or a failure of the whole
+    /// batch).
+    Done(Result<Vec<AtomicWriteResult>, JournalError>),
+    /// The store did not touch the writes and cannot answer at once: the caller passes them,
+    /// unchanged, to [`JournalStore::write_messages`].
+    Later(Vec<AtomicWrite>),
+}
+
 /// A stream of replayed events, in ascending sequence-number order.
 pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>;
 
@@ -253,6 +266,25 @@ pub trait JournalStore: Send + Sync + 'static {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError>;
+
+    /// Stores a batch at once, without a future, when the store can answer without waiting
+    /// (an in-memory store); else hands the writes back untouched ([`WriteNow::Later`]).
+    ///
+    /// The journal actor calls this first for every batch and falls back to
+    /// [`write_messages`](Self::write_messages) on [`WriteNow::Later`], so a store that answers
+    /// at once costs no boxed future per batch. [`WriteNow::Done`] must hold exactly what
+    /// `write_messages` would have returned for the same writes: every guarantee of this trait
+    /// holds for both. The call runs on the journal actor's thread with no call timeout (as a
+    /// `write_messages` future that completes on its first poll): it must never block or wait
+    /// for I/O. A panic in it is caught and fails the batch, as one in `write_messages` does;
+    /// the circuit breaker sees its outcome as that of any other write.
+    ///
+    /// The default, for stores that only implement `write_messages`: [`WriteNow::Later`]
+    /// (never answers at once). A wrapper store that changes what writes do (injects faults,
+    /// delays them) must not forward this to the store it wraps.
+    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+        WriteNow::Later(writes)
+    }
 
     /// Replays the stored events of `persistence_id` with `from <= seq_nr <= to`, at most `max`
     /// of them, ascending. The stream owns what it needs (`'static`) so it can outlive `&self`.
@@ -342,6 +374,10 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
         (**self).write_messages(writes).await
+    }
+
+    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+        (**self).write_messages_now(writes)
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {

@@ -5,6 +5,7 @@ use actix_persistence_core::query::{EventsRequest, QueryStore, StoredEvent, Writ
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, SelectedSnapshot,
     SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
+    WriteNow,
 };
 use async_trait::async_trait;
 
@@ -60,6 +61,10 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
         self.store.write_messages(writes).await
+    }
+
+    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+        self.store.write_messages_now(writes)
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {

@@ -8,7 +8,7 @@ use futures::FutureExt;
 use metrics::Histogram;
 use tracing::Instrument;
 
-use super::breaker::{CircuitBreaker, CircuitBreakerConfig};
+use super::breaker::{CircuitBreaker, CircuitBreakerConfig, Generation};
 use super::{
     write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
     ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
@@ -16,7 +16,7 @@ use super::{
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
-use crate::store::{AtomicWrite, JournalStore, Ownership};
+use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, Ownership, WriteNow};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
@@ -66,6 +66,7 @@ impl Group {
     /// Hands reply `seq` on: straight to its actor when it is next in the group's order and
     /// nothing waits in the resequencer, else to the resequencer (one actor hop less for the
     /// common in-order reply; the order is the same either way).
+    #[inline]
     fn reply(order: &ReplyOrder, resequencer: &Addr<Resequencer>, msg: Resequence) {
         if order.may_deliver_now(msg.seq) {
             order.deliver_now(msg);
@@ -194,21 +195,32 @@ impl Handler<WriteMessages> for JournalActor {
         let reply_to = msg.reply_to;
         let work = self.enter_work();
         let started = tokio::time::Instant::now();
-        let mut write = Box::pin(write_batch(
-            Arc::clone(&self.store),
-            Arc::clone(&self.breaker),
-            msg.writes,
-            self.call_timeout(),
-        ));
-        // A store that answers at once (in memory, or a failed precondition) needs no task of
-        // its own; any other write runs concurrently on the arbiter.
+        // A store that answers at once (in memory), or a breaker that refuses the call, needs
+        // no future: `write_messages_now`. Otherwise the store's future is polled once here,
+        // and only a write still pending then runs concurrently in a task on the arbiter.
+        let attempt = || match write_now(&*self.store, &self.breaker, msg.writes) {
+            Ok(reply) => Ok(reply),
+            Err((writes, generation)) => {
+                let mut write = Box::pin(write_batch(
+                    Arc::clone(&self.store),
+                    Arc::clone(&self.breaker),
+                    generation,
+                    writes,
+                    self.call_timeout(),
+                ));
+                match (&mut write).now_or_never() {
+                    Some(reply) => Ok(reply),
+                    None => Err(write),
+                }
+            }
+        };
         let first_poll = match &span {
-            Some(span) => span.in_scope(|| (&mut write).now_or_never()),
-            None => (&mut write).now_or_never(),
+            Some(span) => span.in_scope(attempt),
+            None => attempt(),
         };
         let group = &self.groups[group_index];
         match first_poll {
-            Some(reply) => {
+            Ok(reply) => {
                 self.persist_latency.record(started.elapsed().as_secs_f64());
                 Group::reply(
                     &group.order,
@@ -221,7 +233,7 @@ impl Handler<WriteMessages> for JournalActor {
                 );
                 drop(work);
             }
-            None => {
+            Err(write) => {
                 let (order, resequencer) = (group.order.clone(), group.resequencer.clone());
                 let latency = self.persist_latency.clone();
                 let write = async move {
@@ -244,21 +256,44 @@ impl Handler<WriteMessages> for JournalActor {
     }
 }
 
-/// Runs one batch against the store and turns every way it can end into a reply. The
+/// Runs one batch against the store through the circuit breaker, at once
+/// ([`JournalStore::write_messages_now`]), and turns every way it can end into a reply. The
 /// [limits](crate::limits) are not checked here: a persistent actor checked its writes before
 /// sending them (the authoritative check of the persist path), and every store checks again
 /// for direct callers (a [`JournalStore`] rejects a write over them, which the conformance
 /// suite holds every store to), so a rejection never counts against the breaker.
+///
+/// `Err` when the store cannot answer at once: its writes back, with the breaker's permit for
+/// [`write_batch`] (taken once per batch, so a half-open breaker's one trial call is this one).
+fn write_now(
+    store: &dyn JournalStore,
+    breaker: &CircuitBreaker,
+    writes: Vec<AtomicWrite>,
+) -> Result<WriteMessagesReply, (Vec<AtomicWrite>, Generation)> {
+    let generation = match breaker.permit() {
+        Ok(generation) => generation,
+        Err(open) => return Ok(WriteMessagesReply::Failed(open)),
+    };
+    let expected = writes.len();
+    let reply =
+        match std::panic::catch_unwind(AssertUnwindSafe(|| store.write_messages_now(writes))) {
+            Ok(WriteNow::Later(writes)) => return Err((writes, generation)),
+            Ok(WriteNow::Done(outcome)) => store_reply(Ok(outcome), expected),
+            Err(_panic) => store_reply(Err(()), expected),
+        };
+    breaker.record(generation, store_was_healthy(&reply));
+    Ok(reply)
+}
+
+/// Runs one batch against the store's future ([`JournalStore::write_messages`]), with the
+/// call timeout, under the breaker's permit `generation` (see [`write_now`]).
 async fn write_batch(
     store: Arc<dyn JournalStore>,
     breaker: Arc<CircuitBreaker>,
+    generation: Generation,
     writes: Vec<AtomicWrite>,
     timeout: Duration,
 ) -> WriteMessagesReply {
-    let generation = match breaker.permit() {
-        Ok(generation) => generation,
-        Err(open) => return WriteMessagesReply::Failed(open),
-    };
     let reply = call_store(&*store, writes, timeout).await;
     breaker.record(generation, store_was_healthy(&reply));
     reply
@@ -301,8 +336,18 @@ async fn call_store(
             }
         },
     };
+    store_reply(outcome.map_err(drop), expected)
+}
+
+/// The reply to a batch of `expected` atomic writes whose store call returned `outcome`
+/// (`Err(())`: the store panicked).
+#[inline]
+fn store_reply(
+    outcome: Result<Result<Vec<AtomicWriteResult>, JournalError>, ()>,
+    expected: usize,
+) -> WriteMessagesReply {
     match outcome {
-        Err(_panic) => WriteMessagesReply::Failed(JournalError::storage("write", StorePanicked)),
+        Err(()) => WriteMessagesReply::Failed(JournalError::storage("write", StorePanicked)),
         Ok(Err(cause)) => WriteMessagesReply::Failed(cause),
         Ok(Ok(results)) if results.len() != expected => {
             WriteMessagesReply::Failed(JournalError::ResultCountMismatch {
