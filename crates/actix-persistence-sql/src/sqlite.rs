@@ -847,10 +847,7 @@ async fn insert_small_batch(
 
 /// Binds a row of [`raise_highest_statement`] that raises nothing (its persistence id is NULL).
 fn bind_padding_id(query: SqliteQuery<'_>) -> SqliteQuery<'_> {
-    query
-        .bind(None::<&str>)
-        .bind(None::<i64>)
-        .bind(None::<i64>)
+    query.bind(None::<&str>).bind(None::<i64>).bind(None::<i64>)
 }
 
 type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
