@@ -819,11 +819,16 @@ async fn insert_small_batch(
 ) -> Result<bool, sqlx::Error> {
     let rows = padded_rows(events.len(), ROWS_PER_STATEMENT);
     let ids = padded_rows(highest.len(), IDS_PER_STATEMENT);
-    let sql = format!(
-        "{};{}",
-        insert_events_statement(rows),
-        raise_highest_statement(ids)
-    );
+    let lone = rows == 1 && ids == 1;
+    let sql = if lone {
+        LONE_WRITE_SQL.to_owned()
+    } else {
+        format!(
+            "{};{}",
+            insert_events_statement(rows),
+            raise_highest_statement(ids)
+        )
+    };
     let mut query = sqlx::query(&sql);
     let now_micros = wall_clock_micros();
     for (event, tags) in events {
@@ -844,6 +849,23 @@ async fn insert_small_batch(
     let changes = query.execute(&mut *conn).await?.rows_affected();
     Ok(changes == (events.len() + highest.len()) as u64)
 }
+
+/// The lone event of a lone write (one actor persisting one event at a time): plain one-row
+/// statements, cheaper to run than the padded forms' `WITH` tables and `SELECT` (same
+/// parameters, same changes; one actor's sequential persist p99 was 1.37x the raw floor's with
+/// the padded form, docs/benchmarks.md).
+const LONE_WRITE_SQL: &str = concat!(
+    "INSERT INTO journal \
+         (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+          payload, tags, db_timestamp, slice, entity_type) \
+     VALUES (?,?,?,?,?,?,?,?,max(?,",
+    clock_floor!(),
+    "),?,?) ON CONFLICT (persistence_id, seq_nr) DO NOTHING; \
+     INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES (?,?,?) \
+     ON CONFLICT (persistence_id) \
+     DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
+     WHERE owner_epoch <= excluded.owner_epoch"
+);
 
 /// Binds a row of [`raise_highest_statement`] that raises nothing (its persistence id is NULL).
 fn bind_padding_id(query: SqliteQuery<'_>) -> SqliteQuery<'_> {

@@ -230,6 +230,8 @@ async fn timestamps_never_go_below_a_deleted_event() {
             "the query clock keeps the deleted event's timestamp"
         );
         write_all_ok(&*journal, vec![atomic("Clock|2", 1..=2)]).await;
+        // A lone event takes the one-row statements.
+        write_all_ok(&*journal, vec![atomic("Clock|3", 1..=1)]).await;
         let stored = db.query_i64s("SELECT db_timestamp FROM journal").await;
         assert!(
             stored.iter().all(|ts| *ts >= ahead),
@@ -243,7 +245,11 @@ async fn timestamps_never_go_below_a_deleted_event() {
             .await;
         assert_eq!(
             resumed,
-            [("Clock|2".to_owned(), 1), ("Clock|2".to_owned(), 2)]
+            [
+                ("Clock|2".to_owned(), 1),
+                ("Clock|2".to_owned(), 2),
+                ("Clock|3".to_owned(), 1)
+            ]
         );
     })
     .await;
