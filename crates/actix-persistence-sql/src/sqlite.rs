@@ -1,7 +1,9 @@
 //! The SQLite journal store: [`SqliteJournal`] and its [`SqliteJournalOptions`].
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use actix_persistence_core::query::{
@@ -39,6 +41,26 @@ macro_rules! clock_floor {
     () => {
         "max(COALESCE((SELECT max(db_timestamp) FROM journal), 0), \
              COALESCE((SELECT last_timestamp FROM journal_clock WHERE id = 0), 0))"
+    };
+}
+
+/// The journal's columns an insert fills, in the order [`bind_event`] binds them (the wall
+/// clock's parameter becomes `db_timestamp`).
+macro_rules! journal_insert_columns {
+    () => {
+        "INSERT INTO journal \
+             (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+              payload, tags, db_timestamp, slice, entity_type) "
+    };
+}
+
+/// How a raise of `journal_highest` meets an existing row: never lowered, and only where the
+/// id's owner epoch is not above the write's fencing token.
+macro_rules! raise_highest_on_conflict {
+    () => {
+        " ON CONFLICT (persistence_id) \
+         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
+         WHERE owner_epoch <= excluded.owner_epoch"
     };
 }
 
@@ -516,11 +538,9 @@ fn insert_events_statement(rows: usize) -> String {
     sql.push_str(concat!(
         "), clock (floor) AS (SELECT ",
         clock_floor!(),
-        ") \
-         INSERT INTO journal \
-             (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-              payload, tags, db_timestamp, slice, entity_type) \
-         SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+        ") ",
+        journal_insert_columns!(),
+        "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
                 payload, tags, max(wall_clock, clock.floor), slice, entity_type \
          FROM batch, clock WHERE batch.persistence_id IS NOT NULL \
          ON CONFLICT (persistence_id, seq_nr) DO NOTHING"
@@ -546,12 +566,10 @@ fn raise_highest_statement(ids: usize) -> String {
     }
     // Rows with a NULL id pad the statement to a cached size (`padded_rows`). The WHERE also
     // keeps SQLite from reading ON CONFLICT as a join's constraint.
-    sql.push_str(
-        ") WHERE column1 IS NOT NULL \
-         ON CONFLICT (persistence_id) \
-         DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
-         WHERE owner_epoch <= excluded.owner_epoch",
-    );
+    sql.push_str(concat!(
+        ") WHERE column1 IS NOT NULL",
+        raise_highest_on_conflict!()
+    ));
     sql
 }
 
@@ -563,6 +581,68 @@ fn raise_highest_statement(ids: usize) -> String {
 /// parameters.
 fn padded_rows(rows: usize, full: usize) -> usize {
     rows.max(1).next_power_of_two().min(full)
+}
+
+/// The text of a padded statement (`padded_rows` sizes only: powers of two up to the cap,
+/// then the cap), built once per process and size: sqlx looks its prepared statement up by
+/// this text, so a batch neither builds nor allocates it again.
+fn padded_statement(
+    texts: &'static [OnceLock<String>; 13],
+    rows: usize,
+    build: fn(usize) -> String,
+) -> Cow<'static, str> {
+    // 1, 2, 4, .. 2048 and the caps (1,000 -> 1,024, 4,000 -> 4,096) have distinct exponents.
+    let slot = rows.next_power_of_two().trailing_zeros() as usize;
+    match texts.get(slot) {
+        Some(text) => Cow::Borrowed(text.get_or_init(|| build(rows))),
+        // Not a padded size (never, see `padded_rows`): built for this statement only.
+        None => Cow::Owned(build(rows)),
+    }
+}
+
+/// [`insert_events_statement`] of a padded size, built once.
+fn insert_events_sql(rows: usize) -> Cow<'static, str> {
+    static TEXTS: [OnceLock<String>; 13] = [const { OnceLock::new() }; 13];
+    padded_statement(&TEXTS, rows, insert_events_statement)
+}
+
+/// [`raise_highest_statement`] of a padded size, built once.
+fn raise_highest_sql(ids: usize) -> Cow<'static, str> {
+    static TEXTS: [OnceLock<String>; 13] = [const { OnceLock::new() }; 13];
+    padded_statement(&TEXTS, ids, raise_highest_statement)
+}
+
+/// Binds `events` to an insert statement of `rows` rows (`rows >= events.len()`), then the
+/// NULL rows that pad it.
+fn bind_events<'q>(
+    mut query: SqliteQuery<'q>,
+    events: &'q [(&'q PersistentRepr, &'q str)],
+    rows: usize,
+) -> SqliteQuery<'q> {
+    let now_micros = wall_clock_micros();
+    for (event, tags) in events {
+        query = bind_event(query, event, tags, now_micros);
+    }
+    for _ in events.len()..rows {
+        query = bind_padding_row(query);
+    }
+    query
+}
+
+/// Binds `highest` to a `journal_highest` raise of `ids` rows (`ids >= highest.len()`), then
+/// the NULL rows that pad it.
+fn bind_highest<'q>(
+    mut query: SqliteQuery<'q>,
+    highest: &'q [(&'q str, i64, i64)],
+    ids: usize,
+) -> SqliteQuery<'q> {
+    for (persistence_id, seq_nr, token) in highest {
+        query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
+    }
+    for _ in highest.len()..ids {
+        query = query.bind(None::<&str>).bind(None::<i64>).bind(None::<i64>);
+    }
+    query
 }
 
 /// Inserts `events` (each with its tags as JSON) in as few statements as SQLite's parameter
@@ -577,15 +657,8 @@ async fn insert_events(
         // One of a few statement sizes, each prepared once per connection and cached: the
         // rows beyond the chunk's are NULL and left out by the statement.
         let rows = padded_rows(chunk.len(), ROWS_PER_STATEMENT);
-        let sql = insert_events_statement(rows);
-        let mut query = sqlx::query(&sql);
-        let now_micros = wall_clock_micros();
-        for (event, tags) in chunk {
-            query = bind_event(query, event, tags, now_micros);
-        }
-        for _ in chunk.len()..rows {
-            query = bind_padding_row(query);
-        }
+        let sql = insert_events_sql(rows);
+        let query = bind_events(sqlx::query(&sql), chunk, rows);
         inserted += query.execute(&mut *conn).await?.rows_affected();
     }
     Ok(inserted)
@@ -612,14 +685,8 @@ async fn raise_highest(
     let mut raised = 0;
     for chunk in highest.chunks(IDS_PER_STATEMENT) {
         let rows = padded_rows(chunk.len(), IDS_PER_STATEMENT);
-        let sql = raise_highest_statement(rows);
-        let mut query = sqlx::query(&sql);
-        for (persistence_id, seq_nr, token) in chunk {
-            query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
-        }
-        for _ in chunk.len()..rows {
-            query = bind_padding_id(query);
-        }
+        let sql = raise_highest_sql(rows);
+        let query = bind_highest(sqlx::query(&sql), chunk, rows);
         raised += query.execute(&mut *conn).await?.rows_affected();
     }
     Ok(raised)
@@ -819,30 +886,13 @@ async fn insert_small_batch(
 ) -> Result<bool, sqlx::Error> {
     let rows = padded_rows(events.len(), ROWS_PER_STATEMENT);
     let ids = padded_rows(highest.len(), IDS_PER_STATEMENT);
-    let lone = rows == 1 && ids == 1;
-    let sql = if lone {
-        LONE_WRITE_SQL.to_owned()
+    let sql = if rows == 1 && ids == 1 {
+        Cow::Borrowed(LONE_WRITE_SQL)
     } else {
-        format!(
-            "{};{}",
-            insert_events_statement(rows),
-            raise_highest_statement(ids)
-        )
+        small_batch_sql(rows, ids)
     };
-    let mut query = sqlx::query(&sql);
-    let now_micros = wall_clock_micros();
-    for (event, tags) in events {
-        query = bind_event(query, event, tags, now_micros);
-    }
-    for _ in events.len()..rows {
-        query = bind_padding_row(query);
-    }
-    for (persistence_id, seq_nr, token) in highest {
-        query = query.bind(*persistence_id).bind(*seq_nr).bind(*token);
-    }
-    for _ in highest.len()..ids {
-        query = bind_padding_id(query);
-    }
+    let query = bind_events(sqlx::query(&sql), events, rows);
+    let query = bind_highest(query, highest, ids);
     // One change per inserted event and one per upserted id (an upsert that updates counts
     // too): fewer means an event was skipped as taken or an id's row was not raised because
     // the write was fenced.
@@ -850,27 +900,36 @@ async fn insert_small_batch(
     Ok(changes == (events.len() + highest.len()) as u64)
 }
 
+/// Both statements of a batch of at most [`ONE_QUERY_BATCH`] events (`rows` and `ids` padded,
+/// at most 16 each), as one query text, built once per pair of sizes.
+fn small_batch_sql(rows: usize, ids: usize) -> Cow<'static, str> {
+    static TEXTS: [[OnceLock<String>; 5]; 5] = [const { [const { OnceLock::new() }; 5] }; 5];
+    let both = || {
+        format!(
+            "{};{}",
+            insert_events_statement(rows),
+            raise_highest_statement(ids)
+        )
+    };
+    let slot = |n: usize| n.next_power_of_two().trailing_zeros() as usize;
+    match TEXTS.get(slot(rows)).and_then(|texts| texts.get(slot(ids))) {
+        Some(text) => Cow::Borrowed(text.get_or_init(both)),
+        None => Cow::Owned(both()),
+    }
+}
+
 /// The lone event of a lone write (one actor persisting one event at a time): plain one-row
 /// statements, cheaper to run than the padded forms' `WITH` tables and `SELECT` (same
 /// parameters, same changes; one actor's sequential persist p99 was 1.37x the raw floor's with
 /// the padded form, docs/benchmarks.md).
 const LONE_WRITE_SQL: &str = concat!(
-    "INSERT INTO journal \
-         (persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-          payload, tags, db_timestamp, slice, entity_type) \
-     VALUES (?,?,?,?,?,?,?,?,max(?,",
+    journal_insert_columns!(),
+    "VALUES (?,?,?,?,?,?,?,?,max(?,",
     clock_floor!(),
     "),?,?) ON CONFLICT (persistence_id, seq_nr) DO NOTHING; \
-     INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES (?,?,?) \
-     ON CONFLICT (persistence_id) \
-     DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
-     WHERE owner_epoch <= excluded.owner_epoch"
+     INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES (?,?,?)",
+    raise_highest_on_conflict!()
 );
-
-/// Binds a row of [`raise_highest_statement`] that raises nothing (its persistence id is NULL).
-fn bind_padding_id(query: SqliteQuery<'_>) -> SqliteQuery<'_> {
-    query.bind(None::<&str>).bind(None::<i64>).bind(None::<i64>)
-}
 
 type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
 
@@ -1001,5 +1060,44 @@ impl QueryStore for SqliteJournal {
     /// Commits of this journal (and its clones) in this process wake live queries at once.
     fn write_notifications(&self) -> Option<WriteNotifications> {
         Some(self.notifier.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every batch size maps to a padded size whose statement text, built once, has exactly
+    /// that many rows (one text per size: two sizes never share a slot).
+    #[test]
+    fn padded_statements_have_the_rows_of_their_size() {
+        for (full, sql, row) in [
+            (
+                ROWS_PER_STATEMENT,
+                insert_events_sql as fn(usize) -> Cow<'static, str>,
+                "(?,?,?,?,?,?,?,?,?,?,?)",
+            ),
+            (IDS_PER_STATEMENT, raise_highest_sql, "(?,?,?)"),
+        ] {
+            for n in 1..=full {
+                let rows = padded_rows(n, full);
+                assert!(rows >= n && rows <= full, "{n} -> {rows}");
+                let text = sql(rows);
+                assert!(matches!(text, Cow::Borrowed(_)), "size {rows} is cached");
+                assert_eq!(text.matches(row).count(), rows, "size {rows}");
+            }
+        }
+        for events in 1..=ONE_QUERY_BATCH {
+            for ids in 1..=events {
+                let (rows, ids) = (
+                    padded_rows(events, ROWS_PER_STATEMENT),
+                    padded_rows(ids, IDS_PER_STATEMENT),
+                );
+                let text = small_batch_sql(rows, ids);
+                assert!(matches!(text, Cow::Borrowed(_)));
+                assert_eq!(text.matches("(?,?,?,?,?,?,?,?,?,?,?)").count(), rows);
+                assert_eq!(text.matches("(?,?,?)").count(), ids);
+            }
+        }
     }
 }
