@@ -61,10 +61,8 @@ pub(crate) struct OffsetQuery {
     /// Each envelope's offset carries a clone of it (O(1), a shared log of inserts).
     seen: SeenMap,
     /// The entries of `seen` for look-ups (the same entries, plus forgotten ones until the
-    /// next compaction: a look-up ignores those below `seen_floor`).
+    /// next compaction: a look-up ignores those below `seen`'s floor).
     delivered: HashMap<Arc<str>, SeenEvent, foldhash::fast::RandomState>,
-    /// Entries of `seen` with a lower timestamp are forgotten.
-    seen_floor: i64,
     /// The envelopes of the page being read, handed to the consumer as one batch.
     buffer: Vec<RawEnvelope>,
     phase: Phase,
@@ -136,7 +134,6 @@ impl OffsetQuery {
             settled,
             seen,
             delivered,
-            seen_floor: i64::MIN,
             buffer: Vec::new(),
             phase: Phase::Start,
             notifications,
@@ -386,10 +383,7 @@ impl OffsetQuery {
 
     /// Forgets the seen events with a timestamp below `floor` (O(1): see [`Self::compact_seen`]).
     fn forget_seen_below(&mut self, floor: i64) {
-        if floor > self.seen_floor {
-            self.seen_floor = floor;
-            self.seen.forget_below(floor);
-        }
+        self.seen.forget_below(floor);
     }
 
     /// Drops the forgotten entries of `delivered` and `seen`'s log once they are most of it:
@@ -398,7 +392,7 @@ impl OffsetQuery {
         if self.seen.log_len() <= self.delivered.len().saturating_mul(2).saturating_add(64) {
             return;
         }
-        let floor = self.seen_floor;
+        let floor = self.seen.floor();
         self.delivered.retain(|_, seen| seen.timestamp >= floor);
         self.seen.compact_if_sparse(self.delivered.len());
     }
@@ -407,7 +401,7 @@ impl OffsetQuery {
     fn last_delivered(&self, persistence_id: &str) -> Option<SeenEvent> {
         self.delivered
             .get(persistence_id)
-            .filter(|seen| seen.timestamp >= self.seen_floor)
+            .filter(|seen| seen.timestamp >= self.seen.floor())
             .copied()
     }
 

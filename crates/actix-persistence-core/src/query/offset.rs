@@ -165,6 +165,11 @@ impl SeenMap {
         }
     }
 
+    /// The floor: entries with a lower timestamp are forgotten (`i64::MIN`: none).
+    pub(crate) fn floor(&self) -> i64 {
+        self.floor
+    }
+
     /// Starts a new log holding only the entries this map sees, when the log holds more than
     /// `2 * live + 64` entries (`live`: how many it sees, as the caller counts them), so that
     /// forgotten and replaced entries cost amortized O(1) per insert. Whether it did.
