@@ -2,8 +2,9 @@
 //! events (default 1,000,000), on SQLite and on PostgreSQL, without a snapshot and with one
 //! 1,000 events before the end.
 //!
-//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events] [sqlite|postgres|both] [replay-batch-size]`
-//! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped). Each
+//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events] [sqlite|postgres|both] [replay-batch-size] [rounds]`
+//! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped; `rounds`
+//! recoveries of the full history per store, default 1, on PostgreSQL after `ANALYZE`). Each
 //! store prints `<store>: ... written` on stderr before its replay starts (for profiling
 //! the replay alone, e.g. `perf record -p` from that moment).
 
@@ -164,6 +165,7 @@ async fn measure(
     snapshots: Arc<dyn SnapshotStore>,
     events: u64,
     analyze: Option<&str>,
+    rounds: u32,
 ) {
     let filled = fill(&*store, events).await;
     eprintln!(
@@ -181,10 +183,22 @@ async fn measure(
         use sqlx::{Connection, Executor};
         let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
         conn.execute("ANALYZE journal").await.expect("analyze");
+    }
+    let label = if analyze.is_some() {
+        " (after ANALYZE)"
+    } else {
+        ""
+    };
+    let more = if analyze.is_some() {
+        rounds
+    } else {
+        rounds - 1
+    };
+    for _ in 0..more {
         let (seconds, replayed, cpu) =
             recover(Arc::clone(&store), Arc::clone(&snapshots), events).await;
         println!(
-            "| {name} (after ANALYZE) | {events} | none | {replayed} | {seconds:.2} | {:.0} | {cpu:.2} |",
+            "| {name}{label} | {events} | none | {replayed} | {seconds:.2} | {:.0} | {cpu:.2} |",
             replayed as f64 / seconds
         );
     }
@@ -213,7 +227,15 @@ fn main() {
         .unwrap_or(1_000_000)
         .max(SNAPSHOT_BEFORE_END + 1);
     let stores = std::env::args().nth(2).unwrap_or_else(|| "both".to_owned());
-    let page: Option<u32> = std::env::args().nth(3).and_then(|n| n.parse().ok());
+    let page: Option<u32> = std::env::args()
+        .nth(3)
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0);
+    let rounds: u32 = std::env::args()
+        .nth(4)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let (sqlite, postgres) = (stores != "postgres", stores != "sqlite");
     System::new().block_on(async move {
         println!(
@@ -231,7 +253,7 @@ fn main() {
                 .await
                 .expect("open SQLite");
             let snapshots = Arc::new(sqlite.snapshot_store());
-            measure("SQLite", Arc::new(sqlite), snapshots, events, None).await;
+            measure("SQLite", Arc::new(sqlite), snapshots, events, None, rounds).await;
         }
         let db = if postgres {
             TestDatabase::create().await
@@ -253,6 +275,7 @@ fn main() {
                 snapshots,
                 events,
                 Some(db.url()),
+                rounds,
             )
             .await;
         }

@@ -20,6 +20,7 @@ use actix_persistence_core::{
 };
 use futures::future::BoxFuture;
 use futures::stream;
+use futures::TryStreamExt;
 use sqlx::{
     Arguments, ColumnIndex, Connection, Database, Decode, Encode, Executor, FromRow, IntoArguments,
     Pool, Row, Transaction, Type,
@@ -522,12 +523,22 @@ enum JsonRowError {
     Journal(JournalError),
 }
 
+/// What the rows of one query page share as they are decoded: rows come sorted by timestamp,
+/// then persistence id, so a run of rows of one id (or one writer) shares one `Arc`, the id read
+/// borrowed from the row.
+#[derive(Default)]
+struct PageDecoder {
+    ids: RunInterner,
+    writer_uuids: RunInterner,
+}
+
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
     readers: Pool<D::Db>,
     /// Shared by every event of the replay (one allocation for the whole replay).
     persistence_id: Arc<str>,
-    /// The writer uuid of the last event: a run of events of one incarnation shares one.
+    /// The writer uuid of the last event: a run of events of one incarnation shares one
+    /// (within a page: pages read ahead have their own).
     writer_uuids: RunInterner,
     next_from: i64,
     to: i64,
@@ -540,10 +551,11 @@ struct ReplayCursor<D: Dialect> {
 }
 
 /// The events of one page (a failed page ends with its error), and the query of the next page
-/// if there may be one (not started: a future does nothing until polled).
+/// if there may be one (not started: a future does nothing until polled), with the window of
+/// sequence numbers it reads.
 struct Page {
     events: Vec<Result<PersistentRepr, JournalError>>,
-    next: Option<BoxFuture<'static, Page>>,
+    next: Option<(Window, BoxFuture<'static, Page>)>,
 }
 
 impl Page {
@@ -555,23 +567,112 @@ impl Page {
     }
 }
 
-/// A replay that reads one page ahead: when the actor takes a page, the query of the next page
-/// starts as a task of its own on the runtime, so the database (PostgreSQL's server, SQLite's
-/// worker thread) reads it while the actor applies the current page. The next page's query
-/// starts only once the previous page was handed out: at most two pages are held (the one being
-/// applied and the one read ahead), whatever the length of the history.
+/// The sequence numbers one replay query covers: `from` to `from + size - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    from: i64,
+    size: i64,
+}
+
+impl Window {
+    /// The window right after this one, of `size` sequence numbers.
+    fn following(self, size: i64) -> Window {
+        Window {
+            from: self.from.saturating_add(self.size),
+            size,
+        }
+    }
+}
+
+/// Pages a replay reads ahead of the one being handed out (each on a reader connection of its
+/// own while its query runs).
+const PAGES_AHEAD: usize = 2;
+
+/// A replay that reads up to [`PAGES_AHEAD`] pages ahead, each query a task of its own on the
+/// runtime: the database (PostgreSQL's server, SQLite's worker threads) reads the next pages
+/// while the actor applies the current one, and the next-but-one while the next one's rows are
+/// decoded, so the database never waits for the actor nor the actor for a round trip.
 ///
-/// The read-ahead task gives its reader connection back as soon as its rows arrived, without
+/// Pages are windows of sequence numbers ([`ReplayCursor::window`]), and a page of a window of
+/// page size is always the whole window; so the page after it is the following window, known
+/// before the page's rows arrive. Reads after the next one are started on that assumption
+/// (only where no `max` can cut the replay short, and not while windows widen over deleted
+/// ranges); when a page ends elsewhere, the reads started after it are dropped (a dropped
+/// task finishes its query and gives its connection back) and the page it names is read.
+/// At most `1 + PAGES_AHEAD` pages are held, whatever the length of the history.
+///
+/// A read-ahead task gives its reader connection back as soon as its rows arrived, without
 /// waiting for the actor: it runs whenever the actor's task yields (a recovering actor yields
 /// after at most 64 events or 1 ms of `apply`), so a connection is never checked out for longer
-/// than its query and one such slice of user code. A replay holds one connection at most. A
-/// replay dropped early lets its read-ahead finish (one page) and give its connection back.
-/// Outside a Tokio runtime the next page is read inline, when the stream is polled.
+/// than its query and one such slice of user code. Outside a Tokio runtime the next page is
+/// read inline, when the stream is polled, and nothing is read ahead.
 struct ReadAhead {
     /// The page being handed out.
     current: std::vec::IntoIter<Result<PersistentRepr, JournalError>>,
-    /// The next page's query, started.
-    reading: Option<Reading>,
+    /// The reads of the next pages, in order: the first is the next page's; each one after it
+    /// reads the window following the one before it.
+    ahead: std::collections::VecDeque<Ahead>,
+    /// Starts the read of a window ahead; `None` when the replay is not read ahead beyond the
+    /// next page (a `max` that may end it inside the history).
+    speculation: Option<Speculation>,
+}
+
+/// A page's read, started.
+struct Ahead {
+    window: Window,
+    reading: Reading,
+}
+
+/// How a replay starts reads ahead: windows of `page_size` up to `to`.
+struct Speculation {
+    page_size: i64,
+    to: i64,
+    read: Box<dyn Fn(Window) -> BoxFuture<'static, Page> + Send>,
+}
+
+impl ReadAhead {
+    /// Starts reads of the windows that follow the last one started, up to [`PAGES_AHEAD`],
+    /// while windows have page size (a widened window's page may end inside it).
+    fn read_ahead(&mut self) {
+        let Some(speculation) = &self.speculation else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        while self.ahead.len() < PAGES_AHEAD {
+            let Some(last) = self.ahead.back() else {
+                return;
+            };
+            let window = last.window.following(speculation.page_size);
+            if last.window.size != speculation.page_size || window.from > speculation.to {
+                return;
+            }
+            let reading = Reading::Task(runtime.spawn((speculation.read)(window)));
+            self.ahead.push_back(Ahead { window, reading });
+        }
+    }
+
+    /// Takes `page` as the current one; keeps the read started on the page after it when it
+    /// is the one the page names, else drops the reads ahead and starts that one.
+    fn hand_out(&mut self, page: Page) {
+        self.current = page.events.into_iter();
+        match page.next {
+            Some((window, _)) if self.ahead.front().is_some_and(|a| a.window == window) => {}
+            Some((window, read)) => {
+                self.ahead.clear();
+                self.ahead.push_back(Ahead {
+                    window,
+                    reading: Reading::start(read),
+                });
+            }
+            None => {
+                self.ahead.clear();
+                self.speculation = None;
+            }
+        }
+        self.read_ahead();
+    }
 }
 
 /// The query of a page, running.
@@ -620,13 +721,14 @@ impl futures::Stream for ReadAhead {
             if let Some(event) = this.current.next() {
                 return Poll::Ready(Some(event));
             }
-            let Some(reading) = &mut this.reading else {
+            // The first poll: the reads after the first page start with its query.
+            this.read_ahead();
+            let Some(next) = this.ahead.front_mut() else {
                 return Poll::Ready(None);
             };
-            let page = std::task::ready!(reading.poll_page(task));
-            this.current = page.events.into_iter();
-            // Start reading the page after it at once.
-            this.reading = page.next.map(Reading::start);
+            let page = std::task::ready!(next.reading.poll_page(task));
+            this.ahead.pop_front();
+            this.hand_out(page);
         }
     }
 }
@@ -656,6 +758,7 @@ where
         if max == 0 || from > to || !D::stores_text(pid) {
             return Box::pin(stream::empty());
         }
+        let page_size = i64::from(self.page_size);
         let cursor = ReplayCursor::<D> {
             readers: self.readers.clone(),
             persistence_id: Arc::from(pid),
@@ -664,11 +767,43 @@ where
             to,
             remaining: max,
             page_size: self.page_size,
-            window: i64::from(self.page_size),
+            window: page_size,
+        };
+        // Read ahead beyond the next page only when `max` cannot end the replay before `to`:
+        // then every page's query is its window's, whatever the pages before it held.
+        let span = u64::try_from(to - from).map_or(u64::MAX, |span| span.saturating_add(1));
+        let speculation = (max >= span).then(|| {
+            let readers = self.readers.clone();
+            let persistence_id = Arc::clone(&cursor.persistence_id);
+            let page_size_u32 = self.page_size;
+            Speculation {
+                page_size,
+                to,
+                read: Box::new(move |window: Window| {
+                    Self::next_page(ReplayCursor::<D> {
+                        readers: readers.clone(),
+                        persistence_id: Arc::clone(&persistence_id),
+                        writer_uuids: RunInterner::new(),
+                        next_from: window.from,
+                        to,
+                        remaining: max,
+                        page_size: page_size_u32,
+                        window: window.size,
+                    })
+                }),
+            }
+        });
+        let first = Window {
+            from,
+            size: page_size,
         };
         Box::pin(ReadAhead {
             current: Vec::new().into_iter(),
-            reading: Some(Reading::Inline(Self::next_page(cursor))),
+            ahead: std::collections::VecDeque::from([Ahead {
+                window: first,
+                reading: Reading::Inline(Self::next_page(cursor)),
+            }]),
+            speculation,
         })
     }
 
@@ -719,7 +854,7 @@ where
             Some((from, window)) if cursor.remaining > 0 && from <= cursor.to => {
                 cursor.next_from = from;
                 cursor.window = window;
-                Some(Self::next_page(cursor))
+                Some((Window { from, size: window }, Self::next_page(cursor)))
             }
             _ => None,
         };
@@ -966,46 +1101,45 @@ where
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
         }
-        let rows = sqlx::query_with::<D::Db, _>(&sql, page_arguments::<D>(&request)?)
-            .fetch_all(self.readers)
-            .await
-            .map_err(storage)?;
-        Self::stored_events(rows)
+        // Each row is decoded as it arrives, while the database still produces the rows after
+        // it: decoding the page after its last row arrived left the database idle meanwhile
+        // (the next page's query starts from this page's last event).
+        let mut rows =
+            sqlx::query_with::<D::Db, _>(&sql, page_arguments::<D>(&request)?).fetch(self.readers);
+        let mut decoder = PageDecoder::default();
+        let mut events = Vec::with_capacity(request.limit.min(100_000) as usize);
+        while let Some(row) = rows.try_next().await.map_err(storage)? {
+            events.push(Self::stored_event(&mut decoder, &row)?);
+        }
+        Ok(events)
     }
 
-    /// The events of a query page's rows.
-    fn stored_events(
-        rows: Vec<<D::Db as Database>::Row>,
-    ) -> Result<Vec<StoredEvent>, JournalError> {
+    /// The event of a query page's row (see [`PageDecoder`]).
+    fn stored_event(
+        decoder: &mut PageDecoder,
+        row: &<D::Db as Database>::Row,
+    ) -> Result<StoredEvent, JournalError> {
         let storage = |e| JournalError::storage("query", e);
         // The columns after the replay's: persistence_id, db_timestamp, previous_timestamp,
         // previous_seq_nr (by position: no name look-up per row).
         const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
         const DB_TIMESTAMP: usize = PERSISTENCE_ID + 1;
         // Unchecked, as the replay's columns (see `decode_event`): the journal's own columns;
-        // the previous event's are the same columns, or NULL. Rows come sorted by timestamp,
-        // then persistence id: a run of rows of one id (or one writer) shares one `Arc`, the
-        // id read borrowed from the row.
-        let mut ids = RunInterner::new();
-        let mut writer_uuids = RunInterner::new();
-        rows.iter()
-            .map(|row| {
-                let persistence_id = ids.intern(
-                    row.try_get_unchecked::<&str, _>(PERSISTENCE_ID)
-                        .map_err(storage)?,
-                );
-                let (_, repr) = Self::decode_event(persistence_id, &mut writer_uuids, row)?;
-                Ok(StoredEvent {
-                    timestamp: row.try_get_unchecked(DB_TIMESTAMP).map_err(storage)?,
-                    previous_timestamp: row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
-                    previous_seq_nr: row
-                        .try_get_unchecked::<Option<i64>, _>(DB_TIMESTAMP + 2)
-                        .map_err(storage)?
-                        .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
-                    repr,
-                })
-            })
-            .collect()
+        // the previous event's are the same columns, or NULL.
+        let persistence_id = decoder.ids.intern(
+            row.try_get_unchecked::<&str, _>(PERSISTENCE_ID)
+                .map_err(storage)?,
+        );
+        let (_, repr) = Self::decode_event(persistence_id, &mut decoder.writer_uuids, row)?;
+        Ok(StoredEvent {
+            timestamp: row.try_get_unchecked(DB_TIMESTAMP).map_err(storage)?,
+            previous_timestamp: row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
+            previous_seq_nr: row
+                .try_get_unchecked::<Option<i64>, _>(DB_TIMESTAMP + 2)
+                .map_err(storage)?
+                .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
+            repr,
+        })
     }
 
     /// The events of a query page read as JSON ([`json_page`]), in query order, with the

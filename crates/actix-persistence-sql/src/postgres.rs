@@ -98,8 +98,8 @@ pub struct PostgresJournalOptions {
     ///
     /// Default: 512 ([`DEFAULT_MAX_BATCH_SIZE`]).
     pub max_batch_size: u32,
-    /// How many events a replay reads per query. A replay holds at most two pages in memory
-    /// (the one being applied and the next, read ahead meanwhile), however many events it
+    /// How many events a replay reads per query. A replay holds at most three pages in memory
+    /// (the one being applied and the next two, read ahead meanwhile), however many events it
     /// returns. Must be at least 1.
     ///
     /// Default: 500 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
@@ -357,9 +357,10 @@ pub(crate) fn redact_password(url: &str) -> String {
 /// Holds two pools, [`max_connections`](PostgresJournalOptions::max_connections) connections
 /// together: one for writes and deletes, one for replays, highest sequence numbers and
 /// snapshots ([`connection_budgets`]), so that any number of recovering actors cannot starve
-/// writes of connections, nor writes starve replays. A replay holds one reader connection at most,
-/// only while it reads a page (the next page is read ahead, by a task of its own, while the
-/// recovering actor applies the current one), and never waits for the actor to give it back. Cheap to
+/// writes of connections, nor writes starve replays. A replay holds two reader connections at
+/// most, only while it reads pages (the next two pages are read ahead, each by a task of its
+/// own, while the recovering actor applies the current one), and never waits for the actor to
+/// give them back. Cheap to
 /// clone: clones share the pools, the writer task and the [`stats`](Self::stats).
 ///
 /// # Group commit
@@ -1034,9 +1035,9 @@ impl JournalStore for PostgresJournal {
 
     /// Streams the events page by page ([`PostgresJournalOptions::replay_batch_size`] per
     /// query, on the pool), so memory stays bounded however long the replay: when a page is
-    /// handed out, the next one is read ahead by a task of its own on the current Tokio runtime
-    /// (two pages held at most). Each page is read in its own snapshot: events committed while
-    /// the replay runs may or may not be seen.
+    /// handed out, the next two are read ahead, each by a task of its own on the current Tokio
+    /// runtime (three pages and two reader connections at most). Each page is read in its own
+    /// snapshot: events committed while the replay runs may or may not be seen.
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
         self.tables().replay(pid, from, to, max)
     }

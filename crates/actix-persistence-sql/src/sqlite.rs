@@ -107,8 +107,8 @@ pub struct SqliteJournalOptions {
     ///
     /// Default: 5 s.
     pub busy_timeout: Duration,
-    /// How many events a replay reads per query. A replay holds at most two pages in memory
-    /// (the one being applied and the next, read ahead meanwhile), however many events it
+    /// How many events a replay reads per query. A replay holds at most three pages in memory
+    /// (the one being applied and the next two, read ahead meanwhile), however many events it
     /// returns. Must be at least 1.
     ///
     /// Default: 500 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
@@ -992,9 +992,9 @@ impl JournalStore for SqliteJournal {
 
     /// Streams the events page by page ([`SqliteJournalOptions::replay_batch_size`] per query,
     /// on the reader pool), so memory stays bounded however long the replay: when a page is
-    /// handed out, the next one is read ahead by a task of its own on the current Tokio runtime
-    /// (two pages held at most). Each page is read in its own snapshot: events committed while
-    /// the replay runs may or may not be seen.
+    /// handed out, the next two are read ahead, each by a task of its own on the current Tokio
+    /// runtime (three pages and two reader connections at most). Each page is read in its own
+    /// snapshot: events committed while the replay runs may or may not be seen.
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
         self.tables().replay(pid, from, to, max)
     }

@@ -19,7 +19,7 @@ backend_tests! {
     replay_of_2000_events_crosses_page_boundaries,
     paged_replay_agrees_with_the_in_memory_journal,
     replay_stream_outlives_the_journal_handle,
-    replay_reads_exactly_one_page_ahead,
+    replay_reads_exactly_two_pages_ahead,
     delete_touches_only_its_own_persistence_id,
     writes_after_a_full_delete_continue_the_sequence,
     replays_and_query_pages_share_ids_and_writers,
@@ -111,6 +111,33 @@ async fn paged_replay_agrees_with_the_in_memory_journal<B: TestBackend>(db: B) {
             }
         }
     }
+
+    // Gaps of every width next to page boundaries: the reads ahead start on the windows that
+    // follow a page, and must give way where a window is empty (windows widen) or a widened
+    // window's page ends inside it.
+    let gappy: Vec<AtomicWrite> = vec![
+        atomic("g", 1..=7),
+        atomic("g", 9..=9),
+        atomic("g", 13..=15),
+        atomic("g", 40..=44),
+        atomic("g", 46..=47),
+        atomic("g", 200..=210),
+    ];
+    write_all_ok(&journal, gappy.clone()).await;
+    model.write_messages(gappy).await.unwrap();
+    for from in [1, 2, 7, 8, 9, 10, 14, 16, 39, 45, 48, 199, 211] {
+        for to in [9, 15, 44, 47, 205, 210, MAX] {
+            for max in [5, 100, MAX] {
+                let expected: Vec<_> = model
+                    .replay_messages("g", from, to, max)
+                    .try_collect()
+                    .await
+                    .unwrap();
+                let got = replay_events(&journal, "g", from, to, max).await;
+                assert_eq!(got, expected, "replay of g({from}, {to}, {max})");
+            }
+        }
+    }
 }
 
 async fn replay_stream_outlives_the_journal_handle<B: TestBackend>(db: B) {
@@ -124,12 +151,13 @@ async fn replay_stream_outlives_the_journal_handle<B: TestBackend>(db: B) {
     B::close(&reader).await;
 }
 
-/// When the first page is handed out, the second is read at once by a task of its own (while the
-/// consumer works through the first), and nothing further: events deleted after that read are
-/// still replayed from the second page, and missing from the third on. Without read-ahead the
-/// second page would be read only when asked for (deleted events missing from it as well); with
-/// more than one page ahead, the third page would still hold them.
-async fn replay_reads_exactly_one_page_ahead<B: TestBackend>(db: B) {
+/// The second page is read with the first, by a task of its own, and the third from the moment
+/// the first is handed out (while the consumer works through it), and nothing further: events
+/// deleted after those reads are still replayed from pages 2 and 3, and missing from the fourth
+/// on. Without reading ahead, page 2 would be read only when asked for (the deleted events
+/// missing from it as well); with one page ahead, page 3 would miss them; with three, page 4
+/// would still hold them.
+async fn replay_reads_exactly_two_pages_ahead<B: TestBackend>(db: B) {
     let journal = db
         .journal_with(&[common::Setting::ReplayBatchSize(10)])
         .await;
@@ -138,35 +166,41 @@ async fn replay_reads_exactly_one_page_ahead<B: TestBackend>(db: B) {
     let first = events.next().await.expect("an event").expect("read");
     assert_eq!(first.seq_nr, 1);
 
-    // The read-ahead task takes a reader connection for its query and gives it back once its
-    // rows arrived; the consumer does not poll the replay meanwhile. Waits until that
-    // connection was seen taken and given back; a query fast enough to run between two looks
-    // is not seen, so after a bound the test goes on: what proves the read-ahead is the
-    // result below (page 2 holds the events the delete removes only if it was read before).
+    // Each read-ahead task takes a reader connection for its query and gives it back once its
+    // rows arrived; the consumer does not poll the replay meanwhile. Waits until no reader
+    // connection was in use for many looks in a row after one was seen taken (a task waiting
+    // for the pool is woken when a connection comes back, within a look or two); a query fast
+    // enough to run between two looks is not seen, so after a bound the test goes on: what
+    // proves the read-ahead is the result below (pages 2 and 3 hold the events the delete
+    // removes only if they were read before it).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut taken = false;
+    let mut idle_looks = 0;
     loop {
         tokio::task::yield_now().await;
         match B::reads_in_use(&journal) {
-            0 if taken => break,
+            0 if taken => idle_looks += 1,
             0 => {}
-            _ => taken = true,
+            _ => {
+                taken = true;
+                idle_looks = 0;
+            }
         }
-        if !taken && std::time::Instant::now() >= deadline {
+        if idle_looks >= 100 || (!taken && std::time::Instant::now() >= deadline) {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline + std::time::Duration::from_secs(20),
-            "the read-ahead never gave its connection back"
+            "the read-ahead never gave its connections back"
         );
     }
     journal
-        .delete_messages_to("ahead", 30, actix_persistence_core::FencingToken::UNOWNED)
+        .delete_messages_to("ahead", 40, actix_persistence_core::FencingToken::UNOWNED)
         .await
         .unwrap();
 
     let rest: Vec<u64> = events.map(|e| e.unwrap().seq_nr).collect().await;
-    let expected: Vec<u64> = (2..=20).chain(31..=100).collect();
+    let expected: Vec<u64> = (2..=30).chain(41..=100).collect();
     assert_eq!(rest, expected);
     B::close(&journal).await;
 }
@@ -240,16 +274,18 @@ async fn replays_and_query_pages_share_ids_and_writers<B: TestBackend>(db: B) {
 
     let replayed = replay_events(&journal, "Shared|a", 1, MAX, MAX).await;
     assert_eq!(replayed.len(), 4);
-    for event in &replayed {
+    for (i, event) in replayed.iter().enumerate() {
         assert_eq!(&*event.persistence_id, "Shared|a");
         assert_eq!(&*event.writer_uuid, "writer-1");
         assert!(Arc::ptr_eq(
             &event.persistence_id,
             &replayed[0].persistence_id
         ));
+        // Pages are read concurrently (reads ahead), each with its own writer uuids.
+        let page_start = &replayed[i / 3 * 3];
         assert!(
-            Arc::ptr_eq(&event.writer_uuid, &replayed[0].writer_uuid),
-            "one writer uuid across the replay's pages"
+            Arc::ptr_eq(&event.writer_uuid, &page_start.writer_uuid),
+            "one writer uuid across a replay page"
         );
     }
 
