@@ -10,6 +10,7 @@
 //! - [`chart`]: an SVG of ask-latency percentiles per group count.
 //! - [`projection`]: a projection catching up on stored events, by `max_concurrency` and
 //!   group size, with [`projection_chart`] (issue 9, seed 003's shape).
+//! - [`query_fill`]: the journal the query benchmarks read.
 #![warn(missing_docs)]
 
 pub mod actor;
@@ -22,6 +23,7 @@ pub mod postgres;
 pub mod projection;
 pub mod projection_chart;
 pub mod proxy;
+pub mod query_fill;
 pub mod report;
 pub mod runner;
 pub mod sqlite_floor;

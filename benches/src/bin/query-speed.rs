@@ -10,13 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use actix_persistence_bench::query_fill::{fill, repr};
 use actix_persistence_core::query::{
     EventFilter, EventKey, EventsRequest, Offset, QuerySettings, QueryStore, ReadJournal,
     StoredEvent, WriteNotifications,
 };
-use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, PersistentRepr, ReplayStream,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream,
 };
 use actix_persistence_sql::test_util::TestDatabase;
 use actix_persistence_sql::{
@@ -26,50 +26,11 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 
-const EVENTS_PER_WRITE: u64 = 100;
-const WRITES_PER_CALL: usize = 10;
 const LIVE_IDS: u64 = 100;
 const LIVE_RATE: u64 = 1_000;
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// A live query that delivers nothing for this long has missed an event.
 const STALL: Duration = Duration::from_secs(20);
-
-fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
-    PersistentRepr {
-        persistence_id: pid.into(),
-        seq_nr,
-        payload: format!("{{\"Added\":{seq_nr}}}").into_bytes(),
-        serializer_id: JSON_SERIALIZER_ID,
-        manifest: String::new(),
-        writer_uuid: "query-speed".into(),
-        timestamp: 0,
-        tags: vec!["bench".to_owned()],
-    }
-}
-
-/// Writes `events` events spread over `ids` ids of entity type "Bench", in rounds (every id
-/// gets its next `EVENTS_PER_WRITE` events per round), several atomic writes per call.
-async fn fill(store: &dyn JournalStore, events: u64, ids: u64) -> Duration {
-    let started = Instant::now();
-    let per_id = events / ids;
-    let mut next_seq = 1;
-    while next_seq <= per_id {
-        let last = (next_seq + EVENTS_PER_WRITE - 1).min(per_id);
-        let writes: Vec<AtomicWrite> = (0..ids)
-            .map(|id| {
-                let pid = format!("Bench|{id}");
-                AtomicWrite::new((next_seq..=last).map(|s| repr(&pid, s)).collect())
-                    .expect("consecutive")
-            })
-            .collect();
-        for chunk in writes.chunks(WRITES_PER_CALL) {
-            let results = store.write_messages(chunk.to_vec()).await.expect("fill");
-            assert!(results.iter().all(Result::is_ok), "fill");
-        }
-        next_seq = last + 1;
-    }
-    started.elapsed()
-}
 
 /// Fills the store, then catches up over it with pages of 1,000 and 5,000 and, on PostgreSQL
 /// (`analyze`: its URL), once more with pages of 1,000 after `ANALYZE journal` (a table filled a

@@ -1,0 +1,81 @@
+//! Catch-up speed over a journal filled once: `current_events_by_slices` over all 1024 slices,
+//! several times, on a database that keeps its events between runs (for before/after pairs of
+//! builds on the same rows, and for profiling the catch-up alone).
+//!
+//! `cargo run --release -p actix-persistence-bench --bin catch-up-speed -- fill|run <url> [events] [ids] [page] [rounds]`
+//! (`url`: `sqlite:<file>` or a PostgreSQL URL of an existing database; `fill` writes `events`
+//! events in `ids` ids (defaults 1,000,000 and 10,000, see `query_fill`), `run` catches up
+//! `rounds` times (default 3) with pages of `page` events (default 1,000) and prints events/s
+//! and the CPU seconds of this process per catch-up). Run `VACUUM ANALYZE journal` on
+//! PostgreSQL after the fill, as a long-lived table would be.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_persistence_bench::query_fill::fill;
+use actix_persistence_core::query::{Offset, QuerySettings, QueryStore, ReadJournal};
+use actix_persistence_sql::{
+    PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
+};
+use futures::StreamExt;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(mode), Some(url)) = (args.get(1).cloned(), args.get(2).cloned()) else {
+        eprintln!("usage: catch-up-speed fill|run <url> [events] [ids] [page] [rounds]");
+        std::process::exit(2);
+    };
+    let number =
+        |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let events = number(3, 1_000_000);
+    let ids = number(4, 10_000).max(1);
+    let page = u32::try_from(number(5, 1_000)).unwrap_or(u32::MAX).max(1);
+    let rounds = number(6, 3);
+    // One thread, as an Actix arbiter.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let store: Arc<dyn QueryStore> = if url.starts_with("sqlite:") {
+            Arc::new(
+                SqliteJournal::connect(&SqliteJournalOptions::new(url.clone()))
+                    .await
+                    .expect("open SQLite"),
+            )
+        } else {
+            Arc::new(
+                PostgresJournal::connect(&PostgresJournalOptions::new(url.clone()))
+                    .await
+                    .expect("connect to PostgreSQL"),
+            )
+        };
+        if mode == "fill" {
+            let took = fill(&*store, events, ids).await;
+            eprintln!("{events} events in {ids} ids written in {:.1} s", took.as_secs_f64());
+            return;
+        }
+        for _ in 0..rounds {
+            let settings = QuerySettings {
+                page_size: page,
+                ..QuerySettings::default()
+            };
+            let query = ReadJournal::from_arc(Arc::clone(&store), settings);
+            let cpu = actix_persistence_bench::sys::process_cpu().as_secs_f64();
+            let started = Instant::now();
+            let delivered = query
+                .current_events_by_slices("Bench", 0, 1023, Offset::NoOffset)
+                .fold(0u64, |n, item| async move {
+                    item.expect("catch-up query");
+                    n + 1
+                })
+                .await;
+            let seconds = started.elapsed().as_secs_f64();
+            let cpu = actix_persistence_bench::sys::process_cpu().as_secs_f64() - cpu;
+            println!(
+                "catch-up, page {page}: {delivered} events in {seconds:.2} s, {:.0} events/s, CPU {cpu:.2} s",
+                delivered as f64 / seconds
+            );
+        }
+    });
+}

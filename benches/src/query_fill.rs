@@ -1,0 +1,55 @@
+//! The journal the query benchmarks read: `events` events in `ids` persistence ids of entity
+//! type "Bench" (`Bench|0`, `Bench|1`, ...), every event tagged `bench`, written through group
+//! commit (`query-speed`, `catch-up-speed`).
+
+use std::time::{Duration, Instant};
+
+use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
+use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
+
+/// Events per atomic write of [`fill`].
+pub const EVENTS_PER_WRITE: u64 = 100;
+/// Atomic writes per `write_messages` call of [`fill`].
+pub const WRITES_PER_CALL: usize = 10;
+
+/// Event `seq_nr` of `pid`: a JSON payload of about 14 bytes, tagged `bench`.
+pub fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
+    PersistentRepr {
+        persistence_id: pid.into(),
+        seq_nr,
+        payload: format!("{{\"Added\":{seq_nr}}}").into_bytes(),
+        serializer_id: JSON_SERIALIZER_ID,
+        manifest: String::new(),
+        writer_uuid: "query-speed".into(),
+        timestamp: 0,
+        tags: vec!["bench".to_owned()],
+    }
+}
+
+/// Writes `events` events spread over `ids` ids of entity type "Bench", in rounds (every id
+/// gets its next [`EVENTS_PER_WRITE`] events per round), [`WRITES_PER_CALL`] atomic writes per
+/// call; returns how long it took.
+///
+/// # Panics
+/// When a write fails (a benchmark has nothing to measure then).
+pub async fn fill(store: &dyn JournalStore, events: u64, ids: u64) -> Duration {
+    let started = Instant::now();
+    let per_id = events / ids;
+    let mut next_seq = 1;
+    while next_seq <= per_id {
+        let last = (next_seq + EVENTS_PER_WRITE - 1).min(per_id);
+        let writes: Vec<AtomicWrite> = (0..ids)
+            .map(|id| {
+                let pid = format!("Bench|{id}");
+                AtomicWrite::new((next_seq..=last).map(|s| repr(&pid, s)).collect())
+                    .expect("consecutive")
+            })
+            .collect();
+        for chunk in writes.chunks(WRITES_PER_CALL) {
+            let results = store.write_messages(chunk.to_vec()).await.expect("fill");
+            assert!(results.iter().all(Result::is_ok), "fill");
+        }
+        next_seq = last + 1;
+    }
+    started.elapsed()
+}
