@@ -178,3 +178,45 @@ async fn a_projection_that_keeps_failing_gives_up_after_max_restarts() {
     assert_eq!(progress.restarts, 2);
     assert_eq!(handler.attempts.load(Ordering::SeqCst), 3);
 }
+
+/// A poison envelope (its handler always fails) at the front of a projection with
+/// `max_concurrency` 4 over a live source: each run handles the envelopes behind it (at
+/// least once: again after every restart), but the offset never passes it. Those handled
+/// envelopes are no progress: the projection still gives up after `max_restarts` instead of
+/// restarting forever (each run's handled envelopes used to reset the count of restarts).
+#[tokio::test]
+async fn a_poison_envelope_ahead_of_handled_ones_still_ends_after_max_restarts() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 4, 3).await;
+    let handler = FailsOn::new((pid(0), 1), u32::MAX, false);
+    let store = InMemoryOffsetStore::new();
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), store.clone(), handler.clone())
+            .with_max_concurrency(4)
+            .with_handler_recovery(quick_recovery(1, AfterRetries::Fail))
+            .with_restart_backoff(RestartBackoff {
+                max_restarts: Some(2),
+                ..quick_restarts()
+            })
+            .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal() || p.restarts > 2)
+        .await
+        .expect("ends or restarts too often");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 2);
+    // Three runs, two attempts each on the poison envelope; never skipped, never stored past.
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 6);
+    assert!(!handler.recorder.handled().contains(&(pid(0), 1)));
+    assert!(
+        handler.recorder.handled().len() >= 3 * 3,
+        "the other ids ran each time"
+    );
+    use actix_persistence_projection::OffsetStore;
+    assert_eq!(store.read_offset(&id()).await.unwrap(), None);
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(
+        error.contains("Account|0") && error.contains("seq_nr 1"),
+        "{error}"
+    );
+}
