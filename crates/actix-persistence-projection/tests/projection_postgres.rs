@@ -616,3 +616,54 @@ async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress() {
     )
     .await;
 }
+
+/// The database's backends die under a running exactly-once projection (the server stays
+/// up): `pg_terminate_backend` on every connection of the test database while a call waits
+/// inside its transaction, after writing the read model. The projection reports the
+/// database's failure (a typed offset-store error in `last_error`), restarts from its stored
+/// offset on fresh connections, and completes with every event in the read model once.
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn killed_database_connections_fail_the_run_which_resumes_exactly_once() {
+    use sqlx::Connection;
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 6, 5).await;
+    let gate = CallGate::new(9);
+    let handle = Projection::exactly_once(
+        id(),
+        db.source(false),
+        db.store(),
+        ReadModel {
+            gate: Some(gate.clone()),
+            ..ReadModel::default()
+        },
+    )
+    .with_max_concurrency(3)
+    .with_restart_backoff(quick_restarts())
+    .start();
+    eventually(|| gate.waiting() > 0).await;
+    let mut admin = sqlx::PgConnection::connect(db._database.url()).await.unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(killed >= 1, "the waiting transaction's connection at least");
+    admin.close().await.unwrap();
+    gate.release(10_000);
+
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal())
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Completed);
+    assert!(progress.restarts >= 1, "{progress:?}");
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(error.contains("database"), "{error}");
+    assert_eq!(db.read_model().await, (30, 30, expected_total(6, 5)));
+}
