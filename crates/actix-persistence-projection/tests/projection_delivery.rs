@@ -256,3 +256,28 @@ async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_projection_resumes_inside_one_timestamp() {
+    let journal = InMemoryJournal::new();
+    let committed = Recorder::default();
+    common::a_projection_resumes_inside_one_timestamp(
+        &journal,
+        |entity_type| {
+            actix_persistence_projection::QuerySource::events_by_slices(
+                read_journal(&journal),
+                entity_type,
+                0,
+                1023,
+            )
+            .current()
+        },
+        InMemoryOffsetStore::new(),
+        |poison| CommittedRecorder {
+            poison,
+            committed: committed.clone(),
+        },
+        || async { committed.handled() },
+    )
+    .await;
+}

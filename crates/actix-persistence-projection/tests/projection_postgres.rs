@@ -45,6 +45,17 @@ impl Db {
         PostgresOffsetStore::new(self.journal.pool().clone())
     }
 
+    /// A current source over every slice of `entity_type`.
+    fn entity_source(&self, entity_type: &str) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            entity_type,
+            0,
+            1023,
+        )
+        .current()
+    }
+
     /// A current source over slices `min..=max`.
     fn range_source(&self, min: u16, max: u16) -> QuerySource<Deposited> {
         QuerySource::events_by_slices(
@@ -645,7 +656,9 @@ async fn killed_database_connections_fail_the_run_which_resumes_exactly_once() {
     .with_restart_backoff(quick_restarts())
     .start();
     eventually(|| gate.waiting() > 0).await;
-    let mut admin = sqlx::PgConnection::connect(db._database.url()).await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(db._database.url())
+        .await
+        .unwrap();
     let killed: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t",
@@ -666,4 +679,24 @@ async fn killed_database_connections_fail_the_run_which_resumes_exactly_once() {
     let error = progress.last_error.expect("the failure is reported");
     assert!(error.contains("database"), "{error}");
     assert_eq!(db.read_model().await, (30, 30, expected_total(6, 5)));
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn a_projection_resumes_inside_one_timestamp() {
+    let Some(db) = open().await else { return };
+    common::a_projection_resumes_inside_one_timestamp(
+        &db.journal,
+        |entity_type| db.entity_source(entity_type),
+        db.store(),
+        |poison| ReadModel {
+            poison,
+            ..ReadModel::default()
+        },
+        || db.handled(),
+    )
+    .await;
 }

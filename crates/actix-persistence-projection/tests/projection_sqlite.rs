@@ -47,6 +47,17 @@ impl Db {
         SqliteOffsetStore::new(self.journal.writer_pool().clone())
     }
 
+    /// A current source over every slice of `entity_type`.
+    fn entity_source(&self, entity_type: &str) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            entity_type,
+            0,
+            1023,
+        )
+        .current()
+    }
+
     /// A current source over slices `min..=max`.
     fn range_source(&self, min: u16, max: u16) -> QuerySource<Deposited> {
         QuerySource::events_by_slices(
@@ -497,6 +508,22 @@ async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress() {
     common::a_rescaled_projection_resumes_every_slice_from_its_own_progress(
         &db.journal,
         |min, max| db.range_source(min, max),
+        db.store(),
+        |poison| ReadModel {
+            poison,
+            ..ReadModel::default()
+        },
+        || db.handled(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_projection_resumes_inside_one_timestamp() {
+    let db = open().await;
+    common::a_projection_resumes_inside_one_timestamp(
+        &db.journal,
+        |entity_type| db.entity_source(entity_type),
         db.store(),
         |poison| ReadModel {
             poison,

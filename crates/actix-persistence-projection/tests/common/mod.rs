@@ -578,3 +578,86 @@ impl
         Ok(())
     }
 }
+
+/// Resuming inside one timestamp: three ids with 20 events each, stored by one call (one
+/// database timestamp on the stores here; more events than a query page), handled by an
+/// exactly-once projection that crashes (stuck on one envelope, then aborted) at the cut
+/// points around the first page's end and the ids' boundaries. Before the restart the events
+/// of the ids handled completely are deleted, so the stored offset's seen entries point at
+/// events (and a persistence id) that no longer exist. Each restart handles exactly the rest.
+///
+/// `source(entity_type)` is a current source over all slices of `entity_type`; `handler(poison)` the store's exactly-once
+/// handler; `handled()` every (persistence id, seq_nr) committed so far.
+pub async fn a_projection_resumes_inside_one_timestamp<J, S, H, F>(
+    journal: &J,
+    source: impl Fn(&str) -> QuerySource<Deposited>,
+    store: S,
+    handler: impl Fn(Poison) -> H,
+    handled: impl Fn() -> F,
+) where
+    J: JournalStore,
+    S: actix_persistence_projection::TransactionalOffsetStore + Clone,
+    H: actix_persistence_projection::TransactionalHandler<Env, S::Transaction>,
+    F: std::future::Future<Output = Vec<(String, u64)>>,
+{
+    use actix_persistence_projection::{Projection, ProjectionId, ProjectionState};
+    let cuts = [1, 19, 20, 21, 49, 50, 51, 59];
+    for (round, cut) in cuts.into_iter().enumerate() {
+        // An entity type of its own per round: the source holds this round's events only.
+        let entity_type = format!("Round{round}");
+        let ids: Vec<String> = (0..3).map(|n| format!("{entity_type}|{n}")).collect();
+        let writes = ids
+            .iter()
+            .map(|id| AtomicWrite::new((1..=20).map(|n| repr(id, n, n)).collect()).expect("shape"))
+            .collect();
+        let results = journal.write_messages(writes).await.expect("write");
+        assert!(results.iter().all(Result::is_ok));
+        let mine = |all: Vec<(String, u64)>| -> Vec<(String, u64)> {
+            let mut mine: Vec<_> = all.into_iter().filter(|(id, _)| ids.contains(id)).collect();
+            mine.sort();
+            mine
+        };
+        let id = ProjectionId::new("one-timestamp", format!("round-{round}"));
+        let stuck_at = (ids[cut / 20].clone(), (cut % 20) as u64 + 1);
+        let stuck = Projection::exactly_once(
+            id.clone(),
+            source(&entity_type),
+            store.clone(),
+            handler(Poison(Some(stuck_at))),
+        )
+        .with_handler_recovery(quick_recovery(u32::MAX, AfterRetries::Fail))
+        .start();
+        stuck
+            .wait_for(|p| p.handled >= cut as u64)
+            .await
+            .expect("handles up to the cut");
+        stuck.abort().await;
+        assert_eq!(
+            mine(handled().await).len(),
+            cut,
+            "cut {cut}: before the crash"
+        );
+        for done in &ids[..cut / 20] {
+            journal
+                .delete_messages_to(done, 20, actix_persistence_core::FencingToken::UNOWNED)
+                .await
+                .expect("delete");
+        }
+        let state = Projection::exactly_once(
+            id,
+            source(&entity_type),
+            store.clone(),
+            handler(Poison::default()),
+        )
+        .start()
+        .join()
+        .await;
+        assert_eq!(state, ProjectionState::Completed);
+        let mut expected: Vec<(String, u64)> = ids
+            .iter()
+            .flat_map(|id| (1..=20).map(move |n| (id.clone(), n)))
+            .collect();
+        expected.sort();
+        assert_eq!(mine(handled().await), expected, "cut {cut}");
+    }
+}
