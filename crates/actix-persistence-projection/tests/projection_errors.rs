@@ -220,3 +220,51 @@ async fn a_poison_envelope_ahead_of_handled_ones_still_ends_after_max_restarts()
         "{error}"
     );
 }
+
+/// An event that does not decode into the projection's event type (a poison event in the
+/// source): it is never skipped silently nor handed to the handler; the run fails with the
+/// query's decode error naming the event, after saving the offset of the envelopes before
+/// it, and the restarts (no progress) end after `max_restarts`, in `Failed`.
+#[tokio::test]
+async fn an_event_that_does_not_decode_fails_the_projection_and_is_never_skipped() {
+    use actix_persistence_core::{AtomicWrite, JournalStore};
+    let journal = InMemoryJournal::new();
+    write_events(&journal, &pid(0), 1, 2).await;
+    let mut poison = repr(&pid(0), 3, 3);
+    poison.payload = br#"{"amount":"three"}"#.to_vec();
+    journal
+        .write_messages(vec![AtomicWrite::new(vec![poison]).unwrap()])
+        .await
+        .unwrap()[0]
+        .as_ref()
+        .expect("stored");
+    write_events(&journal, &pid(0), 4, 4).await;
+    let recorder = Recorder::default();
+    let store = InMemoryOffsetStore::new();
+    let handle = Projection::at_least_once(
+        id(),
+        live_source(&journal),
+        store.clone(),
+        recorder.clone(),
+    )
+    .with_restart_backoff(RestartBackoff {
+        max_restarts: Some(2),
+        ..quick_restarts()
+    })
+    .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal() || p.restarts > 2)
+        .await
+        .expect("ends or restarts too often");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 2);
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(
+        error.contains("Account|0") && error.contains('3') && error.contains("decode"),
+        "{error}"
+    );
+    // 1 and 2 handled once (saved before the failure, so not again); 3 and 4 never.
+    assert_eq!(recorder.handled(), vec![(pid(0), 1), (pid(0), 2)]);
+    use actix_persistence_projection::OffsetStore;
+    assert!(store.read_offset(&id()).await.unwrap().is_some());
+}
