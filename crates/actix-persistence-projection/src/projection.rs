@@ -316,20 +316,22 @@ impl<E: Envelope> Projection<E> {
     /// ([`SourceProvider::resume`]), from the beginning of its source.
     async fn reset_stored(&self) -> Result<(), OffsetStoreError> {
         self.store.reset(&self.id).await?;
-        let Some((min_slice, max_slice)) = self.id.slice_range() else {
+        let Some(range) = self.id.slice_range() else {
             return Ok(());
         };
         for progress in self.store.read_progress(&self.id.name).await? {
-            let overlaps = progress
-                .id
-                .slice_range()
-                .is_some_and(|(min, max)| min <= max_slice && max >= min_slice);
-            if overlaps {
+            if overlaps(&progress.id, range) {
                 self.store.reset(&progress.id).await?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether `id` is an instance over a slice range that shares a slice with `range`.
+fn overlaps(id: &ProjectionId, (min_slice, max_slice): (u16, u16)) -> bool {
+    id.slice_range()
+        .is_some_and(|(min, max)| min <= max_slice && max >= min_slice)
 }
 
 fn checked(grouping: Grouping) -> Grouping {
@@ -1078,7 +1080,25 @@ impl<'p, E: Envelope> Run<'p, E> {
 async fn read_resume<E: Envelope>(
     projection: &Projection<E>,
 ) -> Result<(Resume<E>, SeenSeqNrs), ProjectionError> {
-    let stored = projection.store.read_progress(&projection.id.name).await?;
+    let name = &projection.id.name;
+    let mut stored = projection.store.read_progress(name).await?;
+    // Instances over slice ranges that overlap this one's (the ranges changed): this instance
+    // takes over their progress, so it fences them as a newer instance of its own id would (a
+    // deploy overlap across the change would otherwise handle their slices twice), then reads
+    // again what they committed before.
+    if let Some(range) = projection.id.slice_range() {
+        let overlapping: Vec<ProjectionId> = stored
+            .iter()
+            .filter(|p| p.id != projection.id && overlaps(&p.id, range))
+            .map(|p| p.id.clone())
+            .collect();
+        if !overlapping.is_empty() {
+            for id in &overlapping {
+                projection.store.take_ownership(id, None).await?;
+            }
+            stored = projection.store.read_progress(name).await?;
+        }
+    }
     let mut own = (None, SeenSeqNrs::new());
     let mut others = Vec::new();
     let mut seen_of = std::collections::HashMap::new();

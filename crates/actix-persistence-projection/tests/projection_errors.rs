@@ -241,17 +241,13 @@ async fn an_event_that_does_not_decode_fails_the_projection_and_is_never_skipped
     write_events(&journal, &pid(0), 4, 4).await;
     let recorder = Recorder::default();
     let store = InMemoryOffsetStore::new();
-    let handle = Projection::at_least_once(
-        id(),
-        live_source(&journal),
-        store.clone(),
-        recorder.clone(),
-    )
-    .with_restart_backoff(RestartBackoff {
-        max_restarts: Some(2),
-        ..quick_restarts()
-    })
-    .start();
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), store.clone(), recorder.clone())
+            .with_restart_backoff(RestartBackoff {
+                max_restarts: Some(2),
+                ..quick_restarts()
+            })
+            .start();
     let progress = handle
         .wait_for(|p| p.state.is_terminal() || p.restarts > 2)
         .await
