@@ -238,3 +238,8 @@ async fn an_instance_over_a_new_slice_range_fences_the_old_ranges_instance() {
     all.dedup();
     assert_eq!((before, all.len()), (24, 24), "each event committed once");
 }
+
+#[tokio::test]
+async fn offset_store_lists_the_progress_of_every_key() {
+    common::offset_store_lists_the_progress_of_every_key(&InMemoryOffsetStore::new()).await;
+}

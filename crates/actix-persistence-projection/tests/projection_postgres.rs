@@ -700,3 +700,13 @@ async fn a_projection_resumes_inside_one_timestamp() {
     )
     .await;
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn offset_store_lists_the_progress_of_every_key() {
+    let Some(db) = open().await else { return };
+    common::offset_store_lists_the_progress_of_every_key(&db.store()).await;
+}

@@ -533,3 +533,9 @@ async fn a_projection_resumes_inside_one_timestamp() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn offset_store_lists_the_progress_of_every_key() {
+    let db = open().await;
+    common::offset_store_lists_the_progress_of_every_key(&db.store()).await;
+}

@@ -661,3 +661,67 @@ pub async fn a_projection_resumes_inside_one_timestamp<J, S, H, F>(
         assert_eq!(mine(handled().await), expected, "cut {cut}");
     }
 }
+
+/// `OffsetStore::read_progress`: every key of one projection name with what it stored (an
+/// offset, seen sequence numbers, or both), a key with seen rows only included, other names
+/// and reset keys left out.
+pub async fn offset_store_lists_the_progress_of_every_key<S>(store: &S)
+where
+    S: actix_persistence_projection::TransactionalOffsetStore,
+{
+    use actix_persistence_projection::{ProjectionId, StoredProgress};
+    let a = ProjectionId::for_slices("listed", 0, 511);
+    let b = ProjectionId::for_slices("listed", 512, 1023);
+    let c = ProjectionId::for_slices("listed", 0, 255);
+    let d = ProjectionId::for_slices("listed", 256, 511);
+    let other = ProjectionId::for_slices("listed-not", 0, 1023);
+    for id in [&a, &b, &c, &d, &other] {
+        let epoch = store.take_ownership(id, None).await.unwrap();
+        if id != &c {
+            store
+                .save_offset(id, epoch, &format!("\"{}\"", id.key), &[])
+                .await
+                .unwrap();
+        }
+        if id == &b || id == &c {
+            let mut tx = store.begin(id).await.unwrap();
+            store
+                .save_in(
+                    &mut tx,
+                    id,
+                    epoch,
+                    None,
+                    &[("p".to_owned(), 4), ("q".to_owned(), 1)],
+                )
+                .await
+                .unwrap();
+            store.commit(tx, id).await.unwrap();
+        }
+    }
+    store.reset(&d).await.unwrap();
+    let mut listed = store.read_progress("listed").await.unwrap();
+    listed.sort_by(|x, y| x.id.cmp(&y.id));
+    let seen: actix_persistence_projection::SeenSeqNrs = [("p".to_owned(), 4), ("q".to_owned(), 1)]
+        .into_iter()
+        .collect();
+    let mut expected = vec![
+        StoredProgress {
+            id: a.clone(),
+            offset: Some("\"slices-0-511\"".to_owned()),
+            seen: Default::default(),
+        },
+        StoredProgress {
+            id: c.clone(),
+            offset: None,
+            seen: seen.clone(),
+        },
+        StoredProgress {
+            id: b.clone(),
+            offset: Some("\"slices-512-1023\"".to_owned()),
+            seen,
+        },
+    ];
+    expected.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(listed, expected);
+    assert!(store.read_progress("nothing").await.unwrap().is_empty());
+}
