@@ -270,15 +270,25 @@ impl<Ev: Send + Sync + 'static> SourceProvider for QuerySource<Ev> {
                     return Coverage::NoneAfter;
                 }
                 let pid = &*envelope.persistence_id;
-                // The envelope's own database timestamp: its entry in its offset's seen map.
-                let written = after.seen.get(pid).map_or(i64::MAX, |seen| seen.timestamp);
+                // The envelope's own database timestamp (its entry in its offset's seen map,
+                // which sorts that map: read only when the settled timestamp, a lower bound,
+                // does not decide).
+                let mut written = None;
                 let handled = covering.iter().any(|((min, max), offset)| {
-                    (*min..=*max).contains(&envelope.slice)
-                        && (written < offset.timestamp
-                            || offset
-                                .seen
-                                .get(pid)
-                                .is_some_and(|seen| seen.seq_nr >= envelope.seq_nr))
+                    if !(*min..=*max).contains(&envelope.slice) {
+                        return false;
+                    }
+                    if offset
+                        .seen
+                        .get(pid)
+                        .is_some_and(|seen| seen.seq_nr >= envelope.seq_nr)
+                    {
+                        return true;
+                    }
+                    after.timestamp < offset.timestamp
+                        && *written.get_or_insert_with(|| {
+                            after.seen.get(pid).map_or(i64::MAX, |seen| seen.timestamp)
+                        }) < offset.timestamp
                 });
                 if handled {
                     Coverage::Handled
