@@ -1073,36 +1073,41 @@ impl<'p, E: Envelope> Run<'p, E> {
     }
 }
 
-/// Where a run resumes: its own stored progress and that of the other instances of its
-/// projection name, combined by the source ([`SourceProvider::resume`]); with the seen
-/// sequence numbers of its own and of the instances whose progress it takes over (the highest
-/// per persistence id).
+/// Where a run resumes: its own stored progress and, for an instance over a slice range,
+/// that of the instances of its projection name over overlapping slice ranges (the ranges
+/// changed), combined by the source ([`SourceProvider::resume`]); with the seen sequence
+/// numbers of its own and of the instances whose progress it takes over (the highest per
+/// persistence id). Other keys of the name (ranges apart from this one, tags, custom keys)
+/// are not read further: a corrupt offset there concerns their instances, not this one.
 async fn read_resume<E: Envelope>(
     projection: &Projection<E>,
 ) -> Result<(Resume<E>, SeenSeqNrs), ProjectionError> {
-    let name = &projection.id.name;
-    let mut stored = projection.store.read_progress(name).await?;
-    // Instances over slice ranges that overlap this one's (the ranges changed): this instance
-    // takes over their progress, so it fences them as a newer instance of its own id would (a
-    // deploy overlap across the change would otherwise handle their slices twice), then reads
-    // again what they committed before.
-    if let Some(range) = projection.id.slice_range() {
-        let overlapping: Vec<ProjectionId> = stored
-            .iter()
-            .filter(|p| p.id != projection.id && overlaps(&p.id, range))
-            .map(|p| p.id.clone())
-            .collect();
-        if !overlapping.is_empty() {
-            for id in &overlapping {
-                projection.store.take_ownership(id, None).await?;
-            }
-            stored = projection.store.read_progress(name).await?;
+    let id = &projection.id;
+    let mut stored = projection.store.read_progress(&id.name).await?;
+    let range = id.slice_range();
+    let related = |other: &ProjectionId| range.is_some_and(|range| overlaps(other, range));
+    // This instance takes over the progress of the overlapping ranges, so it fences their
+    // instances as a newer instance of its own id would (a deploy overlap across the change
+    // would otherwise handle their slices twice), then reads again what they committed before.
+    let overlapping: Vec<ProjectionId> = stored
+        .iter()
+        .filter(|p| p.id != *id && related(&p.id))
+        .map(|p| p.id.clone())
+        .collect();
+    if !overlapping.is_empty() {
+        for other in &overlapping {
+            projection.store.take_ownership(other, None).await?;
         }
+        stored = projection.store.read_progress(&id.name).await?;
     }
     let mut own = (None, SeenSeqNrs::new());
     let mut others = Vec::new();
     let mut seen_of = std::collections::HashMap::new();
     for progress in stored {
+        let mine = progress.id == *id;
+        if !mine && !related(&progress.id) {
+            continue;
+        }
         let offset = match progress.offset {
             Some(json) => Some(serde_json::from_str::<E::Offset>(&json).map_err(|source| {
                 OffsetStoreError::CorruptOffset {
@@ -1113,7 +1118,7 @@ async fn read_resume<E: Envelope>(
             })?),
             None => None,
         };
-        if progress.id == projection.id {
+        if mine {
             own = (offset, progress.seen);
         } else {
             seen_of.insert(progress.id.clone(), progress.seen);
@@ -1122,8 +1127,8 @@ async fn read_resume<E: Envelope>(
     }
     let (own_offset, mut seen) = own;
     let resume = projection.source.resume(own_offset, others);
-    for id in &resume.inherited {
-        for (pid, seq_nr) in seen_of.remove(id).unwrap_or_default() {
+    for inherited in &resume.inherited {
+        for (pid, seq_nr) in seen_of.remove(inherited).unwrap_or_default() {
             let slot = seen.entry(pid).or_insert(0);
             *slot = (*slot).max(seq_nr);
         }

@@ -115,8 +115,9 @@ pub trait SourceProvider: Send + Sync + 'static {
     ) -> Result<EnvelopeStream<Self::Envelope>, BoxError>;
 
     /// Where an instance resumes, from its own stored offset (`own`) and those of the other
-    /// instances of the same projection name (`others`, with their ids; an offset is `None`
-    /// when the instance stored only seen sequence numbers). A projection split over slice
+    /// instances of the same projection name over slice ranges that overlap its own
+    /// (`others`, with their ids; an offset is `None` when the instance stored only seen
+    /// sequence numbers; always empty for an instance whose key is not a slice range). A projection split over slice
     /// ranges ([`ProjectionId::for_slices`](crate::ProjectionId::for_slices)) whose ranges
     /// changed (4 instances, then 2, then 8) has no offset of its own yet, or an older one:
     /// the instances of the earlier ranges handled its slices up to their offsets, and a

@@ -264,3 +264,69 @@ async fn an_event_that_does_not_decode_fails_the_projection_and_is_never_skipped
     use actix_persistence_projection::OffsetStore;
     assert!(store.read_offset(&id()).await.unwrap().is_some());
 }
+
+/// A stored offset that does not parse is never taken for "no offset" (which would handle
+/// the whole source again): the run fails with `CorruptOffset` naming the fix, and the
+/// restarts end at `max_restarts`. A corrupt row of another key of the same name whose slices
+/// do not overlap this instance's concerns only that instance: this one runs.
+#[tokio::test]
+async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
+    use actix_persistence_projection::OffsetStore;
+    let journal = InMemoryJournal::new();
+    for id in ids_in_every_range(2, 2) {
+        write_events(&journal, &id, 1, 2).await;
+    }
+    let store = InMemoryOffsetStore::new();
+    let half = ProjectionId::for_slices("errors", 512, 1023);
+    let epoch = store.take_ownership(&half, None).await.unwrap();
+    store
+        .save_offset(&half, epoch, "not an offset", &[])
+        .await
+        .unwrap();
+
+    let lower = ProjectionId::for_slices("errors", 0, 511);
+    let recorder = Recorder::default();
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        511,
+    )
+    .current();
+    let state = Projection::at_least_once(lower, source, store.clone(), recorder.clone())
+        .with_restart_backoff(RestartBackoff {
+            max_restarts: Some(0),
+            ..quick_restarts()
+        })
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(recorder.handled().len(), 4);
+
+    let recorder = Recorder::default();
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        512,
+        1023,
+    )
+    .current();
+    let handle = Projection::at_least_once(half, source, store, recorder.clone())
+        .with_restart_backoff(RestartBackoff {
+            max_restarts: Some(1),
+            ..quick_restarts()
+        })
+        .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal() || p.restarts > 1)
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    let error = progress.last_error.expect("reported");
+    assert!(
+        error.contains("not an offset") && error.contains("reset"),
+        "{error}"
+    );
+    assert!(recorder.handled().is_empty());
+}
