@@ -30,6 +30,14 @@ impl ProjectionId {
         Self::new(name, format!("slices-{min_slice}-{max_slice}"))
     }
 
+    /// The slice range of an instance made by [`for_slices`](Self::for_slices) (its key is
+    /// `"slices-<min>-<max>"`, `min <= max`); `None` for any other key.
+    pub fn slice_range(&self) -> Option<(u16, u16)> {
+        let (min, max) = self.key.strip_prefix("slices-")?.split_once('-')?;
+        let (min, max) = (min.parse::<u16>().ok()?, max.parse::<u16>().ok()?);
+        (min <= max).then_some((min, max))
+    }
+
     /// The instance of `name` over the events tagged `tag`: key `"tag-<tag>"`.
     pub fn for_tag(name: impl Into<String>, tag: &str) -> Self {
         Self::new(name, format!("tag-{tag}"))
@@ -39,5 +47,28 @@ impl ProjectionId {
 impl fmt::Display for ProjectionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.name, self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProjectionId;
+
+    #[test]
+    fn the_slice_range_is_read_back_from_the_key() {
+        assert_eq!(
+            ProjectionId::for_slices("p", 256, 511).slice_range(),
+            Some((256, 511))
+        );
+        assert_eq!(ProjectionId::for_tag("p", "slices-1-2").slice_range(), None);
+        for key in [
+            "slices-2-1",
+            "slices-1",
+            "slices-a-2",
+            "slices-1-2-3",
+            "slices--1-2",
+        ] {
+            assert_eq!(ProjectionId::new("p", key).slice_range(), None, "{key}");
+        }
     }
 }

@@ -56,10 +56,13 @@ pub use offset_store::PostgresOffsetStore;
 #[cfg(feature = "sqlite")]
 pub use offset_store::SqliteOffsetStore;
 pub use offset_store::{
-    InMemoryOffsetStore, InMemoryTransaction, OffsetStore, TransactionalOffsetStore,
+    InMemoryOffsetStore, InMemoryTransaction, OffsetStore, SeenSeqNrs, StoredProgress,
+    TransactionalOffsetStore,
 };
 pub use progress::{Lag, Progress, ProjectionState};
 pub use projection::Projection;
 pub use query::QuerySource;
 pub use settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
-pub use source::{Envelope, EnvelopeStream, SourceLag, SourceProvider};
+pub use source::{
+    Coverage, Envelope, EnvelopeStream, HandledElsewhere, Resume, SourceLag, SourceProvider,
+};

@@ -23,7 +23,7 @@ use crate::processor::{
 };
 use crate::progress::{Progress, ProjectionState};
 use crate::settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, SaveOffset};
-use crate::source::{Envelope, EnvelopeStream, SourceProvider};
+use crate::source::{Coverage, Envelope, EnvelopeStream, HandledElsewhere, Resume, SourceProvider};
 use crate::ProjectionId;
 
 /// A projection instance: a source, a handler and an offset store under one [`ProjectionId`]
@@ -229,17 +229,20 @@ impl<E: Envelope> Projection<E> {
         let mut epoch: Option<u64> = None;
         loop {
             progress.send_modify(|p| p.state = ProjectionState::Starting);
-            let before = progress.borrow().handled;
-            let end = match self.store.take_ownership(&self.id, epoch).await {
+            // Whether the run stored an offset past the one it started from: only that counts
+            // as progress between failures. Envelopes handled behind an envelope that keeps
+            // failing (`max_concurrency` above 1, or a live source) do not move the offset,
+            // and the restart handles them again: counting them would reset the count of
+            // restarts on every run, and `max_restarts` would never end the loop.
+            let (end, made_progress) = match self.store.take_ownership(&self.id, epoch).await {
                 Ok(taken) => {
                     epoch = Some(taken);
                     Run::new(&self, &progress, taken)
                         .execute(&mut commands)
                         .await
                 }
-                Err(error) => Err(error.into()),
+                Err(error) => (Err(error.into()), false),
             };
-            let made_progress = progress.borrow().handled > before;
             match end {
                 Ok(RunEnd::Stopped) => {
                     progress.send_modify(|p| p.state = ProjectionState::Stopped);
@@ -254,7 +257,7 @@ impl<E: Envelope> Projection<E> {
                     let result = match self.store.take_ownership(&self.id, epoch).await {
                         Ok(taken) => {
                             epoch = Some(taken);
-                            self.store.reset(&self.id).await.map_err(ResetError::Store)
+                            self.reset_stored().await.map_err(ResetError::Store)
                         }
                         Err(error) => Err(ResetError::Store(error)),
                     };
@@ -307,6 +310,28 @@ impl<E: Envelope> Projection<E> {
             }
         }
     }
+
+    /// Deletes what this instance stored, and what instances over other slice ranges of the
+    /// same name stored for its slices: a run after it resumes from none of them
+    /// ([`SourceProvider::resume`]), from the beginning of its source.
+    async fn reset_stored(&self) -> Result<(), OffsetStoreError> {
+        self.store.reset(&self.id).await?;
+        let Some(range) = self.id.slice_range() else {
+            return Ok(());
+        };
+        for progress in self.store.read_progress(&self.id.name).await? {
+            if overlaps(&progress.id, range) {
+                self.store.reset(&progress.id).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `id` is an instance over a slice range that shares a slice with `range`.
+fn overlaps(id: &ProjectionId, (min_slice, max_slice): (u16, u16)) -> bool {
+    id.slice_range()
+        .is_some_and(|(min, max)| min <= max_slice && max >= min_slice)
 }
 
 fn checked(grouping: Grouping) -> Grouping {
@@ -452,6 +477,9 @@ struct Run<'p, E: Envelope> {
     group: Unit<E>,
     group_due: Option<Instant>,
     seen: SeenSeqNrs,
+    /// Skips the envelopes that instances over other slice ranges handled (after a change of
+    /// the ranges), until no later envelope can be one of them.
+    handled_elsewhere: Option<HandledElsewhere<E>>,
     /// Exactly-once with several calls at once: the seen rows are forgotten as the saved offset
     /// covers them.
     forget_seen: bool,
@@ -497,6 +525,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             group: Unit::empty(),
             group_due: None,
             seen: SeenSeqNrs::new(),
+            handled_elsewhere: None,
             forget_seen: projection.processor.exactly_once() && projection.max_concurrency > 1,
             covered: SeenSeqNrs::new(),
             paused: false,
@@ -525,13 +554,14 @@ impl<'p, E: Envelope> Run<'p, E> {
         2 * self.projection.max_concurrency * unit
     }
 
+    /// Runs until the run ends; with whether it stored an offset past the one it started from.
     async fn execute(
         mut self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
-    ) -> Result<RunEnd, ProjectionError> {
+    ) -> (Result<RunEnd, ProjectionError>, bool) {
         let end = self.run_loop(commands).await;
         self.publish();
-        end
+        (end, self.saved_through.is_some())
     }
 
     async fn run_loop(
@@ -539,10 +569,12 @@ impl<'p, E: Envelope> Run<'p, E> {
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Result<RunEnd, ProjectionError> {
         let projection = self.projection;
-        let stored = read_offset(projection).await?;
+        let (resume, seen) = read_resume(projection).await?;
         if self.exactly_once() {
-            self.seen = projection.store.read_seen(&projection.id).await?;
+            self.seen = seen;
         }
+        self.handled_elsewhere = resume.handled_elsewhere;
+        let stored = resume.offset;
         self.stored_offset = stored.clone();
         self.progress.send_modify(|p| {
             p.offset = stored.clone();
@@ -656,13 +688,23 @@ impl<'p, E: Envelope> Run<'p, E> {
     fn accept(&mut self, envelope: E) {
         let idx = self.next_idx;
         self.next_idx += 1;
-        let already_handled = !self.seen.is_empty()
-            && self
-                .seen
-                .get(envelope.persistence_id())
-                .is_some_and(|&seen| seen >= envelope.seq_nr());
+        let handled_elsewhere = match self.handled_elsewhere.as_mut().map(|f| f(&envelope)) {
+            Some(Coverage::Handled) => true,
+            Some(Coverage::NoneAfter) => {
+                self.handled_elsewhere = None;
+                false
+            }
+            Some(Coverage::New) | None => false,
+        };
+        let already_handled = handled_elsewhere
+            || !self.seen.is_empty()
+                && self
+                    .seen
+                    .get(envelope.persistence_id())
+                    .is_some_and(|&seen| seen >= envelope.seq_nr());
         if already_handled {
-            // Handled and committed before a restart (exactly-once, several at a time).
+            // Handled and committed before a restart (exactly-once, several at a time), or by
+            // an instance over other slice ranges (`SourceProvider::resume`).
             self.window.push_back(Slot {
                 done: true,
                 envelope: Some(envelope),
@@ -1031,20 +1073,67 @@ impl<'p, E: Envelope> Run<'p, E> {
     }
 }
 
-async fn read_offset<E: Envelope>(
+/// Where a run resumes: its own stored progress and, for an instance over a slice range,
+/// that of the instances of its projection name over overlapping slice ranges (the ranges
+/// changed), combined by the source ([`SourceProvider::resume`]); with the seen sequence
+/// numbers of its own and of the instances whose progress it takes over (the highest per
+/// persistence id). Other keys of the name (ranges apart from this one, tags, custom keys)
+/// are not read further: a corrupt offset there concerns their instances, not this one.
+async fn read_resume<E: Envelope>(
     projection: &Projection<E>,
-) -> Result<Option<E::Offset>, ProjectionError> {
-    let Some(stored) = projection.store.read_offset(&projection.id).await? else {
-        return Ok(None);
-    };
-    serde_json::from_str(&stored).map(Some).map_err(|source| {
-        OffsetStoreError::CorruptOffset {
-            id: projection.id.clone(),
-            stored,
-            source,
+) -> Result<(Resume<E>, SeenSeqNrs), ProjectionError> {
+    let id = &projection.id;
+    let mut stored = projection.store.read_progress(&id.name).await?;
+    let range = id.slice_range();
+    let related = |other: &ProjectionId| range.is_some_and(|range| overlaps(other, range));
+    // This instance takes over the progress of the overlapping ranges, so it fences their
+    // instances as a newer instance of its own id would (a deploy overlap across the change
+    // would otherwise handle their slices twice), then reads again what they committed before.
+    let overlapping: Vec<ProjectionId> = stored
+        .iter()
+        .filter(|p| p.id != *id && related(&p.id))
+        .map(|p| p.id.clone())
+        .collect();
+    if !overlapping.is_empty() {
+        for other in &overlapping {
+            projection.store.take_ownership(other, None).await?;
         }
-        .into()
-    })
+        stored = projection.store.read_progress(&id.name).await?;
+    }
+    let mut own = (None, SeenSeqNrs::new());
+    let mut others = Vec::new();
+    let mut seen_of = std::collections::HashMap::new();
+    for progress in stored {
+        let mine = progress.id == *id;
+        if !mine && !related(&progress.id) {
+            continue;
+        }
+        let offset = match progress.offset {
+            Some(json) => Some(serde_json::from_str::<E::Offset>(&json).map_err(|source| {
+                OffsetStoreError::CorruptOffset {
+                    id: progress.id.clone(),
+                    stored: json,
+                    source,
+                }
+            })?),
+            None => None,
+        };
+        if mine {
+            own = (offset, progress.seen);
+        } else {
+            seen_of.insert(progress.id.clone(), progress.seen);
+            others.push((progress.id, offset));
+        }
+    }
+    let (own_offset, mut seen) = own;
+    let resume = projection.source.resume(own_offset, others);
+    for inherited in &resume.inherited {
+        for (pid, seq_nr) in seen_of.remove(inherited).unwrap_or_default() {
+            let slot = seen.entry(pid).or_insert(0);
+            *slot = (*slot).max(seq_nr);
+        }
+    }
+    Ok((resume, seen))
 }
 
 impl<E> Unit<E> {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use actix_persistence_core::query::{
-    EventDecoder, EventFilter, EventKey, EventsRequest, JsonDecoder,
+    EventDecoder, EventFilter, EventKey, EventsRequest, JsonDecoder, TimestampOffset,
 };
 /// The query types a projection over a [`QuerySource`] meets, from
 /// `actix_persistence_core::query`.
@@ -16,7 +16,10 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::BoxError;
-use crate::source::{Envelope, EnvelopeStream, SourceLag, SourceProvider};
+use crate::source::{
+    Coverage, Envelope, EnvelopeStream, HandledElsewhere, Resume, SourceLag, SourceProvider,
+};
+use crate::ProjectionId;
 
 /// [`SourceProvider::lag`] of a [`QuerySource`] counts at most this many events behind (it
 /// reads them): a larger lag shows as this number.
@@ -184,6 +187,120 @@ impl<Ev: Send + Sync + 'static> SourceProvider for QuerySource<Ev> {
                     .map_err(BoxError::from)
             })
             .boxed())
+    }
+
+    /// By slices: per slice of this source's range, the most advanced progress (the latest
+    /// timestamp) of this instance and of every other whose key names a slice range holding
+    /// that slice ([`ProjectionId::slice_range`]); the source opens after the least advanced
+    /// of those (from the beginning when a slice has none), and skips each envelope that any
+    /// of them covers: written before its timestamp, or at most its seen sequence number of
+    /// the persistence id. By tag: after `own`.
+    fn resume(
+        &self,
+        own: Option<Offset>,
+        others: Vec<(ProjectionId, Option<Offset>)>,
+    ) -> Resume<Self::Envelope> {
+        let Filter::Slices {
+            min_slice,
+            max_slice,
+            ..
+        } = self.filter
+        else {
+            return Resume::after(own);
+        };
+        let overlapping: Vec<(ProjectionId, (u16, u16), Option<Offset>)> = others
+            .into_iter()
+            .filter_map(|(id, offset)| {
+                let (min, max) = id.slice_range()?;
+                (min <= max_slice && max >= min_slice).then_some((id, (min, max), offset))
+            })
+            .collect();
+        if overlapping.is_empty() {
+            return Resume::after(own);
+        }
+        let inherited = overlapping.iter().map(|(id, ..)| id.clone()).collect();
+        // The progress that covers slices, own first: (slice range, timestamp offset).
+        let mut covering: Vec<((u16, u16), TimestampOffset)> = Vec::new();
+        if let Some(Offset::Timestamp(offset)) = &own {
+            covering.push(((min_slice, max_slice), offset.clone()));
+        }
+        for (_, range, offset) in overlapping {
+            if let Some(Offset::Timestamp(offset)) = offset {
+                covering.push((range, offset));
+            }
+        }
+        // Per slice, the most advanced progress; the source opens after the least advanced
+        // of those. A slice nobody covers is read from the beginning.
+        let mut start: Option<usize> = None;
+        for slice in min_slice..=max_slice {
+            let best = covering
+                .iter()
+                .enumerate()
+                .filter(|(_, ((min, max), _))| (*min..=*max).contains(&slice))
+                .max_by_key(|(_, (_, offset))| offset.timestamp)
+                .map(|(i, _)| i);
+            let Some(best) = best else {
+                start = None;
+                break;
+            };
+            if start.map_or(true, |s| {
+                covering[best].1.timestamp < covering[s].1.timestamp
+            }) {
+                start = Some(best);
+            }
+        }
+        let offset = start.map(|i| Offset::Timestamp(covering[i].1.clone()));
+        // No envelope after this timestamp is covered by any of them.
+        let horizon = covering
+            .iter()
+            .flat_map(|(_, offset)| {
+                std::iter::once(offset.timestamp)
+                    .chain(offset.seen.iter().map(|(_, seen)| seen.timestamp))
+            })
+            .max()
+            .unwrap_or(i64::MIN);
+        let handled_elsewhere: HandledElsewhere<Self::Envelope> =
+            Box::new(move |envelope: &Self::Envelope| {
+                let Offset::Timestamp(after) = &envelope.offset else {
+                    return Coverage::New;
+                };
+                // The query's settled timestamp never goes back, and every later envelope is
+                // written at or after it.
+                if after.timestamp > horizon {
+                    return Coverage::NoneAfter;
+                }
+                let pid = &*envelope.persistence_id;
+                // The envelope's own database timestamp (its entry in its offset's seen map,
+                // which sorts that map: read only when the settled timestamp, a lower bound,
+                // does not decide).
+                let mut written = None;
+                let handled = covering.iter().any(|((min, max), offset)| {
+                    if !(*min..=*max).contains(&envelope.slice) {
+                        return false;
+                    }
+                    if offset
+                        .seen
+                        .get(pid)
+                        .is_some_and(|seen| seen.seq_nr >= envelope.seq_nr)
+                    {
+                        return true;
+                    }
+                    after.timestamp < offset.timestamp
+                        && *written.get_or_insert_with(|| {
+                            after.seen.get(pid).map_or(i64::MAX, |seen| seen.timestamp)
+                        }) < offset.timestamp
+                });
+                if handled {
+                    Coverage::Handled
+                } else {
+                    Coverage::New
+                }
+            });
+        Resume {
+            offset,
+            handled_elsewhere: Some(handled_elsewhere),
+            inherited,
+        }
     }
 
     async fn lag(&self, offset: Option<&Offset>) -> Result<SourceLag, BoxError> {

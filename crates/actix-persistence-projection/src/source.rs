@@ -47,6 +47,53 @@ pub struct SourceLag {
     pub oldest_timestamp_ms: Option<i64>,
 }
 
+/// What the progress of other instances says of one envelope (see [`Resume`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// An instance of the projection over other slice ranges handled it: skip it.
+    Handled,
+    /// Not handled yet.
+    New,
+    /// Not handled yet, and neither is any envelope after it: the check can stop.
+    NoneAfter,
+}
+
+/// Tells, per envelope, whether another instance of the projection handled it already.
+pub type HandledElsewhere<E> = Box<dyn FnMut(&E) -> Coverage + Send>;
+
+/// Where an instance resumes (see [`SourceProvider::resume`]).
+pub struct Resume<E: Envelope> {
+    /// The offset to open the source after (`None`: from the beginning).
+    pub offset: Option<E::Offset>,
+    /// Skips the envelopes after `offset` that other instances handled (their slices were
+    /// ahead of `offset`); `None` when there are none.
+    pub handled_elsewhere: Option<HandledElsewhere<E>>,
+    /// The other instances whose progress this resume takes over: their seen sequence numbers
+    /// (exactly-once) are honoured too.
+    pub inherited: Vec<crate::ProjectionId>,
+}
+
+impl<E: Envelope> Resume<E> {
+    /// Resumes after `offset`, taking over nothing of other instances.
+    pub fn after(offset: Option<E::Offset>) -> Self {
+        Resume {
+            offset,
+            handled_elsewhere: None,
+            inherited: Vec::new(),
+        }
+    }
+}
+
+impl<E: Envelope> std::fmt::Debug for Resume<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resume")
+            .field("offset", &self.offset)
+            .field("handled_elsewhere", &self.handled_elsewhere.is_some())
+            .field("inherited", &self.inherited)
+            .finish()
+    }
+}
+
 /// Opens a projection's source (as Akka Projections' `SourceProvider`).
 ///
 /// Contract a projection relies on: a stream opened after an offset delivers every envelope
@@ -66,6 +113,31 @@ pub trait SourceProvider: Send + Sync + 'static {
         &self,
         offset: Option<<Self::Envelope as Envelope>::Offset>,
     ) -> Result<EnvelopeStream<Self::Envelope>, BoxError>;
+
+    /// Where an instance resumes, from its own stored offset (`own`) and those of the other
+    /// instances of the same projection name over slice ranges that overlap its own
+    /// (`others`, with their ids; an offset is `None` when the instance stored only seen
+    /// sequence numbers; always empty for an instance whose key is not a slice range). A projection split over slice
+    /// ranges ([`ProjectionId::for_slices`](crate::ProjectionId::for_slices)) whose ranges
+    /// changed (4 instances, then 2, then 8) has no offset of its own yet, or an older one:
+    /// the instances of the earlier ranges handled its slices up to their offsets, and a
+    /// resume from `own` alone would handle those envelopes again (twice, under
+    /// exactly-once).
+    ///
+    /// The default resumes after `own` and ignores `others` (a source that is not split by
+    /// slices); [`QuerySource`](crate::QuerySource) by slices takes over, per slice, the most
+    /// advanced progress of every instance whose range holds it.
+    fn resume(
+        &self,
+        own: Option<<Self::Envelope as Envelope>::Offset>,
+        others: Vec<(
+            crate::ProjectionId,
+            Option<<Self::Envelope as Envelope>::Offset>,
+        )>,
+    ) -> Resume<Self::Envelope> {
+        let _ = others;
+        Resume::after(own)
+    }
 
     /// How many events the source holds after `offset`, and the write timestamp of the oldest
     /// of them: the projection's lag behind the journal.

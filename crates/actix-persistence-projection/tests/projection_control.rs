@@ -88,6 +88,61 @@ async fn reset_handles_the_source_again_from_the_beginning() {
     handle.stop().await;
 }
 
+/// After the slice ranges changed, an instance resumes from the progress of the instances
+/// over its slices before; its reset deletes that progress too, so it does handle its slices
+/// again from the beginning (a rebuild), and leaves the progress of other slices alone.
+#[tokio::test]
+async fn reset_after_a_change_of_slice_ranges_handles_the_slices_again_from_the_beginning() {
+    let journal = InMemoryJournal::new();
+    let ids = ids_in_every_range(2, 4);
+    for id in &ids {
+        write_events(&journal, id, 1, 2).await;
+    }
+    let store = InMemoryOffsetStore::new();
+    let whole = Recorder::default();
+    let state =
+        Projection::at_least_once(id(), current_source(&journal), store.clone(), whole.clone())
+            .start()
+            .join()
+            .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(whole.handled().len(), 16);
+
+    let half = ProjectionId::for_slices("control", 0, 511);
+    // The first 4 ids, 2 events each.
+    let in_half = 8;
+    let recorder = Recorder::default();
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        511,
+    );
+    let handle = Projection::at_least_once(half.clone(), source, store.clone(), recorder.clone())
+        .with_save_offset(actix_persistence_projection::SaveOffset {
+            after_envelopes: 1,
+            after: Duration::from_millis(1),
+        })
+        .start();
+    // Resumed from the whole range's offset: nothing to handle.
+    handle
+        .wait_for(|p| p.state == ProjectionState::Running && p.offset.is_some())
+        .await
+        .expect("running");
+    assert!(recorder.handled().is_empty());
+    handle.reset().await.expect("reset");
+    // A new event, handled after every earlier one of the range (one call at a time).
+    write_events(&journal, &ids[0], 3, 3).await;
+    let marker = (ids[0].clone(), 3);
+    eventually(|| recorder.handled().contains(&marker)).await;
+    handle.stop().await;
+    assert_eq!(recorder.handled().len(), in_half + 1);
+    assert!(recorder.counts().values().all(|&n| n == 1));
+    // The whole range's own progress was deleted with it; another key's progress would not be.
+    assert_eq!(store.read_offset(&id()).await.unwrap(), None);
+    assert!(store.read_offset(&half).await.unwrap().is_some());
+}
+
 #[tokio::test]
 async fn lag_counts_the_events_after_the_handled_offset() {
     let journal = InMemoryJournal::new();

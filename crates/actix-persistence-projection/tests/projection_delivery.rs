@@ -231,3 +231,53 @@ async fn exactly_once_with_max_concurrency_forgets_the_seen_rows_the_offset_cove
     assert_eq!(balances.handled.lock().unwrap().len(), 180);
     assert!(store.read_seen(&id()).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress() {
+    let journal = InMemoryJournal::new();
+    let committed = Recorder::default();
+    common::a_rescaled_projection_resumes_every_slice_from_its_own_progress(
+        &journal,
+        |min, max| {
+            actix_persistence_projection::QuerySource::events_by_slices(
+                read_journal(&journal),
+                "Account",
+                min,
+                max,
+            )
+            .current()
+        },
+        InMemoryOffsetStore::new(),
+        |poison| CommittedRecorder {
+            poison,
+            committed: committed.clone(),
+        },
+        || async { committed.handled() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_projection_resumes_inside_one_timestamp() {
+    let journal = InMemoryJournal::new();
+    let committed = Recorder::default();
+    common::a_projection_resumes_inside_one_timestamp(
+        &journal,
+        |entity_type| {
+            actix_persistence_projection::QuerySource::events_by_slices(
+                read_journal(&journal),
+                entity_type,
+                0,
+                1023,
+            )
+            .current()
+        },
+        InMemoryOffsetStore::new(),
+        |poison| CommittedRecorder {
+            poison,
+            committed: committed.clone(),
+        },
+        || async { committed.handled() },
+    )
+    .await;
+}

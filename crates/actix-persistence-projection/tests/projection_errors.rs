@@ -178,3 +178,155 @@ async fn a_projection_that_keeps_failing_gives_up_after_max_restarts() {
     assert_eq!(progress.restarts, 2);
     assert_eq!(handler.attempts.load(Ordering::SeqCst), 3);
 }
+
+/// A poison envelope (its handler always fails) at the front of a projection with
+/// `max_concurrency` 4 over a live source: each run handles the envelopes behind it (at
+/// least once: again after every restart), but the offset never passes it. Those handled
+/// envelopes are no progress: the projection still gives up after `max_restarts` instead of
+/// restarting forever (each run's handled envelopes used to reset the count of restarts).
+#[tokio::test]
+async fn a_poison_envelope_ahead_of_handled_ones_still_ends_after_max_restarts() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 4, 3).await;
+    let handler = FailsOn::new((pid(0), 1), u32::MAX, false);
+    let store = InMemoryOffsetStore::new();
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), store.clone(), handler.clone())
+            .with_max_concurrency(4)
+            .with_handler_recovery(quick_recovery(1, AfterRetries::Fail))
+            .with_restart_backoff(RestartBackoff {
+                max_restarts: Some(2),
+                ..quick_restarts()
+            })
+            .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal() || p.restarts > 2)
+        .await
+        .expect("ends or restarts too often");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 2);
+    // Three runs, two attempts each on the poison envelope; never skipped, never stored past.
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 6);
+    assert!(!handler.recorder.handled().contains(&(pid(0), 1)));
+    assert!(
+        handler.recorder.handled().len() >= 3 * 3,
+        "the other ids ran each time"
+    );
+    use actix_persistence_projection::OffsetStore;
+    assert_eq!(store.read_offset(&id()).await.unwrap(), None);
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(
+        error.contains("Account|0") && error.contains("seq_nr 1"),
+        "{error}"
+    );
+}
+
+/// An event that does not decode into the projection's event type (a poison event in the
+/// source): it is never skipped silently nor handed to the handler; the run fails with the
+/// query's decode error naming the event, after saving the offset of the envelopes before
+/// it, and the restarts (no progress) end after `max_restarts`, in `Failed`.
+#[tokio::test]
+async fn an_event_that_does_not_decode_fails_the_projection_and_is_never_skipped() {
+    use actix_persistence_core::{AtomicWrite, JournalStore};
+    let journal = InMemoryJournal::new();
+    write_events(&journal, &pid(0), 1, 2).await;
+    let mut poison = repr(&pid(0), 3, 3);
+    poison.payload = br#"{"amount":"three"}"#.to_vec();
+    journal
+        .write_messages(vec![AtomicWrite::new(vec![poison]).unwrap()])
+        .await
+        .unwrap()[0]
+        .as_ref()
+        .expect("stored");
+    write_events(&journal, &pid(0), 4, 4).await;
+    let recorder = Recorder::default();
+    let store = InMemoryOffsetStore::new();
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), store.clone(), recorder.clone())
+            .with_restart_backoff(RestartBackoff {
+                max_restarts: Some(2),
+                ..quick_restarts()
+            })
+            .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal() || p.restarts > 2)
+        .await
+        .expect("ends or restarts too often");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 2);
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(
+        error.contains("Account|0") && error.contains('3') && error.contains("decode"),
+        "{error}"
+    );
+    // 1 and 2 handled once (saved before the failure, so not again); 3 and 4 never.
+    assert_eq!(recorder.handled(), vec![(pid(0), 1), (pid(0), 2)]);
+    use actix_persistence_projection::OffsetStore;
+    assert!(store.read_offset(&id()).await.unwrap().is_some());
+}
+
+/// A stored offset that does not parse is never taken for "no offset" (which would handle
+/// the whole source again): the run fails with `CorruptOffset` naming the fix, and the
+/// restarts end at `max_restarts`. A corrupt row of another key of the same name whose slices
+/// do not overlap this instance's concerns only that instance: this one runs.
+#[tokio::test]
+async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
+    use actix_persistence_projection::OffsetStore;
+    let journal = InMemoryJournal::new();
+    for id in ids_in_every_range(2, 2) {
+        write_events(&journal, &id, 1, 2).await;
+    }
+    let store = InMemoryOffsetStore::new();
+    let half = ProjectionId::for_slices("errors", 512, 1023);
+    let epoch = store.take_ownership(&half, None).await.unwrap();
+    store
+        .save_offset(&half, epoch, "not an offset", &[])
+        .await
+        .unwrap();
+
+    let lower = ProjectionId::for_slices("errors", 0, 511);
+    let recorder = Recorder::default();
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        511,
+    )
+    .current();
+    let state = Projection::at_least_once(lower, source, store.clone(), recorder.clone())
+        .with_restart_backoff(RestartBackoff {
+            max_restarts: Some(0),
+            ..quick_restarts()
+        })
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(recorder.handled().len(), 4);
+
+    let recorder = Recorder::default();
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        512,
+        1023,
+    )
+    .current();
+    let handle = Projection::at_least_once(half, source, store, recorder.clone())
+        .with_restart_backoff(RestartBackoff {
+            max_restarts: Some(1),
+            ..quick_restarts()
+        })
+        .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal() || p.restarts > 1)
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    let error = progress.last_error.expect("reported");
+    assert!(
+        error.contains("not an offset") && error.contains("reset"),
+        "{error}"
+    );
+    assert!(recorder.handled().is_empty());
+}

@@ -178,3 +178,68 @@ async fn of_two_at_least_once_instances_the_older_cannot_move_the_offset_back() 
     assert_eq!(store.read_offset(&id()).await.unwrap(), final_offset);
     assert_eq!(newer_handler.handled().len(), 17);
 }
+
+/// A deploy overlap across a change of slice ranges: an exactly-once instance over all
+/// slices still runs while the instances of the new ranges start. Each new instance takes
+/// over the progress of the old range's key for its slices, and fences that key as a newer
+/// instance of the same id would: the old instance's next commit is refused and it stops,
+/// and every event is committed once.
+#[tokio::test]
+async fn an_instance_over_a_new_slice_range_fences_the_old_ranges_instance() {
+    let journal = InMemoryJournal::new();
+    let store = InMemoryOffsetStore::new();
+    let ids = ids_in_every_range(2, 3);
+    for n in 1..=4 {
+        for id in &ids {
+            write_events(&journal, id, n, n).await;
+        }
+    }
+    let gate = CallGate::new(5);
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let old = Projection::exactly_once(
+        id(),
+        current_source(&journal),
+        store.clone(),
+        Balances {
+            handled: Arc::clone(&handled),
+            gate: Some(gate.clone()),
+        },
+    )
+    .start();
+    // 5 committed; the sixth waits inside its transaction.
+    eventually(|| gate.waiting() == 1).await;
+
+    for range in actix_persistence_projection::slice_ranges(2) {
+        let (min, max) = (*range.start(), *range.end());
+        let source = actix_persistence_projection::QuerySource::events_by_slices(
+            read_journal(&journal),
+            "Account",
+            min,
+            max,
+        )
+        .current();
+        let new = Projection::exactly_once(
+            ProjectionId::for_slices("balances", min, max),
+            source,
+            store.clone(),
+            Balances {
+                handled: Arc::clone(&handled),
+                gate: None,
+            },
+        )
+        .start();
+        assert_eq!(new.join().await, ProjectionState::Completed);
+    }
+    gate.release(100);
+    assert_eq!(old.join().await, ProjectionState::Fenced);
+    let mut all = handled.lock().expect("lock").clone();
+    all.sort();
+    let before = all.len();
+    all.dedup();
+    assert_eq!((before, all.len()), (24, 24), "each event committed once");
+}
+
+#[tokio::test]
+async fn offset_store_lists_the_progress_of_every_key() {
+    common::offset_store_lists_the_progress_of_every_key(&InMemoryOffsetStore::new()).await;
+}

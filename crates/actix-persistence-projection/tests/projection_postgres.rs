@@ -45,6 +45,28 @@ impl Db {
         PostgresOffsetStore::new(self.journal.pool().clone())
     }
 
+    /// A current source over every slice of `entity_type`.
+    fn entity_source(&self, entity_type: &str) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            entity_type,
+            0,
+            1023,
+        )
+        .current()
+    }
+
+    /// A current source over slices `min..=max`.
+    fn range_source(&self, min: u16, max: u16) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            "Account",
+            min,
+            max,
+        )
+        .current()
+    }
+
     fn source(&self, live: bool) -> QuerySource<Deposited> {
         let source = QuerySource::events_by_slices(
             ReadJournal::new(self.journal.clone(), query_settings()),
@@ -109,6 +131,17 @@ impl Db {
             .unwrap()
     }
 
+    /// Every row of `handled`: (persistence id, seq_nr).
+    async fn handled(&self) -> Vec<(String, u64)> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT persistence_id, seq_nr FROM handled")
+            .fetch_all(self.pool())
+            .await
+            .unwrap();
+        rows.into_iter()
+            .map(|(pid, seq_nr)| (pid, seq_nr as u64))
+            .collect()
+    }
+
     /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
     async fn read_model(&self) -> (i64, i64, i64) {
         let row = sqlx::query(
@@ -150,6 +183,8 @@ struct ReadModel {
     failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Calls wait here after writing, inside their transaction.
     gate: Option<CallGate>,
+    /// Fails every call on this envelope, after writing.
+    poison: Poison,
 }
 
 impl ReadModel {
@@ -175,6 +210,7 @@ impl TransactionalHandler<Env, Transaction<'static, Postgres>> for ReadModel {
         if self.should_fail(envelope) {
             return Err("fails after writing: the transaction must roll back".into());
         }
+        self.poison.check(envelope)?;
         Ok(())
     }
 }
@@ -570,4 +606,107 @@ async fn of_two_instances_the_older_is_fenced_and_its_writes_roll_back() {
     // Every event in the read model once: the older instance's write after the take-over was
     // rolled back with its offset.
     assert_eq!(db.read_model().await, (30, 30, expected_total(5, 6)));
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress() {
+    let Some(db) = open().await else { return };
+    common::a_rescaled_projection_resumes_every_slice_from_its_own_progress(
+        &db.journal,
+        |min, max| db.range_source(min, max),
+        db.store(),
+        |poison| ReadModel {
+            poison,
+            ..ReadModel::default()
+        },
+        || db.handled(),
+    )
+    .await;
+}
+
+/// The database's backends die under a running exactly-once projection (the server stays
+/// up): `pg_terminate_backend` on every connection of the test database while a call waits
+/// inside its transaction, after writing the read model. The projection reports the
+/// database's failure (a typed offset-store error in `last_error`), restarts from its stored
+/// offset on fresh connections, and completes with every event in the read model once.
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn killed_database_connections_fail_the_run_which_resumes_exactly_once() {
+    use sqlx::Connection;
+    let Some(db) = open().await else { return };
+    write_many(&db.journal, 6, 5).await;
+    let gate = CallGate::new(9);
+    let handle = Projection::exactly_once(
+        id(),
+        db.source(false),
+        db.store(),
+        ReadModel {
+            gate: Some(gate.clone()),
+            ..ReadModel::default()
+        },
+    )
+    .with_max_concurrency(3)
+    .with_restart_backoff(quick_restarts())
+    .start();
+    eventually(|| gate.waiting() > 0).await;
+    let mut admin = sqlx::PgConnection::connect(db._database.url())
+        .await
+        .unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(killed >= 1, "the waiting transaction's connection at least");
+    admin.close().await.unwrap();
+    gate.release(10_000);
+
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal())
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Completed);
+    assert!(progress.restarts >= 1, "{progress:?}");
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(error.contains("database"), "{error}");
+    assert_eq!(db.read_model().await, (30, 30, expected_total(6, 5)));
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn a_projection_resumes_inside_one_timestamp() {
+    let Some(db) = open().await else { return };
+    common::a_projection_resumes_inside_one_timestamp(
+        &db.journal,
+        |entity_type| db.entity_source(entity_type),
+        db.store(),
+        |poison| ReadModel {
+            poison,
+            ..ReadModel::default()
+        },
+        || db.handled(),
+    )
+    .await;
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn offset_store_lists_the_progress_of_every_key() {
+    let Some(db) = open().await else { return };
+    common::offset_store_lists_the_progress_of_every_key(&db.store()).await;
 }

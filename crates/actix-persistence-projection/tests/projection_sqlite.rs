@@ -47,6 +47,28 @@ impl Db {
         SqliteOffsetStore::new(self.journal.writer_pool().clone())
     }
 
+    /// A current source over every slice of `entity_type`.
+    fn entity_source(&self, entity_type: &str) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            entity_type,
+            0,
+            1023,
+        )
+        .current()
+    }
+
+    /// A current source over slices `min..=max`.
+    fn range_source(&self, min: u16, max: u16) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(self.journal.clone(), query_settings()),
+            "Account",
+            min,
+            max,
+        )
+        .current()
+    }
+
     fn source(&self, live: bool) -> QuerySource<Deposited> {
         let source = QuerySource::events_by_slices(
             ReadJournal::new(self.journal.clone(), query_settings()),
@@ -88,6 +110,17 @@ impl Db {
             .unwrap()
     }
 
+    /// Every row of `handled`: (persistence id, seq_nr).
+    async fn handled(&self) -> Vec<(String, u64)> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT persistence_id, seq_nr FROM handled")
+            .fetch_all(self.pool())
+            .await
+            .unwrap();
+        rows.into_iter()
+            .map(|(pid, seq_nr)| (pid, seq_nr as u64))
+            .collect()
+    }
+
     /// (rows in `handled`, distinct (id, seq_nr) among them, sum of balances).
     async fn read_model(&self) -> (i64, i64, i64) {
         let row = sqlx::query(
@@ -126,6 +159,8 @@ struct ReadModel {
     failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Calls wait here after writing, inside their transaction.
     gate: Option<CallGate>,
+    /// Fails every call on this envelope, after writing.
+    poison: Poison,
 }
 
 impl ReadModel {
@@ -151,6 +186,7 @@ impl TransactionalHandler<Env, Transaction<'static, Sqlite>> for ReadModel {
         if self.should_fail(envelope) {
             return Err("fails after writing: the transaction must roll back".into());
         }
+        self.poison.check(envelope)?;
         Ok(())
     }
 }
@@ -464,4 +500,42 @@ async fn of_two_instances_the_older_is_fenced_and_its_writes_roll_back() {
     // Every event in the read model once: the older instance's write after the take-over was
     // rolled back with its offset.
     assert_eq!(db.read_model().await, (30, 30, expected_total(5, 6)));
+}
+
+#[tokio::test]
+async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress() {
+    let db = open().await;
+    common::a_rescaled_projection_resumes_every_slice_from_its_own_progress(
+        &db.journal,
+        |min, max| db.range_source(min, max),
+        db.store(),
+        |poison| ReadModel {
+            poison,
+            ..ReadModel::default()
+        },
+        || db.handled(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_projection_resumes_inside_one_timestamp() {
+    let db = open().await;
+    common::a_projection_resumes_inside_one_timestamp(
+        &db.journal,
+        |entity_type| db.entity_source(entity_type),
+        db.store(),
+        |poison| ReadModel {
+            poison,
+            ..ReadModel::default()
+        },
+        || db.handled(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn offset_store_lists_the_progress_of_every_key() {
+    let db = open().await;
+    common::offset_store_lists_the_progress_of_every_key(&db.store()).await;
 }

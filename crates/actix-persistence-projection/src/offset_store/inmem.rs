@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{OffsetStore, SeenSeqNrs, TransactionalOffsetStore};
+use super::{OffsetStore, SeenSeqNrs, StoredProgress, TransactionalOffsetStore};
 use crate::error::OffsetStoreError;
 use crate::ProjectionId;
 
@@ -104,6 +104,22 @@ impl OffsetStore for InMemoryOffsetStore {
             .get(id)
             .map(|e| e.seen.clone())
             .unwrap_or_default())
+    }
+
+    async fn read_progress(&self, name: &str) -> Result<Vec<StoredProgress>, OffsetStoreError> {
+        Ok(self
+            .inner()
+            .entries
+            .iter()
+            .filter(|(id, entry)| {
+                id.name == name && (entry.offset.is_some() || !entry.seen.is_empty())
+            })
+            .map(|(id, entry)| StoredProgress {
+                id: id.clone(),
+                offset: entry.offset.clone(),
+                seen: entry.seen.clone(),
+            })
+            .collect())
     }
 
     async fn take_ownership(

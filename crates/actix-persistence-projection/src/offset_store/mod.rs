@@ -48,6 +48,17 @@ pub use sqlite::SqliteOffsetStore;
 /// The highest sequence number handled per persistence id (see the module docs).
 pub type SeenSeqNrs = HashMap<String, u64>;
 
+/// What one instance of a projection stored (see [`OffsetStore::read_progress`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredProgress {
+    /// The instance.
+    pub id: ProjectionId,
+    /// Its offset (JSON), `None` when it stored seen sequence numbers only.
+    pub offset: Option<String>,
+    /// Its seen sequence numbers (see [`OffsetStore::read_seen`]).
+    pub seen: SeenSeqNrs,
+}
+
 /// Reads and saves projection offsets. Offsets are JSON text (the projection serializes the
 /// source's offset type with serde).
 #[async_trait]
@@ -64,6 +75,15 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// # Errors
     /// [`OffsetStoreError`] when the store cannot be read.
     async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError>;
+
+    /// What every instance of the projection `name` stored (each key with an offset or seen
+    /// sequence numbers, in no particular order): an instance over a slice range resumes from
+    /// the progress of the instances that covered its slices before the ranges changed
+    /// ([`SourceProvider::resume`](crate::SourceProvider::resume)).
+    ///
+    /// # Errors
+    /// [`OffsetStoreError`] when the store cannot be read.
+    async fn read_progress(&self, name: &str) -> Result<Vec<StoredProgress>, OffsetStoreError>;
 
     /// Takes ownership of `id` for an instance and returns its owner epoch (from 1), which the
     /// instance passes to every write (see the module docs on fencing).
@@ -110,9 +130,11 @@ pub trait OffsetStore: Send + Sync + 'static {
     ) -> Result<(), OffsetStoreError>;
 
     /// Deletes everything stored for `id` (offset and seen sequence numbers, not its owner
-    /// epoch): the projection starts again from the beginning of its source, to rebuild a read
-    /// model. Not fenced (an operator's call); a running projection's
-    /// [`reset`](crate::ProjectionHandle::reset) checks its ownership first.
+    /// epoch). Not fenced (an operator's call); a running projection's
+    /// [`reset`](crate::ProjectionHandle::reset) checks its ownership first, and also deletes
+    /// what other keys of the same name stored for the slices of `id` (earlier slice ranges),
+    /// so that the projection starts again from the beginning of its source, to rebuild a read
+    /// model.
     ///
     /// # Errors
     /// [`OffsetStoreError`] when the store cannot be written.
@@ -193,4 +215,36 @@ pub(crate) fn sql_seq_nr(persistence_id: &str, seq_nr: u64) -> Result<i64, Offse
         persistence_id: persistence_id.to_owned(),
         seq_nr,
     })
+}
+
+/// The rows of `projection_offset` (key, offset) and `projection_seen` (key, persistence id,
+/// seq_nr) of the projection `name`, gathered per key.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn progress_by_key(
+    name: &str,
+    offsets: Vec<(String, String)>,
+    seen: Vec<(String, String, i64)>,
+) -> Vec<StoredProgress> {
+    let mut by_key: std::collections::BTreeMap<String, StoredProgress> =
+        std::collections::BTreeMap::new();
+    fn entry<'a>(
+        by_key: &'a mut std::collections::BTreeMap<String, StoredProgress>,
+        name: &str,
+        key: String,
+    ) -> &'a mut StoredProgress {
+        by_key.entry(key.clone()).or_insert_with(|| StoredProgress {
+            id: ProjectionId::new(name, key),
+            offset: None,
+            seen: SeenSeqNrs::new(),
+        })
+    }
+    for (key, offset) in offsets {
+        entry(&mut by_key, name, key).offset = Some(offset);
+    }
+    for (key, pid, seq_nr) in seen {
+        entry(&mut by_key, name, key)
+            .seen
+            .insert(pid, u64::try_from(seq_nr).unwrap_or(0));
+    }
+    by_key.into_values().collect()
 }

@@ -4,7 +4,10 @@ use async_trait::async_trait;
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row, Transaction};
 
-use super::{now_ms, sql_seq_nr, OffsetStore, SeenSeqNrs, TransactionalOffsetStore};
+use super::{
+    now_ms, progress_by_key, sql_seq_nr, OffsetStore, SeenSeqNrs, StoredProgress,
+    TransactionalOffsetStore,
+};
 use crate::error::OffsetStoreError;
 use crate::ProjectionId;
 
@@ -153,6 +156,28 @@ impl OffsetStore for PostgresOffsetStore {
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(db(id))
+    }
+
+    async fn read_progress(&self, name: &str) -> Result<Vec<StoredProgress>, OffsetStoreError> {
+        // The errors name the projection by its name alone (no key).
+        let all = ProjectionId::new(name, "*");
+        let offsets: Vec<(String, String)> = sqlx::query_as(
+            "SELECT projection_key, current_offset FROM projection_offset \
+             WHERE projection_name = $1",
+        )
+        .bind(name)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db(&all))?;
+        let seen: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT projection_key, persistence_id, seq_nr FROM projection_seen \
+             WHERE projection_name = $1",
+        )
+        .bind(name)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db(&all))?;
+        Ok(progress_by_key(name, offsets, seen))
     }
 
     async fn take_ownership(

@@ -398,3 +398,330 @@ where
         .unwrap();
     assert!(store.read_seen(&id).await.unwrap().is_empty());
 }
+
+/// `per_range` persistence ids `Account|<n>` in each of the `ranges` slice ranges of
+/// `slice_ranges(ranges)`, range by range.
+pub fn ids_in_every_range(ranges: u16, per_range: usize) -> Vec<String> {
+    use actix_persistence_projection::{slice_for_persistence_id, slice_ranges};
+    slice_ranges(ranges)
+        .into_iter()
+        .flat_map(|range| {
+            (0..)
+                .map(|k| format!("Account|{}", k * 7919))
+                .filter(move |id| range.contains(&slice_for_persistence_id(id)))
+                .take(per_range)
+        })
+        .collect()
+}
+
+/// Fails every call on one (persistence id, seq_nr): a handler that cannot handle it yet.
+#[derive(Clone, Default)]
+pub struct Poison(pub Option<(String, u64)>);
+
+impl Poison {
+    /// An error when `envelope` is the poisoned one.
+    pub fn check(&self, envelope: &Env) -> Result<(), HandlerError> {
+        match &self.0 {
+            Some((pid, seq_nr))
+                if **pid == *envelope.persistence_id && *seq_nr == envelope.seq_nr =>
+            {
+                Err(format!("{pid} {seq_nr} cannot be handled yet").into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Rescaling: an exactly-once projection split over 4 slice ranges, then 2, then 8, then 4
+/// again (the 4 keys' offsets are older than the 2 and 8 that followed), with events written
+/// between the phases. In the first phase one range crashes with an envelope it cannot
+/// handle while 4 calls run at once: its offset stays before it, and the envelopes after it
+/// that were committed are known by their seen rows only. Every instance resumes each of its
+/// slices from the most advanced progress stored for it: every event is handled exactly once.
+///
+/// `source(min, max)` is a current source over the slices; `handler(poison)` the store's
+/// exactly-once handler; `handled()` every (persistence id, seq_nr) committed so far.
+pub async fn a_rescaled_projection_resumes_every_slice_from_its_own_progress<J, S, H, F>(
+    journal: &J,
+    source: impl Fn(u16, u16) -> QuerySource<Deposited>,
+    store: S,
+    handler: impl Fn(Poison) -> H,
+    handled: impl Fn() -> F,
+) where
+    J: JournalStore,
+    S: actix_persistence_projection::TransactionalOffsetStore + Clone,
+    H: actix_persistence_projection::TransactionalHandler<Env, S::Transaction>,
+    F: std::future::Future<Output = Vec<(String, u64)>>,
+{
+    use actix_persistence_projection::{
+        slice_for_persistence_id, slice_ranges, Projection, ProjectionId, ProjectionState,
+        SaveOffset,
+    };
+    let ids = ids_in_every_range(4, 8);
+    let run = |min: u16, max: u16, concurrency: usize, poison: Poison| {
+        Projection::exactly_once(
+            ProjectionId::for_slices("rescaled", min, max),
+            source(min, max),
+            store.clone(),
+            handler(poison),
+        )
+        .with_max_concurrency(concurrency)
+        .with_save_offset(SaveOffset {
+            after_envelopes: 1,
+            after: Duration::from_millis(1),
+        })
+        .with_handler_recovery(quick_recovery(u32::MAX, AfterRetries::Fail))
+        .start()
+    };
+    let mut written = 0;
+    let mut write = |to: u64| {
+        let from = written + 1;
+        written = to;
+        let ids = &ids;
+        async move {
+            for seq_nr in from..=to {
+                for id in ids {
+                    write_events(journal, id, seq_nr, seq_nr).await;
+                }
+            }
+        }
+    };
+
+    // 4 ranges: the first three handle everything; the last one crashes stuck at its second
+    // id's first event, after committing envelopes behind it.
+    write(2).await;
+    let ranges = slice_ranges(4);
+    for range in &ranges[..3] {
+        let state = run(*range.start(), *range.end(), 1, Poison::default())
+            .join()
+            .await;
+        assert_eq!(state, ProjectionState::Completed);
+    }
+    let last = &ranges[3];
+    let in_last: Vec<&String> = ids
+        .iter()
+        .filter(|id| last.contains(&slice_for_persistence_id(id)))
+        .collect();
+    let stuck = run(
+        *last.start(),
+        *last.end(),
+        4,
+        Poison(Some((in_last[1].to_string(), 1))),
+    );
+    stuck
+        .wait_for(|p| p.handled >= 4)
+        .await
+        .expect("handles the first envelope and some behind the stuck one");
+    stuck.abort().await;
+
+    // 2 ranges, then 8, then the 4 again: events written before each phase.
+    let phases: [(u64, u16, usize); 3] = [(4, 2, 2), (6, 8, 1), (8, 4, 3)];
+    for (to, instances, concurrency) in phases {
+        write(to).await;
+        for range in slice_ranges(instances) {
+            let state = run(*range.start(), *range.end(), concurrency, Poison::default())
+                .join()
+                .await;
+            assert_eq!(
+                state,
+                ProjectionState::Completed,
+                "{range:?} of {instances}"
+            );
+        }
+    }
+
+    let mut got = handled().await;
+    got.sort();
+    let mut expected: Vec<(String, u64)> = ids
+        .iter()
+        .flat_map(|id| (1..=8).map(move |seq_nr| (id.clone(), seq_nr)))
+        .collect();
+    expected.sort();
+    let twice: Vec<_> = got
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0].clone())
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "{} handled twice, first {:?}",
+        twice.len(),
+        &twice[..twice.len().min(4)]
+    );
+    assert_eq!(got, expected);
+}
+
+/// An exactly-once handler over the in-memory offset store: records each envelope when its
+/// transaction commits; fails on the poisoned one.
+#[derive(Clone, Default)]
+pub struct CommittedRecorder {
+    pub poison: Poison,
+    pub committed: Recorder,
+}
+
+#[async_trait]
+impl
+    actix_persistence_projection::TransactionalHandler<
+        Env,
+        actix_persistence_projection::InMemoryTransaction,
+    > for CommittedRecorder
+{
+    async fn process(
+        &self,
+        tx: &mut actix_persistence_projection::InMemoryTransaction,
+        envelope: &Env,
+    ) -> Result<(), HandlerError> {
+        self.poison.check(envelope)?;
+        let committed = self.committed.clone();
+        let envelope = envelope.clone();
+        tx.on_commit(move || committed.record(&envelope));
+        Ok(())
+    }
+}
+
+/// Resuming inside one timestamp: three ids with 20 events each, stored by one call (one
+/// database timestamp on the stores here; more events than a query page), handled by an
+/// exactly-once projection that crashes (stuck on one envelope, then aborted) at the cut
+/// points around the first page's end and the ids' boundaries. Before the restart the events
+/// of the ids handled completely are deleted, so the stored offset's seen entries point at
+/// events (and a persistence id) that no longer exist. Each restart handles exactly the rest.
+///
+/// `source(entity_type)` is a current source over all slices of `entity_type`; `handler(poison)` the store's exactly-once
+/// handler; `handled()` every (persistence id, seq_nr) committed so far.
+pub async fn a_projection_resumes_inside_one_timestamp<J, S, H, F>(
+    journal: &J,
+    source: impl Fn(&str) -> QuerySource<Deposited>,
+    store: S,
+    handler: impl Fn(Poison) -> H,
+    handled: impl Fn() -> F,
+) where
+    J: JournalStore,
+    S: actix_persistence_projection::TransactionalOffsetStore + Clone,
+    H: actix_persistence_projection::TransactionalHandler<Env, S::Transaction>,
+    F: std::future::Future<Output = Vec<(String, u64)>>,
+{
+    use actix_persistence_projection::{Projection, ProjectionId, ProjectionState};
+    let cuts = [1, 19, 20, 21, 49, 50, 51, 59];
+    for (round, cut) in cuts.into_iter().enumerate() {
+        // An entity type of its own per round: the source holds this round's events only.
+        let entity_type = format!("Round{round}");
+        let ids: Vec<String> = (0..3).map(|n| format!("{entity_type}|{n}")).collect();
+        let writes = ids
+            .iter()
+            .map(|id| AtomicWrite::new((1..=20).map(|n| repr(id, n, n)).collect()).expect("shape"))
+            .collect();
+        let results = journal.write_messages(writes).await.expect("write");
+        assert!(results.iter().all(Result::is_ok));
+        let mine = |all: Vec<(String, u64)>| -> Vec<(String, u64)> {
+            let mut mine: Vec<_> = all.into_iter().filter(|(id, _)| ids.contains(id)).collect();
+            mine.sort();
+            mine
+        };
+        let id = ProjectionId::new("one-timestamp", format!("round-{round}"));
+        let stuck_at = (ids[cut / 20].clone(), (cut % 20) as u64 + 1);
+        let stuck = Projection::exactly_once(
+            id.clone(),
+            source(&entity_type),
+            store.clone(),
+            handler(Poison(Some(stuck_at))),
+        )
+        .with_handler_recovery(quick_recovery(u32::MAX, AfterRetries::Fail))
+        .start();
+        stuck
+            .wait_for(|p| p.handled >= cut as u64)
+            .await
+            .expect("handles up to the cut");
+        stuck.abort().await;
+        assert_eq!(
+            mine(handled().await).len(),
+            cut,
+            "cut {cut}: before the crash"
+        );
+        for done in &ids[..cut / 20] {
+            journal
+                .delete_messages_to(done, 20, actix_persistence_core::FencingToken::UNOWNED)
+                .await
+                .expect("delete");
+        }
+        let state = Projection::exactly_once(
+            id,
+            source(&entity_type),
+            store.clone(),
+            handler(Poison::default()),
+        )
+        .start()
+        .join()
+        .await;
+        assert_eq!(state, ProjectionState::Completed);
+        let mut expected: Vec<(String, u64)> = ids
+            .iter()
+            .flat_map(|id| (1..=20).map(move |n| (id.clone(), n)))
+            .collect();
+        expected.sort();
+        assert_eq!(mine(handled().await), expected, "cut {cut}");
+    }
+}
+
+/// `OffsetStore::read_progress`: every key of one projection name with what it stored (an
+/// offset, seen sequence numbers, or both), a key with seen rows only included, other names
+/// and reset keys left out.
+pub async fn offset_store_lists_the_progress_of_every_key<S>(store: &S)
+where
+    S: actix_persistence_projection::TransactionalOffsetStore,
+{
+    use actix_persistence_projection::{ProjectionId, StoredProgress};
+    let a = ProjectionId::for_slices("listed", 0, 511);
+    let b = ProjectionId::for_slices("listed", 512, 1023);
+    let c = ProjectionId::for_slices("listed", 0, 255);
+    let d = ProjectionId::for_slices("listed", 256, 511);
+    let other = ProjectionId::for_slices("listed-not", 0, 1023);
+    for id in [&a, &b, &c, &d, &other] {
+        let epoch = store.take_ownership(id, None).await.unwrap();
+        if id != &c {
+            store
+                .save_offset(id, epoch, &format!("\"{}\"", id.key), &[])
+                .await
+                .unwrap();
+        }
+        if id == &b || id == &c {
+            let mut tx = store.begin(id).await.unwrap();
+            store
+                .save_in(
+                    &mut tx,
+                    id,
+                    epoch,
+                    None,
+                    &[("p".to_owned(), 4), ("q".to_owned(), 1)],
+                )
+                .await
+                .unwrap();
+            store.commit(tx, id).await.unwrap();
+        }
+    }
+    store.reset(&d).await.unwrap();
+    let mut listed = store.read_progress("listed").await.unwrap();
+    listed.sort_by(|x, y| x.id.cmp(&y.id));
+    let seen: actix_persistence_projection::SeenSeqNrs = [("p".to_owned(), 4), ("q".to_owned(), 1)]
+        .into_iter()
+        .collect();
+    let mut expected = vec![
+        StoredProgress {
+            id: a.clone(),
+            offset: Some("\"slices-0-511\"".to_owned()),
+            seen: Default::default(),
+        },
+        StoredProgress {
+            id: c.clone(),
+            offset: None,
+            seen: seen.clone(),
+        },
+        StoredProgress {
+            id: b.clone(),
+            offset: Some("\"slices-512-1023\"".to_owned()),
+            seen,
+        },
+    ];
+    expected.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(listed, expected);
+    assert!(store.read_progress("nothing").await.unwrap().is_empty());
+}
