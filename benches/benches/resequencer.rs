@@ -18,7 +18,7 @@ async fn release(reverse: bool) -> Duration {
         waiting.push(answer);
         messages.push(Resequence {
             seq,
-            reply: WriteMessagesReply::Completed(vec![Ok(())]),
+            reply: WriteMessagesReply::Completed(vec![Ok(())].into()),
             reply_to,
         });
     }

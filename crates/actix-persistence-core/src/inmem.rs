@@ -13,7 +13,7 @@ use crate::query::{
 };
 use crate::store::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, WriteNow,
+    ReplayStream, WriteNow, WriteResults,
 };
 
 #[derive(Debug)]
@@ -222,8 +222,8 @@ impl InMemoryJournal {
 
     /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
     /// stored.
-    fn write_batch(&self, writes: Vec<AtomicWrite>) -> Vec<AtomicWriteResult> {
-        let results: Vec<_> = writes.into_iter().map(|w| self.write_atomic(w)).collect();
+    fn write_batch(&self, writes: Vec<AtomicWrite>) -> WriteResults {
+        let results: WriteResults = writes.into_iter().map(|w| self.write_atomic(w)).collect();
         if results.iter().any(Result::is_ok) {
             self.notifier.notify();
         }
@@ -282,7 +282,7 @@ impl JournalStore for InMemoryJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.write_batch(writes))
+        Ok(self.write_batch(writes).into_vec())
     }
 
     /// Always answers at once: an in-memory write never waits.

@@ -7,7 +7,7 @@ use actix::Message;
 use tokio::sync::oneshot;
 
 use crate::error::{AtomicWriteError, JournalError};
-use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream};
+use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream, WriteResults};
 
 /// The identity of one incarnation of a persistent actor: unique within the process, so two
 /// incarnations of the same persistence id compare unequal. The journal routes write replies
@@ -79,8 +79,9 @@ impl fmt::Debug for WriteMessages {
 pub enum WriteMessagesReply {
     /// The batch was attempted: one result per atomic write, in order (as Akka's
     /// `WriteMessagesSuccessful` followed by `WriteMessageSuccess`, `WriteMessageRejected` or
-    /// `WriteMessageFailure` per write).
-    Completed(Vec<AtomicWriteResult>),
+    /// `WriteMessageFailure` per write). The result of a batch of one write is held inline
+    /// ([`WriteResults`]): no allocation per `persist`.
+    Completed(WriteResults),
     /// The batch failed as a whole (as Akka's `WriteMessagesFailed`); every write may or may not
     /// be stored.
     Failed(JournalError),
@@ -89,7 +90,7 @@ pub enum WriteMessagesReply {
 impl WriteMessagesReply {
     /// One result per atomic write: a whole-batch failure becomes that failure for each write.
     /// `write_count` is the number of atomic writes that were sent; a mismatch fails them all.
-    pub fn into_results(self, write_count: usize) -> Vec<AtomicWriteResult> {
+    pub fn into_results(self, write_count: usize) -> WriteResults {
         match self {
             WriteMessagesReply::Completed(results) if results.len() == write_count => results,
             WriteMessagesReply::Completed(results) => fail_all(
@@ -104,8 +105,9 @@ impl WriteMessagesReply {
     }
 }
 
-fn fail_all(cause: JournalError, count: usize) -> Vec<AtomicWriteResult> {
-    vec![Err(AtomicWriteError::Failed(cause)); count]
+fn fail_all(cause: JournalError, count: usize) -> WriteResults {
+    let failed: AtomicWriteResult = Err(AtomicWriteError::Failed(cause));
+    smallvec::smallvec![failed; count]
 }
 
 /// Replay the events of a persistence id with `from_seq_nr <= seq_nr <= to_seq_nr`, at most

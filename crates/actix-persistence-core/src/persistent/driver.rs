@@ -17,7 +17,7 @@ use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor, RecoveryError};
 use crate::error::{AtomicWriteError, JournalError};
 use crate::journal::{WriteMessages, WriteMessagesReply};
-use crate::store::AtomicWriteResult;
+use crate::store::{AtomicWriteResult, WriteResults};
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
@@ -154,7 +154,7 @@ fn run<A: PersistentActor>(
                         return Poll::Ready(());
                     }
                     Some(Sent::Nothing) => {
-                        if !deliver(act, ctx, Vec::new()) {
+                        if !deliver(act, ctx, WriteResults::new()) {
                             return Poll::Ready(());
                         }
                     }
@@ -260,7 +260,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
 fn deliver<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
-    results: Vec<AtomicWriteResult>,
+    results: WriteResults,
 ) -> bool {
     let mut results = results.into_iter();
     while let Some(invocation) = act.persistence_mut().in_flight.pop_front() {
