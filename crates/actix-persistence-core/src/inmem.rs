@@ -223,8 +223,23 @@ impl InMemoryJournal {
     /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
     /// stored.
     fn write_batch(&self, writes: Vec<AtomicWrite>) -> WriteResults {
-        let results: WriteResults = writes.into_iter().map(|w| self.write_atomic(w)).collect();
-        if results.iter().any(Result::is_ok) {
+        let mut stored = false;
+        let mut store = |write| {
+            let result = self.write_atomic(write);
+            stored |= result.is_ok();
+            result
+        };
+        // The lone write of a `persist`: its result goes inline without `collect`'s loop.
+        let results = if writes.len() == 1 {
+            let mut writes = writes.into_iter();
+            match writes.next() {
+                Some(write) => WriteResults::from_buf([store(write)]),
+                None => WriteResults::new(),
+            }
+        } else {
+            writes.into_iter().map(&mut store).collect()
+        };
+        if stored {
             self.notifier.notify();
         }
         results
