@@ -19,7 +19,7 @@ async fn release(reverse: bool) -> Duration {
         messages.push(Resequence {
             seq,
             reply: WriteMessagesReply::Completed(vec![Ok(())].into()),
-            reply_to,
+            reply_to: reply_to.into(),
         });
     }
     if reverse {

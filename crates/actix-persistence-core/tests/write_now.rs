@@ -159,7 +159,7 @@ async fn send(
         .send(WriteMessages {
             writes: vec![write(pid, seq_nr)],
             incarnation: Incarnation::from_raw(1),
-            reply_to,
+            reply_to: reply_to.into(),
         })
         .await
         .expect("the journal runs");

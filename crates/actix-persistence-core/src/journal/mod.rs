@@ -19,8 +19,9 @@ pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
-    TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
+    ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
+pub(crate) use protocol::ReplySlot;
 pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;

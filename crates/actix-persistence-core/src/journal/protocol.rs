@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, Waker};
 
 use actix::Message;
 use tokio::sync::oneshot;
@@ -57,8 +59,9 @@ pub struct WriteMessages {
     pub writes: Vec<AtomicWrite>,
     /// The writing incarnation: decides the write-reply-ordering group.
     pub incarnation: Incarnation,
-    /// Where the reply goes.
-    pub reply_to: oneshot::Sender<WriteMessagesReply>,
+    /// Where the reply goes: a `oneshot::Sender` (`.into()`), or a persistent actor's own
+    /// reply slot.
+    pub reply_to: ReplyTo,
 }
 
 impl Message for WriteMessages {
@@ -71,6 +74,157 @@ impl fmt::Debug for WriteMessages {
             .field("writes", &self.writes.len())
             .field("incarnation", &self.incarnation)
             .finish()
+    }
+}
+
+/// Where the reply to a [`WriteMessages`] goes: a one-shot channel, or the reply slot a
+/// persistent actor incarnation keeps for all its writes.
+///
+/// Build one from a `tokio::sync::oneshot::Sender<WriteMessagesReply>` with `.into()`; its
+/// receiver gets the reply, or a receive error when the reply was dropped unsent (the journal
+/// stopped). A persistent actor has at most one [`WriteMessages`] in flight, so it reuses one
+/// slot, allocated once per incarnation, instead of a channel per write: a `persist` allocates
+/// no reply channel. Either way the reply is sent at most once, and dropping a `ReplyTo`
+/// unsent tells the receiver so.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::journal::{ReplyTo, WriteMessagesReply};
+/// use tokio::sync::oneshot;
+///
+/// let (tx, mut rx) = oneshot::channel();
+/// let reply_to = ReplyTo::from(tx);
+/// assert!(reply_to.send(WriteMessagesReply::Completed(Default::default())).is_ok());
+/// assert!(matches!(rx.try_recv(), Ok(WriteMessagesReply::Completed(results)) if results.is_empty()));
+/// ```
+pub struct ReplyTo(Sender);
+
+enum Sender {
+    Oneshot(oneshot::Sender<WriteMessagesReply>),
+    /// `None` once sent (then dropping it closes nothing).
+    Slot(Option<Arc<ReplySlot>>),
+}
+
+impl ReplyTo {
+    /// Sends `reply`; gives it back when nobody waits for it any more (the receiver, or the
+    /// actor owning the slot, is gone).
+    ///
+    /// # Errors
+    /// The reply itself, when it could not be delivered.
+    pub fn send(mut self, reply: WriteMessagesReply) -> Result<(), WriteMessagesReply> {
+        match &mut self.0 {
+            Sender::Slot(slot) => match slot.take() {
+                // Only this sender holds the slot: its actor is gone.
+                Some(slot) if Arc::strong_count(&slot) == 1 => Err(reply),
+                Some(slot) => {
+                    slot.fill(Ok(reply));
+                    Ok(())
+                }
+                None => Err(reply),
+            },
+            Sender::Oneshot(_) => match std::mem::replace(&mut self.0, Sender::Slot(None)) {
+                Sender::Oneshot(tx) => tx.send(reply),
+                Sender::Slot(_) => Err(reply),
+            },
+        }
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        // Dropped unsent: the waiting actor learns that no reply will come (as a dropped
+        // oneshot sender's receiver does).
+        if let Sender::Slot(Some(slot)) = &mut self.0 {
+            slot.fill(Err(ReplyDropped));
+        }
+    }
+}
+
+impl From<oneshot::Sender<WriteMessagesReply>> for ReplyTo {
+    fn from(tx: oneshot::Sender<WriteMessagesReply>) -> Self {
+        ReplyTo(Sender::Oneshot(tx))
+    }
+}
+
+impl fmt::Debug for ReplyTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Sender::Oneshot(_) => "ReplyTo::Oneshot",
+            Sender::Slot(_) => "ReplyTo::Slot",
+        })
+    }
+}
+
+/// The reply to a [`WriteMessages`] was dropped without being sent (the journal stopped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplyDropped;
+
+/// A persistent actor incarnation's reply slot: one [`WriteMessages`] reply at a time, reused
+/// for every write (the actor sends its next batch only once it has taken the reply of the
+/// previous one, so a slot never holds two). Shared with the journal's arbiter, hence the lock
+/// (never contended for long: each side holds it to move one value).
+#[derive(Debug, Default)]
+pub(crate) struct ReplySlot {
+    inner: Mutex<SlotState>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    reply: Option<Result<WriteMessagesReply, ReplyDropped>>,
+    waker: Option<Waker>,
+}
+
+impl ReplySlot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // Nothing that can panic runs under the lock: a poisoned lock is still consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A sender for the next write: the slot must be empty (the previous reply was taken).
+    pub(crate) fn reply_to(self: &Arc<Self>) -> ReplyTo {
+        debug_assert!(
+            self.lock().reply.is_none(),
+            "a write was sent before the previous reply was taken"
+        );
+        ReplyTo(Sender::Slot(Some(Arc::clone(self))))
+    }
+
+    /// Puts the reply (or that none will come) into the slot and wakes the waiting task.
+    fn fill(&self, reply: Result<WriteMessagesReply, ReplyDropped>) {
+        let waker = {
+            let mut state = self.lock();
+            state.reply = Some(reply);
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The reply once it is there (`Err` when its sender was dropped unsent); else registers
+    /// the task to be woken when it arrives.
+    pub(crate) fn poll(
+        &self,
+        task: &TaskContext<'_>,
+    ) -> Poll<Result<WriteMessagesReply, ReplyDropped>> {
+        let mut state = self.lock();
+        match state.reply.take() {
+            Some(reply) => Poll::Ready(reply),
+            None => {
+                match &state.waker {
+                    Some(waker) if waker.will_wake(task.waker()) => {}
+                    _ => state.waker = Some(task.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The reply if it is there, without waiting.
+    pub(crate) fn try_take(&self) -> Option<Result<WriteMessagesReply, ReplyDropped>> {
+        self.lock().reply.take()
     }
 }
 

@@ -1,12 +1,10 @@
 //! The future that runs a persistent actor's recovery and writes while its mailbox waits.
 
-use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
 use actix::{ActorContext, ActorFuture, AsyncContext, Context};
-use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::addr::ActorFailure;
@@ -50,8 +48,8 @@ pub(crate) enum DriverState {
     Recovering(Box<Recovering>),
     #[default]
     Idle,
+    /// A batch is with the journal; its reply comes into the state's `reply_slot`.
     Awaiting {
-        reply: oneshot::Receiver<WriteMessagesReply>,
         writes: usize,
         span: Span,
         /// Held until the continuations ran (and started what they start).
@@ -158,26 +156,16 @@ fn run<A: PersistentActor>(
                             return Poll::Ready(());
                         }
                     }
-                    Some(Sent::Writes {
-                        reply,
-                        writes,
-                        span,
-                    }) => {
+                    Some(Sent::Writes { writes, span }) => {
                         *this = DriverState::Awaiting {
-                            reply,
                             writes,
                             span,
                             work: act.persistence().enter_work(),
                         }
                     }
                 },
-                DriverState::Awaiting {
-                    reply,
-                    writes,
-                    span,
-                    work,
-                } => {
-                    let results = match Pin::new(reply).poll(task) {
+                DriverState::Awaiting { writes, span, work } => {
+                    let results = match act.persistence().reply_slot.poll(task) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(reply)) => reply.into_results(*writes),
                         Poll::Ready(Err(_)) => {
@@ -202,7 +190,6 @@ enum Sent {
     /// Only defers or pre-rejected writes: nothing to wait for.
     Nothing,
     Writes {
-        reply: oneshot::Receiver<WriteMessagesReply>,
         writes: usize,
         span: Span,
     },
@@ -241,15 +228,13 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     } else {
         Span::none()
     };
-    let (reply_to, reply) = oneshot::channel();
     let count = writes.len();
     state.journal().do_send(WriteMessages {
         writes,
         incarnation: state.incarnation(),
-        reply_to,
+        reply_to: state.reply_slot.reply_to(),
     });
     Some(Sent::Writes {
-        reply,
         writes: count,
         span,
     })

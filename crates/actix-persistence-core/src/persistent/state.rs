@@ -18,7 +18,7 @@ use super::{EventSourced, PersistError};
 use crate::error::{
     validate_persistence_id, AtomicWriteError, InvalidPersistenceId, WriteRejection,
 };
-use crate::journal::{Incarnation, JournalActor};
+use crate::journal::{Incarnation, JournalActor, ReplySlot};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
@@ -86,6 +86,9 @@ pub struct PersistenceState<A: EventSourced> {
     pub(crate) driver_running: bool,
     /// Where recovery and writes stand (see `driver::pump`).
     pub(crate) driver: DriverState,
+    /// Where the journal puts the reply to the write in flight: one slot for every write of
+    /// this incarnation (at most one is in flight), instead of a channel per write.
+    pub(crate) reply_slot: Arc<ReplySlot>,
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
     stop_watch: Option<oneshot::Sender<StopReason>>,
@@ -175,6 +178,7 @@ impl<A: EventSourced> PersistenceState<A> {
             in_flight: VecDeque::new(),
             driver_running: false,
             driver: DriverState::Idle,
+            reply_slot: Arc::default(),
             stop_reason: StopReason::Normal,
             stop_watch: None,
             failure: FailureCell::default(),
@@ -291,11 +295,10 @@ impl<A: EventSourced> PersistenceState<A> {
             return;
         }
         let mut results = match std::mem::take(&mut self.driver) {
-            DriverState::Awaiting {
-                mut reply, writes, ..
-            } => reply
-                .try_recv()
-                .ok()
+            DriverState::Awaiting { writes, .. } => self
+                .reply_slot
+                .try_take()
+                .and_then(Result::ok)
                 .map(|reply| reply.into_results(writes).into_iter()),
             _ => None,
         };
