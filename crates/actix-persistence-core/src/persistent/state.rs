@@ -417,11 +417,16 @@ impl<A: EventSourced> PersistenceState<A> {
                 }
             }
         }
-        let write = AtomicWrite::new(reprs)
-            .map(|write| write.with_fencing_token(self.fencing_token))
-            .and_then(|write| crate::limits::check_limits(&write).map(|()| write));
-        match write {
-            Ok(write) => PendingWrite::Ready(write),
+        let write = AtomicWrite {
+            events: reprs,
+            fencing_token: self.fencing_token,
+        };
+        // Its shape holds by construction (`AtomicWrite::check_shape`, not run again here):
+        // `count` >= 1 events (`persist_events` sends no empty write), all of this state's
+        // persistence id, numbered consecutively from `first` >= 1 (`next_seq_nr`).
+        debug_assert!(write.check_shape().is_ok());
+        match crate::limits::check_actor_write_limits(&write) {
+            Ok(()) => PendingWrite::Ready(write),
             Err(rejection) => PendingWrite::Rejected(rejection),
         }
     }
