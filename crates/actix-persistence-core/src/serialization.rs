@@ -65,39 +65,12 @@ pub enum SerializationError {
 ///
 /// # Errors
 /// [`SerializationError::Serialize`] when serde_json fails or the impl panics.
-///
-/// The bytes are written into a buffer the thread keeps, then copied into a `Vec` of exactly
-/// their length: a small event costs one small allocation instead of serde_json's initial 128
-/// bytes (cheaper to allocate and free, and an in-memory journal keeps less per event).
 pub fn to_json<E: Serialize + ?Sized>(event: &E) -> Result<Vec<u8>, SerializationError> {
-    let written = SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut buf) => {
-            buf.clear();
-            let written = catch_unwind(AssertUnwindSafe(|| {
-                serde_json::to_writer(&mut *buf, event).map(|()| buf.to_vec())
-            }));
-            if buf.capacity() > MAX_KEPT_SCRATCH_BYTES {
-                // One large event must not pin its size for the thread's lifetime.
-                *buf = Vec::new();
-            }
-            written
-        }
-        // Called again from inside an event's `Serialize`: the buffer is in use.
-        Err(_) => catch_unwind(AssertUnwindSafe(|| serde_json::to_vec(event))),
-    });
-    match written {
+    match catch_unwind(AssertUnwindSafe(|| serde_json::to_vec(event))) {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => Err(SerializationError::Serialize(e.to_string())),
         Err(panic) => Err(SerializationError::Serialize(panic_message(&panic))),
     }
-}
-
-/// The largest serialization buffer [`to_json`] keeps for the thread's next event (64 KiB).
-const MAX_KEPT_SCRATCH_BYTES: usize = 64 * 1024;
-
-thread_local! {
-    /// [`to_json`]'s buffer: reused by every event serialized on this thread.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Deserializes an event written by [`to_json`].
@@ -130,79 +103,5 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         format!("serializer panicked: {s}")
     } else {
         "serializer panicked".to_owned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde::ser::Error as _;
-    use serde::{Serialize, Serializer};
-
-    use super::{from_json, to_json, JSON_SERIALIZER_ID, SCRATCH};
-
-    #[test]
-    fn payload_is_exactly_as_long_as_the_json() {
-        let bytes = to_json(&42u64).expect("serializes");
-        assert_eq!(bytes, b"42");
-        assert_eq!(bytes.capacity(), 2);
-        let text = "x".repeat(300);
-        let bytes = to_json(&text).expect("serializes");
-        assert_eq!(bytes.len(), 302);
-        assert_eq!(bytes.capacity(), 302);
-        assert_eq!(
-            from_json::<String>(1, JSON_SERIALIZER_ID, &bytes).expect("reads"),
-            text
-        );
-    }
-
-    /// Serializes as the JSON of `to_json(inner)` as a byte array: `to_json` inside `to_json`.
-    struct Nested(u32);
-
-    impl Serialize for Nested {
-        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            let inner = to_json(&self.0).map_err(S::Error::custom)?;
-            serializer.serialize_str(std::str::from_utf8(&inner).map_err(S::Error::custom)?)
-        }
-    }
-
-    #[test]
-    fn an_event_that_serializes_with_to_json_inside_gets_both_right() {
-        assert_eq!(to_json(&Nested(7)).expect("serializes"), br#""7""#);
-        assert_eq!(to_json(&[Nested(1), Nested(23)]).expect("serializes"), br#"["1","23"]"#);
-    }
-
-    struct Panics;
-
-    impl Serialize for Panics {
-        fn serialize<S: Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-            panic!("broken Serialize impl")
-        }
-    }
-
-    struct Fails;
-
-    impl Serialize for Fails {
-        fn serialize<S: Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-            Err(S::Error::custom("no"))
-        }
-    }
-
-    #[test]
-    fn a_failed_or_panicking_event_leaves_no_bytes_behind() {
-        let panicked = to_json(&Panics).expect_err("the panic is an error");
-        assert!(panicked.to_string().contains("broken Serialize impl"));
-        assert!(to_json(&Fails).is_err());
-        // Whatever the failed events wrote is not part of the next payload.
-        assert_eq!(to_json(&"ok").expect("serializes"), br#""ok""#);
-    }
-
-    #[test]
-    fn a_large_event_does_not_keep_its_buffer() {
-        let large = "y".repeat(super::MAX_KEPT_SCRATCH_BYTES * 2);
-        assert_eq!(to_json(&large).expect("serializes").len(), large.len() + 2);
-        assert!(SCRATCH.with(|s| s.borrow().capacity()) <= super::MAX_KEPT_SCRATCH_BYTES);
-        let small = to_json(&1u8).expect("serializes");
-        assert_eq!(small, b"1");
-        assert!(SCRATCH.with(|s| s.borrow().capacity()) > 0);
     }
 }
