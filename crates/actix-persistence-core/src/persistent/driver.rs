@@ -51,7 +51,8 @@ pub(crate) enum DriverState {
     /// A batch is with the journal; its reply comes into the state's `reply_slot`.
     Awaiting {
         writes: usize,
-        span: Span,
+        /// Only when tracing's DEBUG level is on (a span costs even when nothing listens).
+        span: Option<Span>,
         /// Held until the continuations ran (and started what they start).
         work: Option<InFlightGuard>,
     },
@@ -173,8 +174,8 @@ fn run<A: PersistentActor>(
                                 .into_results(*writes)
                         }
                     };
-                    let span = span.clone();
-                    let _entered = span.enter();
+                    let span = span.take();
+                    let _entered = span.as_ref().map(Span::enter);
                     let _work = work.take();
                     *this = DriverState::Idle;
                     if !deliver(act, ctx, results) {
@@ -191,7 +192,7 @@ enum Sent {
     Nothing,
     Writes {
         writes: usize,
-        span: Span,
+        span: Option<Span>,
     },
 }
 
@@ -217,7 +218,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
         return Some(Sent::Nothing);
     }
     // Spans cost a few hundred instructions per persist even when nothing listens.
-    let span = if tracing::level_enabled!(tracing::Level::DEBUG) {
+    let span = tracing::level_enabled!(tracing::Level::DEBUG).then(|| {
         tracing::debug_span!(
             "persist",
             persistence_id = %state.persistence_id(),
@@ -225,9 +226,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
             to_seq_nr = writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
             atomic_writes = writes.len(),
         )
-    } else {
-        Span::none()
-    };
+    });
     let count = writes.len();
     state.journal().do_send(WriteMessages {
         writes,
@@ -278,7 +277,8 @@ fn deliver<A: PersistentActor>(
                     stop_with(act, ctx, StopReason::Panicked { reason }, results);
                     return false;
                 }
-                if !events.is_empty() {
+                // The snapshot policy's check, only when it takes snapshots every N events.
+                if !events.is_empty() && act.persistence().snapshot_policy.every.is_some() {
                     let previous = highest_seq_nr - events.len() as u64;
                     let snapshot = catch_user(|| {
                         super::snapshots::after_stored(act, ctx, previous, highest_seq_nr)
