@@ -375,3 +375,81 @@ pub struct TakeOwnership {
 impl Message for TakeOwnership {
     type Result = Result<Ownership, JournalError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::{ReplyDropped, ReplySlot, WriteMessagesReply};
+    use crate::error::JournalError;
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn stored(n: usize) -> WriteMessagesReply {
+        WriteMessagesReply::Completed(vec![Ok(()); n].into())
+    }
+
+    #[test]
+    fn a_slot_hands_each_reply_over_once_and_wakes_the_waiting_task() {
+        let slot = Arc::new(ReplySlot::default());
+        let wakes = Arc::new(Counting::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let task = Context::from_waker(&waker);
+        for writes in 1..=3 {
+            let reply_to = slot.reply_to();
+            assert!(slot.poll(&task).is_pending());
+            assert!(reply_to.send(stored(writes)).is_ok());
+            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
+            match slot.poll(&task) {
+                Poll::Ready(Ok(WriteMessagesReply::Completed(results))) => {
+                    assert_eq!(results.len(), writes)
+                }
+                other => panic!("expected the reply of {writes} writes, got {other:?}"),
+            }
+            assert!(slot.poll(&task).is_pending(), "taken once");
+        }
+    }
+
+    #[test]
+    fn a_reply_dropped_unsent_tells_the_waiting_task() {
+        let slot = Arc::new(ReplySlot::default());
+        let wakes = Arc::new(Counting::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let task = Context::from_waker(&waker);
+        let reply_to = slot.reply_to();
+        assert!(slot.poll(&task).is_pending());
+        drop(reply_to);
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(matches!(slot.poll(&task), Poll::Ready(Err(ReplyDropped))));
+        // The next write's reply is not affected.
+        let reply_to = slot.reply_to();
+        assert!(reply_to
+            .send(WriteMessagesReply::Failed(JournalError::JournalStopped))
+            .is_ok());
+        assert!(matches!(
+            slot.try_take(),
+            Some(Ok(WriteMessagesReply::Failed(JournalError::JournalStopped)))
+        ));
+    }
+
+    #[test]
+    fn a_reply_to_a_gone_actor_comes_back() {
+        let slot = Arc::new(ReplySlot::default());
+        let reply_to = slot.reply_to();
+        drop(slot);
+        match reply_to.send(stored(1)) {
+            Err(WriteMessagesReply::Completed(results)) => assert_eq!(results.len(), 1),
+            other => panic!("expected the reply back, got {other:?}"),
+        }
+    }
+}
