@@ -241,11 +241,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
 
 /// Runs the in-flight invocations' continuations in order with their results. Returns false
 /// when the actor is stopping (a write failed, or user code panicked).
-fn deliver<A: PersistentActor>(
-    act: &mut A,
-    ctx: &mut Context<A>,
-    results: WriteResults,
-) -> bool {
+fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: WriteResults) -> bool {
     let mut results = results.into_iter();
     while let Some(invocation) = act.persistence_mut().in_flight.pop_front() {
         let Invocation {
