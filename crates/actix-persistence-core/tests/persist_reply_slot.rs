@@ -130,17 +130,18 @@ async fn a_journal_gone_with_a_write_in_flight_fails_the_write_instead_of_hangin
         .expect("the actor learns that no reply will come")
         .expect("the actor answers before it stops");
     assert!(
-        matches!(outcome, Err(PersistError::Failed(JournalError::JournalStopped))),
+        matches!(
+            outcome,
+            Err(PersistError::Failed(JournalError::JournalStopped))
+        ),
         "got {outcome:?}"
     );
 }
 
 #[actix_rt::test]
 async fn consecutive_writes_each_get_their_own_reply() {
-    let journal = JournalActor::start_with(
-        Arc::new(InMemoryJournal::new()),
-        JournalConfig::default(),
-    );
+    let journal =
+        JournalActor::start_with(Arc::new(InMemoryJournal::new()), JournalConfig::default());
     let actor = counter(journal, "slot-1");
     let mut total = 0;
     for (seq_nr, n) in (1..).zip([3u64, 1, 4, 1, 5, 9, 2, 6]) {
