@@ -193,7 +193,7 @@ async fn ten_unwritable_writes_leave_the_breaker_closed(store: Arc<dyn JournalSt
             journal.do_send(WriteMessages {
                 writes: vec![write],
                 incarnation: Incarnation::next(),
-                reply_to,
+                reply_to: reply_to.into(),
             });
             reply
         })
@@ -274,7 +274,7 @@ async fn a_write_failing_next_to_a_stored_one_in_its_batch_does_not_count_agains
             AtomicWrite::new(vec![event("good-row", 1)]).expect("well-formed"),
         ],
         incarnation: Incarnation::next(),
-        reply_to,
+        reply_to: reply_to.into(),
     });
     control.next_write().await.complete_with(vec![
         Outcome::Fail(JournalError::storage(
@@ -292,7 +292,7 @@ async fn a_write_failing_next_to_a_stored_one_in_its_batch_does_not_count_agains
     journal.do_send(WriteMessages {
         writes: vec![AtomicWrite::new(vec![event("next", 1)]).expect("well-formed")],
         incarnation: Incarnation::next(),
-        reply_to,
+        reply_to: reply_to.into(),
     });
     control.next_write().await.complete();
     let results = reply.await.expect("answered").into_results(1);

@@ -18,8 +18,8 @@ async fn release(reverse: bool) -> Duration {
         waiting.push(answer);
         messages.push(Resequence {
             seq,
-            reply: WriteMessagesReply::Completed(vec![Ok(())]),
-            reply_to,
+            reply: WriteMessagesReply::Completed(vec![Ok(())].into()),
+            reply_to: reply_to.into(),
         });
     }
     if reverse {

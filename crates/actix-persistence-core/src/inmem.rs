@@ -13,7 +13,7 @@ use crate::query::{
 };
 use crate::store::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, WriteNow,
+    ReplayStream, WriteNow, WriteResults,
 };
 
 #[derive(Debug)]
@@ -222,9 +222,24 @@ impl InMemoryJournal {
 
     /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
     /// stored.
-    fn write_batch(&self, writes: Vec<AtomicWrite>) -> Vec<AtomicWriteResult> {
-        let results: Vec<_> = writes.into_iter().map(|w| self.write_atomic(w)).collect();
-        if results.iter().any(Result::is_ok) {
+    fn write_batch(&self, writes: Vec<AtomicWrite>) -> WriteResults {
+        let mut stored = false;
+        let mut store = |write| {
+            let result = self.write_atomic(write);
+            stored |= result.is_ok();
+            result
+        };
+        // The lone write of a `persist`: its result goes inline without `collect`'s loop.
+        let results = if writes.len() == 1 {
+            let mut writes = writes.into_iter();
+            match writes.next() {
+                Some(write) => WriteResults::from_buf([store(write)]),
+                None => WriteResults::new(),
+            }
+        } else {
+            writes.into_iter().map(&mut store).collect()
+        };
+        if stored {
             self.notifier.notify();
         }
         results
@@ -282,7 +297,7 @@ impl JournalStore for InMemoryJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.write_batch(writes))
+        Ok(self.write_batch(writes).into_vec())
     }
 
     /// Always answers at once: an in-memory write never waits.

@@ -221,14 +221,23 @@ impl AtomicWrite {
 /// The outcome of one atomic write: stored, rejected (not stored, go on) or failed.
 pub type AtomicWriteResult = Result<(), AtomicWriteError>;
 
+/// The results of a batch of atomic writes: one per write, in the order of the writes.
+///
+/// One result is held inline, so the results of a batch of one atomic write (what a lone
+/// `persist` sends) need no allocation; a longer batch keeps them on the heap as a `Vec` does.
+/// It dereferences to a slice; build one from a `Vec` with `.into()` (no copy of a heap
+/// buffer) or by collecting an iterator.
+pub type WriteResults = smallvec::SmallVec<[AtomicWriteResult; 1]>;
+
 /// The answer of [`JournalStore::write_messages_now`]: the batch's outcome, or the writes
 /// handed back when the store cannot answer without waiting.
 #[derive(Debug)]
 pub enum WriteNow {
     /// The store answered: exactly what [`JournalStore::write_messages`] would have returned
     /// for the same writes (one result per atomic write, in order, or a failure of the whole
-    /// batch).
-    Done(Result<Vec<AtomicWriteResult>, JournalError>),
+    /// batch). [`WriteResults`] holds the result of a batch of one write inline: a store that
+    /// collects its results into it allocates nothing for that batch.
+    Done(Result<WriteResults, JournalError>),
     /// The store did not touch the writes and cannot answer at once: the caller passes them,
     /// unchanged, to [`JournalStore::write_messages`].
     Later(Vec<AtomicWrite>),

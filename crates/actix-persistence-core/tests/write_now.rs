@@ -90,7 +90,7 @@ impl JournalStore for Scripted {
         match now {
             Now::Store => self.journal.write_messages_now(writes),
             Now::Panic => panic!("a bug in the store's synchronous write"),
-            Now::ExtraResult => WriteNow::Done(Ok(vec![Ok(()); writes.len() + 1])),
+            Now::ExtraResult => WriteNow::Done(Ok(vec![Ok(()); writes.len() + 1].into())),
             Now::Fail => WriteNow::Done(Err(JournalError::storage(
                 "write",
                 std::io::Error::other("disk gone"),
@@ -159,7 +159,7 @@ async fn send(
         .send(WriteMessages {
             writes: vec![write(pid, seq_nr)],
             incarnation: Incarnation::from_raw(1),
-            reply_to,
+            reply_to: reply_to.into(),
         })
         .await
         .expect("the journal runs");

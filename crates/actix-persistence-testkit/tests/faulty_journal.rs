@@ -65,7 +65,7 @@ async fn send(journal: &Addr<JournalActor>, writes: Vec<AtomicWrite>) -> WriteMe
     journal.do_send(WriteMessages {
         writes,
         incarnation: Incarnation::next(),
-        reply_to,
+        reply_to: reply_to.into(),
     });
     tokio::time::timeout(Duration::from_secs(10), reply)
         .await

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
-use crate::store::{AtomicWrite, AtomicWriteResult, JournalStore, Ownership, WriteNow};
+use crate::store::{AtomicWrite, JournalStore, Ownership, WriteNow, WriteResults};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
@@ -336,6 +336,8 @@ async fn call_store(
             }
         },
     };
+    // A `Vec` of one result moves inline, any other keeps its buffer: no allocation either way.
+    let outcome = outcome.map(|results| results.map(WriteResults::from_vec));
     store_reply(outcome.map_err(drop), expected)
 }
 
@@ -343,7 +345,7 @@ async fn call_store(
 /// (`Err(())`: the store panicked).
 #[inline]
 fn store_reply(
-    outcome: Result<Result<Vec<AtomicWriteResult>, JournalError>, ()>,
+    outcome: Result<Result<WriteResults, JournalError>, ()>,
     expected: usize,
 ) -> WriteMessagesReply {
     match outcome {

@@ -17,9 +17,10 @@ mod routing;
 pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
+pub(crate) use protocol::ReplySlot;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
-    TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
+    ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
 pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};

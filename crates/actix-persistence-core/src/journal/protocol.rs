@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, Waker};
 
 use actix::Message;
 use tokio::sync::oneshot;
 
 use crate::error::{AtomicWriteError, JournalError};
-use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream};
+use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream, WriteResults};
 
 /// The identity of one incarnation of a persistent actor: unique within the process, so two
 /// incarnations of the same persistence id compare unequal. The journal routes write replies
@@ -57,8 +59,9 @@ pub struct WriteMessages {
     pub writes: Vec<AtomicWrite>,
     /// The writing incarnation: decides the write-reply-ordering group.
     pub incarnation: Incarnation,
-    /// Where the reply goes.
-    pub reply_to: oneshot::Sender<WriteMessagesReply>,
+    /// Where the reply goes: a `oneshot::Sender` (`.into()`), or a persistent actor's own
+    /// reply slot.
+    pub reply_to: ReplyTo,
 }
 
 impl Message for WriteMessages {
@@ -74,13 +77,165 @@ impl fmt::Debug for WriteMessages {
     }
 }
 
+/// Where the reply to a [`WriteMessages`] goes: a one-shot channel, or the reply slot a
+/// persistent actor incarnation keeps for all its writes.
+///
+/// Build one from a `tokio::sync::oneshot::Sender<WriteMessagesReply>` with `.into()`; its
+/// receiver gets the reply, or a receive error when the reply was dropped unsent (the journal
+/// stopped). A persistent actor has at most one [`WriteMessages`] in flight, so it reuses one
+/// slot, allocated once per incarnation, instead of a channel per write: a `persist` allocates
+/// no reply channel. Either way the reply is sent at most once, and dropping a `ReplyTo`
+/// unsent tells the receiver so.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::journal::{ReplyTo, WriteMessagesReply};
+/// use tokio::sync::oneshot;
+///
+/// let (tx, mut rx) = oneshot::channel();
+/// let reply_to = ReplyTo::from(tx);
+/// assert!(reply_to.send(WriteMessagesReply::Completed(Default::default())).is_ok());
+/// assert!(matches!(rx.try_recv(), Ok(WriteMessagesReply::Completed(results)) if results.is_empty()));
+/// ```
+pub struct ReplyTo(Sender);
+
+enum Sender {
+    Oneshot(oneshot::Sender<WriteMessagesReply>),
+    /// `None` once sent (then dropping it closes nothing).
+    Slot(Option<Arc<ReplySlot>>),
+}
+
+impl ReplyTo {
+    /// Sends `reply`; gives it back when nobody waits for it any more (the receiver, or the
+    /// actor owning the slot, is gone).
+    ///
+    /// # Errors
+    /// The reply itself, when it could not be delivered.
+    pub fn send(mut self, reply: WriteMessagesReply) -> Result<(), WriteMessagesReply> {
+        match &mut self.0 {
+            Sender::Slot(slot) => match slot.take() {
+                // Only this sender holds the slot: its actor is gone.
+                Some(slot) if Arc::strong_count(&slot) == 1 => Err(reply),
+                Some(slot) => {
+                    slot.fill(Ok(reply));
+                    Ok(())
+                }
+                None => Err(reply),
+            },
+            Sender::Oneshot(_) => match std::mem::replace(&mut self.0, Sender::Slot(None)) {
+                Sender::Oneshot(tx) => tx.send(reply),
+                Sender::Slot(_) => Err(reply),
+            },
+        }
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        // Dropped unsent: the waiting actor learns that no reply will come (as a dropped
+        // oneshot sender's receiver does).
+        if let Sender::Slot(Some(slot)) = &mut self.0 {
+            slot.fill(Err(ReplyDropped));
+        }
+    }
+}
+
+impl From<oneshot::Sender<WriteMessagesReply>> for ReplyTo {
+    fn from(tx: oneshot::Sender<WriteMessagesReply>) -> Self {
+        ReplyTo(Sender::Oneshot(tx))
+    }
+}
+
+impl fmt::Debug for ReplyTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Sender::Oneshot(_) => "ReplyTo::Oneshot",
+            Sender::Slot(_) => "ReplyTo::Slot",
+        })
+    }
+}
+
+/// The reply to a [`WriteMessages`] was dropped without being sent (the journal stopped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplyDropped;
+
+/// A persistent actor incarnation's reply slot: one [`WriteMessages`] reply at a time, reused
+/// for every write (the actor sends its next batch only once it has taken the reply of the
+/// previous one, so a slot never holds two). Shared with the journal's arbiter, hence the lock
+/// (never contended for long: each side holds it to move one value).
+#[derive(Debug, Default)]
+pub(crate) struct ReplySlot {
+    inner: Mutex<SlotState>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    reply: Option<Result<WriteMessagesReply, ReplyDropped>>,
+    waker: Option<Waker>,
+}
+
+impl ReplySlot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // Nothing that can panic runs under the lock: a poisoned lock is still consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A sender for the next write: the slot must be empty (the previous reply was taken).
+    pub(crate) fn reply_to(self: &Arc<Self>) -> ReplyTo {
+        debug_assert!(
+            self.lock().reply.is_none(),
+            "a write was sent before the previous reply was taken"
+        );
+        ReplyTo(Sender::Slot(Some(Arc::clone(self))))
+    }
+
+    /// Puts the reply (or that none will come) into the slot and wakes the waiting task.
+    fn fill(&self, reply: Result<WriteMessagesReply, ReplyDropped>) {
+        let waker = {
+            let mut state = self.lock();
+            state.reply = Some(reply);
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The reply once it is there (`Err` when its sender was dropped unsent); else registers
+    /// the task to be woken when it arrives.
+    pub(crate) fn poll(
+        &self,
+        task: &TaskContext<'_>,
+    ) -> Poll<Result<WriteMessagesReply, ReplyDropped>> {
+        let mut state = self.lock();
+        match state.reply.take() {
+            Some(reply) => Poll::Ready(reply),
+            None => {
+                match &state.waker {
+                    Some(waker) if waker.will_wake(task.waker()) => {}
+                    _ => state.waker = Some(task.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The reply if it is there, without waiting.
+    pub(crate) fn try_take(&self) -> Option<Result<WriteMessagesReply, ReplyDropped>> {
+        self.lock().reply.take()
+    }
+}
+
 /// The answer to [`WriteMessages`].
 #[derive(Debug, Clone)]
 pub enum WriteMessagesReply {
     /// The batch was attempted: one result per atomic write, in order (as Akka's
     /// `WriteMessagesSuccessful` followed by `WriteMessageSuccess`, `WriteMessageRejected` or
-    /// `WriteMessageFailure` per write).
-    Completed(Vec<AtomicWriteResult>),
+    /// `WriteMessageFailure` per write). The result of a batch of one write is held inline
+    /// ([`WriteResults`]): no allocation per `persist`.
+    Completed(WriteResults),
     /// The batch failed as a whole (as Akka's `WriteMessagesFailed`); every write may or may not
     /// be stored.
     Failed(JournalError),
@@ -89,7 +244,7 @@ pub enum WriteMessagesReply {
 impl WriteMessagesReply {
     /// One result per atomic write: a whole-batch failure becomes that failure for each write.
     /// `write_count` is the number of atomic writes that were sent; a mismatch fails them all.
-    pub fn into_results(self, write_count: usize) -> Vec<AtomicWriteResult> {
+    pub fn into_results(self, write_count: usize) -> WriteResults {
         match self {
             WriteMessagesReply::Completed(results) if results.len() == write_count => results,
             WriteMessagesReply::Completed(results) => fail_all(
@@ -104,8 +259,9 @@ impl WriteMessagesReply {
     }
 }
 
-fn fail_all(cause: JournalError, count: usize) -> Vec<AtomicWriteResult> {
-    vec![Err(AtomicWriteError::Failed(cause)); count]
+fn fail_all(cause: JournalError, count: usize) -> WriteResults {
+    let failed: AtomicWriteResult = Err(AtomicWriteError::Failed(cause));
+    smallvec::smallvec![failed; count]
 }
 
 /// Replay the events of a persistence id with `from_seq_nr <= seq_nr <= to_seq_nr`, at most
@@ -218,4 +374,82 @@ pub struct TakeOwnership {
 
 impl Message for TakeOwnership {
     type Result = Result<Ownership, JournalError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::{ReplyDropped, ReplySlot, WriteMessagesReply};
+    use crate::error::JournalError;
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn stored(n: usize) -> WriteMessagesReply {
+        WriteMessagesReply::Completed(vec![Ok(()); n].into())
+    }
+
+    #[test]
+    fn a_slot_hands_each_reply_over_once_and_wakes_the_waiting_task() {
+        let slot = Arc::new(ReplySlot::default());
+        let wakes = Arc::new(Counting::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let task = Context::from_waker(&waker);
+        for writes in 1..=3 {
+            let reply_to = slot.reply_to();
+            assert!(slot.poll(&task).is_pending());
+            assert!(reply_to.send(stored(writes)).is_ok());
+            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
+            match slot.poll(&task) {
+                Poll::Ready(Ok(WriteMessagesReply::Completed(results))) => {
+                    assert_eq!(results.len(), writes)
+                }
+                other => panic!("expected the reply of {writes} writes, got {other:?}"),
+            }
+            assert!(slot.poll(&task).is_pending(), "taken once");
+        }
+    }
+
+    #[test]
+    fn a_reply_dropped_unsent_tells_the_waiting_task() {
+        let slot = Arc::new(ReplySlot::default());
+        let wakes = Arc::new(Counting::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let task = Context::from_waker(&waker);
+        let reply_to = slot.reply_to();
+        assert!(slot.poll(&task).is_pending());
+        drop(reply_to);
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(matches!(slot.poll(&task), Poll::Ready(Err(ReplyDropped))));
+        // The next write's reply is not affected.
+        let reply_to = slot.reply_to();
+        assert!(reply_to
+            .send(WriteMessagesReply::Failed(JournalError::JournalStopped))
+            .is_ok());
+        assert!(matches!(
+            slot.try_take(),
+            Some(Ok(WriteMessagesReply::Failed(JournalError::JournalStopped)))
+        ));
+    }
+
+    #[test]
+    fn a_reply_to_a_gone_actor_comes_back() {
+        let slot = Arc::new(ReplySlot::default());
+        let reply_to = slot.reply_to();
+        drop(slot);
+        match reply_to.send(stored(1)) {
+            Err(WriteMessagesReply::Completed(results)) => assert_eq!(results.len(), 1),
+            other => panic!("expected the reply back, got {other:?}"),
+        }
+    }
 }

@@ -4,10 +4,9 @@ use std::rc::Rc;
 
 use actix::{Actor, Context, Handler, Message};
 use metrics::Histogram;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::WriteMessagesReply;
+use super::{ReplyTo, WriteMessagesReply};
 
 /// Releases the write replies of one write-reply-ordering group in the order the journal
 /// received the writes. Owns the replies that arrived early; talks only to the waiting actors.
@@ -108,7 +107,7 @@ pub struct Resequence {
     /// The reply.
     pub reply: WriteMessagesReply,
     /// Where it goes.
-    pub reply_to: oneshot::Sender<WriteMessagesReply>,
+    pub reply_to: ReplyTo,
 }
 
 impl Message for Resequence {

@@ -1,12 +1,10 @@
 //! The future that runs a persistent actor's recovery and writes while its mailbox waits.
 
-use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
 use actix::{ActorContext, ActorFuture, AsyncContext, Context};
-use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::addr::ActorFailure;
@@ -17,7 +15,7 @@ use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor, RecoveryError};
 use crate::error::{AtomicWriteError, JournalError};
 use crate::journal::{WriteMessages, WriteMessagesReply};
-use crate::store::AtomicWriteResult;
+use crate::store::{AtomicWriteResult, WriteResults};
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
@@ -50,10 +48,11 @@ pub(crate) enum DriverState {
     Recovering(Box<Recovering>),
     #[default]
     Idle,
+    /// A batch is with the journal; its reply comes into the state's `reply_slot`.
     Awaiting {
-        reply: oneshot::Receiver<WriteMessagesReply>,
         writes: usize,
-        span: Span,
+        /// Only when tracing's DEBUG level is on (a span costs even when nothing listens).
+        span: Option<Span>,
         /// Held until the continuations ran (and started what they start).
         work: Option<InFlightGuard>,
     },
@@ -154,30 +153,20 @@ fn run<A: PersistentActor>(
                         return Poll::Ready(());
                     }
                     Some(Sent::Nothing) => {
-                        if !deliver(act, ctx, Vec::new()) {
+                        if !deliver(act, ctx, WriteResults::new()) {
                             return Poll::Ready(());
                         }
                     }
-                    Some(Sent::Writes {
-                        reply,
-                        writes,
-                        span,
-                    }) => {
+                    Some(Sent::Writes { writes, span }) => {
                         *this = DriverState::Awaiting {
-                            reply,
                             writes,
                             span,
                             work: act.persistence().enter_work(),
                         }
                     }
                 },
-                DriverState::Awaiting {
-                    reply,
-                    writes,
-                    span,
-                    work,
-                } => {
-                    let results = match Pin::new(reply).poll(task) {
+                DriverState::Awaiting { writes, span, work } => {
+                    let results = match act.persistence().reply_slot.poll(task) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(reply)) => reply.into_results(*writes),
                         Poll::Ready(Err(_)) => {
@@ -185,8 +174,8 @@ fn run<A: PersistentActor>(
                                 .into_results(*writes)
                         }
                     };
-                    let span = span.clone();
-                    let _entered = span.enter();
+                    let span = span.take();
+                    let _entered = span.as_ref().map(Span::enter);
                     let _work = work.take();
                     *this = DriverState::Idle;
                     if !deliver(act, ctx, results) {
@@ -202,9 +191,8 @@ enum Sent {
     /// Only defers or pre-rejected writes: nothing to wait for.
     Nothing,
     Writes {
-        reply: oneshot::Receiver<WriteMessagesReply>,
         writes: usize,
-        span: Span,
+        span: Option<Span>,
     },
 }
 
@@ -230,7 +218,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
         return Some(Sent::Nothing);
     }
     // Spans cost a few hundred instructions per persist even when nothing listens.
-    let span = if tracing::level_enabled!(tracing::Level::DEBUG) {
+    let span = tracing::level_enabled!(tracing::Level::DEBUG).then(|| {
         tracing::debug_span!(
             "persist",
             persistence_id = %state.persistence_id(),
@@ -238,18 +226,14 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
             to_seq_nr = writes.last().map(|w| w.highest_seq_nr()).unwrap_or(0),
             atomic_writes = writes.len(),
         )
-    } else {
-        Span::none()
-    };
-    let (reply_to, reply) = oneshot::channel();
+    });
     let count = writes.len();
     state.journal().do_send(WriteMessages {
         writes,
         incarnation: state.incarnation(),
-        reply_to,
+        reply_to: state.reply_slot.reply_to(),
     });
     Some(Sent::Writes {
-        reply,
         writes: count,
         span,
     })
@@ -257,11 +241,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
 
 /// Runs the in-flight invocations' continuations in order with their results. Returns false
 /// when the actor is stopping (a write failed, or user code panicked).
-fn deliver<A: PersistentActor>(
-    act: &mut A,
-    ctx: &mut Context<A>,
-    results: Vec<AtomicWriteResult>,
-) -> bool {
+fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: WriteResults) -> bool {
     let mut results = results.into_iter();
     while let Some(invocation) = act.persistence_mut().in_flight.pop_front() {
         let Invocation {
@@ -293,7 +273,8 @@ fn deliver<A: PersistentActor>(
                     stop_with(act, ctx, StopReason::Panicked { reason }, results);
                     return false;
                 }
-                if !events.is_empty() {
+                // The snapshot policy's check, only when it takes snapshots every N events.
+                if !events.is_empty() && act.persistence().snapshot_policy.every.is_some() {
                     let previous = highest_seq_nr - events.len() as u64;
                     let snapshot = catch_user(|| {
                         super::snapshots::after_stored(act, ctx, previous, highest_seq_nr)

@@ -18,7 +18,7 @@ use super::{EventSourced, PersistError};
 use crate::error::{
     validate_persistence_id, AtomicWriteError, InvalidPersistenceId, WriteRejection,
 };
-use crate::journal::{Incarnation, JournalActor};
+use crate::journal::{Incarnation, JournalActor, ReplySlot};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
@@ -86,6 +86,9 @@ pub struct PersistenceState<A: EventSourced> {
     pub(crate) driver_running: bool,
     /// Where recovery and writes stand (see `driver::pump`).
     pub(crate) driver: DriverState,
+    /// Where the journal puts the reply to the write in flight: one slot for every write of
+    /// this incarnation (at most one is in flight), instead of a channel per write.
+    pub(crate) reply_slot: Arc<ReplySlot>,
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
     stop_watch: Option<oneshot::Sender<StopReason>>,
@@ -175,6 +178,7 @@ impl<A: EventSourced> PersistenceState<A> {
             in_flight: VecDeque::new(),
             driver_running: false,
             driver: DriverState::Idle,
+            reply_slot: Arc::default(),
             stop_reason: StopReason::Normal,
             stop_watch: None,
             failure: FailureCell::default(),
@@ -291,11 +295,10 @@ impl<A: EventSourced> PersistenceState<A> {
             return;
         }
         let mut results = match std::mem::take(&mut self.driver) {
-            DriverState::Awaiting {
-                mut reply, writes, ..
-            } => reply
-                .try_recv()
-                .ok()
+            DriverState::Awaiting { writes, .. } => self
+                .reply_slot
+                .try_take()
+                .and_then(Result::ok)
                 .map(|reply| reply.into_results(writes).into_iter()),
             _ => None,
         };
@@ -414,11 +417,16 @@ impl<A: EventSourced> PersistenceState<A> {
                 }
             }
         }
-        let write = AtomicWrite::new(reprs)
-            .map(|write| write.with_fencing_token(self.fencing_token))
-            .and_then(|write| crate::limits::check_limits(&write).map(|()| write));
-        match write {
-            Ok(write) => PendingWrite::Ready(write),
+        let write = AtomicWrite {
+            events: reprs,
+            fencing_token: self.fencing_token,
+        };
+        // Its shape holds by construction (`AtomicWrite::check_shape`, not run again here):
+        // `count` >= 1 events (`persist_events` sends no empty write), all of this state's
+        // persistence id, numbered consecutively from `first` >= 1 (`next_seq_nr`).
+        debug_assert!(write.check_shape().is_ok());
+        match crate::limits::check_actor_write_limits(&write) {
+            Ok(()) => PendingWrite::Ready(write),
             Err(rejection) => PendingWrite::Rejected(rejection),
         }
     }

@@ -73,7 +73,7 @@ impl JournalUnderTest {
         self.actor.do_send(WriteMessages {
             writes,
             incarnation,
-            reply_to,
+            reply_to: reply_to.into(),
         });
         reply
     }
