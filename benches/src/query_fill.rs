@@ -2,7 +2,11 @@
 //! type "Bench" (`Bench|0`, `Bench|1`, ...), every event tagged `bench`, written through group
 //! commit (`query-speed`, `catch-up-speed`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use actix_persistence_core::query::{Offset, QuerySettings, QueryStore, ReadJournal};
+use futures::StreamExt;
 
 use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
 use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
@@ -52,4 +56,43 @@ pub async fn fill(store: &dyn JournalStore, events: u64, ids: u64) -> Duration {
         next_seq = last + 1;
     }
     started.elapsed()
+}
+
+/// What one catch-up measured: events delivered, wall-clock seconds, CPU seconds of this
+/// process (every thread).
+#[derive(Debug, Clone, Copy)]
+pub struct CatchUp {
+    /// Envelopes delivered.
+    pub delivered: u64,
+    /// Wall-clock seconds from the query's start to its end.
+    pub seconds: f64,
+    /// CPU seconds of this process meanwhile.
+    pub cpu: f64,
+}
+
+/// One `current_events_by_slices("Bench", 0, 1023, NoOffset)` over `store` with pages of
+/// `page_size` events, every envelope counted.
+///
+/// # Panics
+/// When the query fails.
+pub async fn catch_up_once(store: &Arc<dyn QueryStore>, page_size: u32) -> CatchUp {
+    let settings = QuerySettings {
+        page_size,
+        ..QuerySettings::default()
+    };
+    let query = ReadJournal::from_arc(Arc::clone(store), settings);
+    let cpu = crate::sys::process_cpu().as_secs_f64();
+    let started = Instant::now();
+    let delivered = query
+        .current_events_by_slices("Bench", 0, 1023, Offset::NoOffset)
+        .fold(0u64, |n, item| async move {
+            item.expect("catch-up query");
+            n + 1
+        })
+        .await;
+    CatchUp {
+        delivered,
+        seconds: started.elapsed().as_secs_f64(),
+        cpu: crate::sys::process_cpu().as_secs_f64() - cpu,
+    }
 }

@@ -10,14 +10,12 @@
 //! PostgreSQL after the fill, as a long-lived table would be.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use actix_persistence_bench::query_fill::fill;
-use actix_persistence_core::query::{Offset, QuerySettings, QueryStore, ReadJournal};
+use actix_persistence_bench::query_fill::{catch_up_once, fill, CatchUp};
+use actix_persistence_core::query::QueryStore;
 use actix_persistence_sql::{
     PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
 };
-use futures::StreamExt;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -56,22 +54,11 @@ fn main() {
             return;
         }
         for _ in 0..rounds {
-            let settings = QuerySettings {
-                page_size: page,
-                ..QuerySettings::default()
-            };
-            let query = ReadJournal::from_arc(Arc::clone(&store), settings);
-            let cpu = actix_persistence_bench::sys::process_cpu().as_secs_f64();
-            let started = Instant::now();
-            let delivered = query
-                .current_events_by_slices("Bench", 0, 1023, Offset::NoOffset)
-                .fold(0u64, |n, item| async move {
-                    item.expect("catch-up query");
-                    n + 1
-                })
-                .await;
-            let seconds = started.elapsed().as_secs_f64();
-            let cpu = actix_persistence_bench::sys::process_cpu().as_secs_f64() - cpu;
+            let CatchUp {
+                delivered,
+                seconds,
+                cpu,
+            } = catch_up_once(&store, page).await;
             println!(
                 "catch-up, page {page}: {delivered} events in {seconds:.2} s, {:.0} events/s, CPU {cpu:.2} s",
                 delivered as f64 / seconds

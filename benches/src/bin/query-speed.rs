@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix_persistence_bench::query_fill::{fill, repr};
+use actix_persistence_bench::query_fill::{self, fill, repr, CatchUp};
 use actix_persistence_core::query::{
     EventFilter, EventKey, EventsRequest, Offset, QuerySettings, QueryStore, ReadJournal,
     StoredEvent, WriteNotifications,
@@ -68,22 +68,11 @@ async fn catch_up_once(
     page_size: u32,
     expected: u64,
 ) {
-    let settings = QuerySettings {
-        page_size,
-        ..QuerySettings::default()
-    };
-    let query = ReadJournal::from_arc(Arc::clone(store), settings);
-    let cpu = actix_persistence_bench::sys::process_cpu().as_secs_f64();
-    let started = Instant::now();
-    let delivered = query
-        .current_events_by_slices("Bench", 0, 1023, Offset::NoOffset)
-        .fold(0u64, |n, item| async move {
-            item.expect("catch-up query");
-            n + 1
-        })
-        .await;
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = actix_persistence_bench::sys::process_cpu().as_secs_f64() - cpu;
+    let CatchUp {
+        delivered,
+        seconds,
+        cpu,
+    } = query_fill::catch_up_once(store, page_size).await;
     assert_eq!(delivered, expected, "every event once");
     println!(
         "| {name}{label} | catch-up, page {page_size} | {delivered} | {seconds:.2} s | {:.0} events/s | CPU {cpu:.2} s |",
