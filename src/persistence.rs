@@ -448,6 +448,7 @@ fn query_settings(settings: &Settings) -> QuerySettings {
         refresh_interval: query.refresh_interval,
         late_commit_window: query.late_commit_window,
         page_size: query.page_size.get(),
+        read_ahead_pages: query.read_ahead_pages.get(),
     }
 }
 

@@ -119,7 +119,8 @@ async fn events_persisted_by_actors_are_read_by_slice_and_by_tag() {
 
 #[actix::test]
 async fn query_settings_come_from_the_query_section() {
-    let loader = inmem("[query]\nrefresh-interval = \"50ms\"\npage-size = \"64\"\n");
+    let loader =
+        inmem("[query]\nrefresh-interval = \"50ms\"\npage-size = \"64\"\nread-ahead-pages = 3\n");
     let persistence = Persistence::start_from(loader).await.expect("start");
     let query = persistence.query().expect("query");
     assert_eq!(
@@ -128,6 +129,7 @@ async fn query_settings_come_from_the_query_section() {
             refresh_interval: Duration::from_millis(50),
             late_commit_window: Duration::from_secs(2),
             page_size: 64,
+            read_ahead_pages: 3,
         }
     );
 }

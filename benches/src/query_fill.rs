@@ -71,13 +71,19 @@ pub struct CatchUp {
 }
 
 /// One `current_events_by_slices("Bench", 0, 1023, NoOffset)` over `store` with pages of
-/// `page_size` events, every envelope counted.
+/// `page_size` events and `read_ahead_pages` reads in flight (`query.read-ahead-pages`), every
+/// envelope counted.
 ///
 /// # Panics
 /// When the query fails.
-pub async fn catch_up_once(store: &Arc<dyn QueryStore>, page_size: u32) -> CatchUp {
+pub async fn catch_up_once(
+    store: &Arc<dyn QueryStore>,
+    page_size: u32,
+    read_ahead_pages: u32,
+) -> CatchUp {
     let settings = QuerySettings {
         page_size,
+        read_ahead_pages,
         ..QuerySettings::default()
     };
     let query = ReadJournal::from_arc(Arc::clone(store), settings);

@@ -2,17 +2,19 @@
 //! several times, on a database that keeps its events between runs (for before/after pairs of
 //! builds on the same rows, and for profiling the catch-up alone).
 //!
-//! `cargo run --release -p actix-persistence-bench --bin catch-up-speed -- fill|run <url> [events] [ids] [page] [rounds]`
+//! `cargo run --release -p actix-persistence-bench --bin catch-up-speed -- fill|run <url> [events] [ids] [page] [rounds] [read-ahead,...]`
 //! (`url`: `sqlite:<file>` or a PostgreSQL URL of an existing database; `fill` writes `events`
 //! events in `ids` ids (defaults 1,000,000 and 10,000, see `query_fill`), `run` catches up
 //! `rounds` times (default 3) with pages of `page` events (default 1,000) and prints events/s
-//! and the CPU seconds of this process per catch-up). Run `VACUUM ANALYZE journal` on
+//! and the CPU seconds of this process per catch-up; with a comma-separated list of
+//! `query.read-ahead-pages` values (default: the default setting), each round catches up once
+//! per value, alternating, for side-by-side figures). Run `VACUUM ANALYZE journal` on
 //! PostgreSQL after the fill, as a long-lived table would be.
 
 use std::sync::Arc;
 
 use actix_persistence_bench::query_fill::{catch_up_once, fill, CatchUp};
-use actix_persistence_core::query::QueryStore;
+use actix_persistence_core::query::{QuerySettings, QueryStore};
 use actix_persistence_sql::{
     PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
 };
@@ -20,7 +22,9 @@ use actix_persistence_sql::{
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(mode), Some(url)) = (args.get(1).cloned(), args.get(2).cloned()) else {
-        eprintln!("usage: catch-up-speed fill|run <url> [events] [ids] [page] [rounds]");
+        eprintln!(
+            "usage: catch-up-speed fill|run <url> [events] [ids] [page] [rounds] [read-ahead,...]"
+        );
         std::process::exit(2);
     };
     let number =
@@ -29,6 +33,13 @@ fn main() {
     let ids = number(4, 10_000).max(1);
     let page = u32::try_from(number(5, 1_000)).unwrap_or(u32::MAX).max(1);
     let rounds = number(6, 3);
+    let read_ahead: Vec<u32> = match args.get(7) {
+        Some(list) => list
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect(),
+        None => vec![QuerySettings::default().read_ahead_pages],
+    };
     // One thread, as an Actix arbiter.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -54,15 +65,17 @@ fn main() {
             return;
         }
         for _ in 0..rounds {
-            let CatchUp {
-                delivered,
-                seconds,
-                cpu,
-            } = catch_up_once(&store, page).await;
-            println!(
-                "catch-up, page {page}: {delivered} events in {seconds:.2} s, {:.0} events/s, CPU {cpu:.2} s",
-                delivered as f64 / seconds
-            );
+            for &pages in &read_ahead {
+                let CatchUp {
+                    delivered,
+                    seconds,
+                    cpu,
+                } = catch_up_once(&store, page, pages).await;
+                println!(
+                    "catch-up, page {page}, read-ahead {pages}: {delivered} events in {seconds:.2} s, {:.0} events/s, CPU {cpu:.2} s",
+                    delivered as f64 / seconds
+                );
+            }
         }
     });
 }

@@ -72,7 +72,8 @@ async fn catch_up_once(
         delivered,
         seconds,
         cpu,
-    } = query_fill::catch_up_once(store, page_size).await;
+    } = query_fill::catch_up_once(store, page_size, QuerySettings::default().read_ahead_pages)
+        .await;
     assert_eq!(delivered, expected, "every event once");
     println!(
         "| {name}{label} | catch-up, page {page_size} | {delivered} | {seconds:.2} s | {:.0} events/s | CPU {cpu:.2} s |",

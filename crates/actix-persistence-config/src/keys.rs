@@ -174,6 +174,10 @@ pub(crate) const KEYS: &[Key] = &[
         path: "query.page-size",
         kind: Kind::Count { max: U32_MAX },
     },
+    Key {
+        path: "query.read-ahead-pages",
+        kind: Kind::Count { max: 64 },
+    },
 ];
 
 /// Every section (a TOML table holding settings).

@@ -743,6 +743,7 @@ impl Merged {
         let refresh_interval = self.duration("query.refresh-interval", problems);
         let late_commit_window = self.duration("query.late-commit-window", problems);
         let page_size = self.count_u32("query.page-size", problems);
+        let read_ahead_pages = self.count_u32("query.read-ahead-pages", problems);
 
         // The limit rule, on merged values: only when both are valid integers on their own.
         let mut groups_ok = groups.is_some();
@@ -801,6 +802,7 @@ impl Merged {
                 refresh_interval: refresh_interval?,
                 late_commit_window: late_commit_window?,
                 page_size: page_size?,
+                read_ahead_pages: read_ahead_pages?,
             },
         })
     }

@@ -114,6 +114,9 @@ const CHANGES: &[(&str, &str, Check)] = &[
         s.query.late_commit_window == Duration::from_secs(7)
     }),
     ("query.page-size", "64", |s| s.query.page_size.get() == 64),
+    ("query.read-ahead-pages", "5", |s| {
+        s.query.read_ahead_pages.get() == 5
+    }),
 ];
 
 fn inline_toml(key: &str, value: &str) -> String {
@@ -163,6 +166,7 @@ fn reference_parses_into_the_documented_defaults() {
             refresh_interval: Duration::from_millis(500),
             late_commit_window: Duration::from_secs(2),
             page_size: NonZeroU32::new(1000).expect("non-zero"),
+            read_ahead_pages: NonZeroU32::new(2).expect("non-zero"),
         },
     };
     assert_eq!(Settings::reference(), expected);

@@ -217,6 +217,20 @@ fn max_failures_above_u32_fails_with_the_upper_bound() {
 }
 
 #[test]
+fn read_ahead_pages_outside_1_to_64_fails_with_the_bounds() {
+    let problem = only_problem(load_env(&[(
+        "ACTIX_PERSISTENCE__QUERY__READ_AHEAD_PAGES",
+        "65",
+    )]));
+    assert_eq!(problem.setting, "query.read-ahead-pages");
+    assert_eq!(problem.value, "\"65\"");
+    assert_eq!(problem.rule, "must be an integer >= 1 and <= 64");
+    let problem = only_problem(load_inline("inline", "[query]\nread-ahead-pages = 0\n"));
+    assert_eq!(problem.setting, "query.read-ahead-pages");
+    assert_eq!(problem.rule, "must be an integer >= 1");
+}
+
+#[test]
 fn integer_too_large_for_any_type_fails_with_the_upper_bound() {
     let problem = only_problem(load_env(&[(
         "ACTIX_PERSISTENCE__JOURNAL__REPLAY_BATCH_SIZE",

@@ -1,7 +1,8 @@
-//! Backpressure of queries: a consumer that stops pulling stops the reading. A query reads at
-//! most one page ahead of what its consumer pulled (by slices and by tag), or none (by
+//! Backpressure of queries: a consumer that stops pulling stops the reading. A live query reads
+//! at most one page ahead of what its consumer pulled (by slices and by tag), or none (by
 //! persistence id), however long the consumer waits and however many events are written
-//! meanwhile (virtual time: the refresh interval passes hundreds of times).
+//! meanwhile (virtual time: the refresh interval passes hundreds of times). A catch-up over
+//! stored events reads at most `read_ahead_pages` pages ahead, that many at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,6 +28,12 @@ struct CountingStore {
     /// Ids a page of persistence ids holds beyond the limit asked (a store breaking its
     /// contract).
     extra_ids: usize,
+    /// Added to the database clock (µs): with an hour, every stored event is behind the
+    /// late-commit window (read by the settled pass).
+    clock_ahead: i64,
+    /// Pages being read now, and the most read at once.
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: Arc<AtomicUsize>,
 }
 
 impl CountingStore {
@@ -68,7 +75,7 @@ impl JournalStore for CountingStore {
 #[async_trait]
 impl QueryStore for CountingStore {
     async fn current_timestamp(&self) -> Result<i64, JournalError> {
-        self.journal.current_timestamp().await
+        Ok(self.journal.current_timestamp().await? + self.clock_ahead)
     }
 
     async fn read_events(
@@ -76,7 +83,15 @@ impl QueryStore for CountingStore {
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
         self.pages.fetch_add(1, Ordering::SeqCst);
-        self.journal.read_events(request).await
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        // A page takes a while, as a database's would: reads started together overlap.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        let page = self.journal.read_events(request).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        page
     }
 
     async fn read_persistence_ids(
@@ -181,6 +196,49 @@ async fn a_live_query_by_persistence_id_reads_nothing_ahead_of_its_consumer() {
         1,
     )
     .await;
+}
+
+/// A catch-up over stored events (all behind the late-commit window) reads windows of
+/// timestamps at once: exactly `read_ahead_pages` pages in flight while its consumer takes the
+/// first page, none beyond them while the consumer waits, and every event once, in order.
+#[tokio::test(start_paused = true)]
+async fn a_catch_up_reads_read_ahead_pages_at_once_and_no_more() {
+    for read_ahead_pages in [1, 2, 4] {
+        let store = CountingStore {
+            clock_ahead: 3_600_000_000,
+            ..CountingStore::default()
+        };
+        write(&store, 1, 100).await;
+        let settings = QuerySettings {
+            page_size: PAGE,
+            read_ahead_pages,
+            ..QuerySettings::default()
+        };
+        let journal = ReadJournal::new(store.clone(), settings);
+        let mut catch_up = journal.current_events_by_slices("Slow", 0, 1023, Offset::NoOffset);
+        let first = catch_up
+            .next()
+            .await
+            .expect("an element")
+            .expect("no error");
+        assert_eq!(first.seq_nr, 1);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            store.reads(),
+            1 + read_ahead_pages as usize,
+            "the first page and {read_ahead_pages} read ahead while the consumer waits"
+        );
+        let rest: Vec<u64> = catch_up
+            .map(|e| e.expect("no error").seq_nr)
+            .collect()
+            .await;
+        assert_eq!(rest, (2..=100).collect::<Vec<_>>());
+        assert_eq!(
+            store.most_in_flight.load(Ordering::SeqCst),
+            read_ahead_pages as usize,
+            "pages read at once"
+        );
+    }
 }
 
 /// A store that answers a page of persistence ids with more than the limit asked: the query

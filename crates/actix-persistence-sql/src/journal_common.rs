@@ -1491,14 +1491,19 @@ pub(crate) fn page_query_sql<D: Dialect>(
         ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
     };
     let order = D::BYTE_ORDER;
-    // The range is given as two row comparisons led by the index's first column (the entity
-    // type, or the tag: `$1`), which together also say `lead = $1`: only the filter's own
-    // index can start and stop its scan there. With `lead = $1` and a position on the
-    // timestamp alone, PostgreSQL (a generic plan, whose estimate of `entity_type = $1` is
-    // "all rows" when the statistics saw one type) read `journal_by_timestamp` through every
-    // other entity type's rows (227 ms for an empty page over a million of them), or started
-    // `journal_by_entity_type` at the type's first row (31 ms per page); this form reads the
-    // page's rows only (0.5 ms per page of 1,000; `EXPLAIN ANALYZE`, docs/benchmarks.md).
+    // The lower end is a row comparison led by the index's first column (the entity type, or
+    // the tag: `$1`), which only the filter's own index can start its scan at; `lead = $1` and
+    // the timestamp range beside it make the upper end stop the scan. Alone, `lead = $1` with a
+    // position on the timestamp let PostgreSQL (a generic plan, whose estimate of
+    // `entity_type = $1` is "all rows" when the statistics saw one type) read
+    // `journal_by_timestamp` through every other entity type's rows (227 ms for an empty page
+    // over a million of them), or start `journal_by_entity_type` at the type's first row (31 ms
+    // per page). An upper end given as a row comparison `(lead, timestamp) < ($1, bound)` did
+    // not stop the scan: PostgreSQL 15 ends a btree scan only on a row comparison's first
+    // column, so a page whose window held fewer events than a page read on through every later
+    // event of the type (79 ms for an empty window in a million events, where the settled
+    // pass reads windows of timestamps ahead). This form reads the page's rows only (0.1 ms
+    // for an empty window, 0.5-1 ms per page of 1,000; `EXPLAIN ANALYZE`, docs/benchmarks.md).
     format!(
         "SELECT journal.seq_nr, journal.writer_uuid, journal.write_timestamp, \
                     journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
@@ -1507,13 +1512,15 @@ pub(crate) fn page_query_sql<D: Dialect>(
              WHERE {condition}\
                    ({lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
                     {position}.seq_nr) > ($1, ${}, ${}, ${}) \
-               AND ({lead}, {position}.db_timestamp) < ($1, ${}) \
+               AND {lead} = $1 \
+               AND {position}.db_timestamp >= ${} AND {position}.db_timestamp < ${} \
              ORDER BY {lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
                       {position}.seq_nr \
              LIMIT ${}",
         p + 1,
         p + 2,
         p + 3,
+        p + 1,
         p + 4,
         p + 5,
     )

@@ -45,6 +45,7 @@ async fn setup() -> Option<Setup> {
         refresh_interval: Duration::from_millis(20),
         late_commit_window: WINDOW,
         page_size: 100,
+        ..QuerySettings::default()
     };
     Some(Setup {
         db,

@@ -25,12 +25,17 @@ use futures::future::{self, Either};
 use futures::stream::{self, StreamExt};
 use tokio::time::Instant;
 
+use super::settled_reads::{PageSummary, SettledReads};
 use super::{
     EnvelopeStream, EventFilter, EventKey, EventsRequest, Offset, QueryError, QuerySettings,
     QueryStore, RawEnvelope, SeenEvent, SeenMap, StoredEvent, TimestampOffset, WriteNotifications,
 };
 use crate::error::JournalError;
 use crate::store::RunInterner;
+
+/// Envelopes handed to the consumer at once; between two such chunks of a page, reads in
+/// flight get to run (see [`OffsetQuery::next_batch`]).
+const HANDOVER_CHUNK: usize = 100;
 
 /// Where a query by offset is in its round.
 #[derive(Debug, Clone, Copy)]
@@ -65,28 +70,71 @@ pub(crate) struct OffsetQuery {
     delivered: HashMap<Arc<str>, SeenEvent, foldhash::fast::RandomState>,
     /// The envelopes of the page being read, handed to the consumer as one batch.
     buffer: Vec<RawEnvelope>,
+    /// The envelopes of the page being handed to the consumer, [`HANDOVER_CHUNK`] at a time.
+    handing: std::vec::IntoIter<RawEnvelope>,
     phase: Phase,
     notifications: Option<WriteNotifications>,
     next_round: Instant,
-    /// The next page of the pass, read while the consumer drains the buffer.
+    /// The next page of the fast pass, read while the consumer drains the buffer.
     prefetch: Option<Prefetch>,
+    /// The settled pass's pages read ahead, in windows of timestamps (see [`SettledReads`]).
+    settled_reads: SettledReads<ReadTask>,
     /// The entity type of the last envelope: envelopes of one entity type share it (a query
     /// by slices allocates it once).
     entity_types: RunInterner,
 }
 
-/// A page read ahead: the request it answers (pass, position, bound) and the task reading it,
-/// aborted when dropped (a query dropped, or a position that moved elsewhere).
+/// A page read ahead by the fast pass: the request it answers (position, bound) and the task
+/// reading it.
 struct Prefetch {
-    fast: bool,
     after: EventKey,
     bound: i64,
-    task: tokio::task::JoinHandle<Result<Vec<StoredEvent>, JournalError>>,
+    task: ReadTask,
 }
 
-impl Drop for Prefetch {
+/// A page read by a task of its own, aborted when dropped (a query dropped, or a position that
+/// moved elsewhere).
+struct ReadTask(tokio::task::JoinHandle<Result<Vec<StoredEvent>, JournalError>>);
+
+impl ReadTask {
+    /// Starts reading the page of `filter` after `after` below `bound` on the current runtime;
+    /// `None` outside one (the page is then read when it is needed).
+    fn start(
+        store: &Arc<dyn QueryStore>,
+        filter: &EventFilter,
+        limit: u32,
+        after: EventKey,
+        bound: i64,
+        fast: bool,
+    ) -> Option<Self> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let store = Arc::clone(store);
+        let filter = filter.clone();
+        Some(ReadTask(runtime.spawn(async move {
+            store
+                .read_events(EventsRequest {
+                    filter: &filter,
+                    after: &after,
+                    before_timestamp: bound,
+                    limit,
+                    with_previous_timestamp: fast,
+                })
+                .await
+        })))
+    }
+
+    /// The page.
+    async fn page(mut self) -> Result<Vec<StoredEvent>, QueryError> {
+        match (&mut self.0).await {
+            Ok(page) => Ok(page?),
+            Err(error) => Err(JournalError::storage("read a query page", error).into()),
+        }
+    }
+}
+
+impl Drop for ReadTask {
     fn drop(&mut self) {
-        self.task.abort();
+        self.0.abort();
     }
 }
 
@@ -125,6 +173,10 @@ impl OffsetQuery {
             .iter()
             .map(|(id, seen)| (Arc::clone(id), *seen))
             .collect();
+        let settled_reads = SettledReads::new(
+            settings.page_size.max(1) as usize,
+            settings.read_ahead_pages.max(1) as usize,
+        );
         let state = OffsetQuery {
             store,
             filter,
@@ -135,10 +187,12 @@ impl OffsetQuery {
             seen,
             delivered,
             buffer: Vec::new(),
+            handing: Vec::new().into_iter(),
             phase: Phase::Start,
             notifications,
             next_round: Instant::now(),
             prefetch: None,
+            settled_reads,
             entity_types: RunInterner::new(),
         };
         // A page at a time through `unfold` (moving the state in and out of a future per
@@ -161,8 +215,23 @@ impl OffsetQuery {
     /// (and waiting, when live) as needed.
     async fn next_batch(&mut self) -> Option<Result<Vec<RawEnvelope>, QueryError>> {
         loop {
+            if self.handing.len() > 0 {
+                // Between two chunks of a page, the reads in flight get the thread: on a
+                // single-threaded runtime (an Actix arbiter) a consumer that takes envelopes
+                // without waiting never yields, and a read's next step (a connection's ping
+                // answered, its query sent, its rows decoded) waited for the next page's
+                // await: the reads ahead ran one after another instead of at once.
+                if self.reading_ahead() {
+                    tokio::task::yield_now().await;
+                }
+                return Some(Ok(self.next_chunk()));
+            }
             if !self.buffer.is_empty() {
-                return Some(Ok(std::mem::take(&mut self.buffer)));
+                if self.buffer.len() <= HANDOVER_CHUNK {
+                    return Some(Ok(std::mem::take(&mut self.buffer)));
+                }
+                self.handing = std::mem::take(&mut self.buffer).into_iter();
+                return Some(Ok(self.next_chunk()));
             }
             let step = match self.phase {
                 Phase::Done => return None,
@@ -178,6 +247,16 @@ impl OffsetQuery {
                 return Some(Err(error));
             }
         }
+    }
+
+    /// The next [`HANDOVER_CHUNK`] envelopes of the page being handed over.
+    fn next_chunk(&mut self) -> Vec<RawEnvelope> {
+        self.handing.by_ref().take(HANDOVER_CHUNK).collect()
+    }
+
+    /// Whether a page is being read ahead (by either pass).
+    fn reading_ahead(&self) -> bool {
+        self.prefetch.is_some() || self.settled_reads.in_flight()
     }
 
     /// Reads the database clock and starts the settled pass.
@@ -211,75 +290,85 @@ impl OffsetQuery {
         }
     }
 
-    /// One page from `after` up to `bound`: the page read ahead if it answers this request,
-    /// else read now.
-    async fn read_page(
+    /// One page of the fast pass from `after` up to `bound`: the page read ahead if it answers
+    /// this request, else read now.
+    async fn read_fast_page(
         &mut self,
         after: &EventKey,
         bound: i64,
-        fast: bool,
     ) -> Result<Vec<StoredEvent>, QueryError> {
-        if let Some(mut prefetch) = self.prefetch.take() {
-            if prefetch.fast == fast && prefetch.bound == bound && prefetch.after == *after {
-                return match (&mut prefetch.task).await {
-                    Ok(page) => Ok(page?),
-                    Err(error) => Err(JournalError::storage("read a query page", error).into()),
-                };
+        if let Some(prefetch) = self.prefetch.take() {
+            if prefetch.bound == bound && prefetch.after == *after {
+                return prefetch.task.page().await;
             }
         }
         Ok(self
             .store
-            .read_events(self.request(after, bound, fast))
+            .read_events(self.request(after, bound, true))
             .await?)
     }
 
-    /// Starts reading the page after `after` (when the page just read was full): the store
-    /// works on it while this page is delivered and the consumer takes its envelopes. At most
-    /// one page is read ahead.
+    /// Starts reading the fast pass's page after `after` (when the page just read was full):
+    /// the store works on it while this page is delivered and the consumer takes its
+    /// envelopes. At most one page is read ahead.
     ///
     /// Yields once, so that the reading task sends its query before this page is delivered: a
     /// consumer that takes envelopes without waiting never yields to the runtime, and on a
     /// single-threaded runtime (an Actix arbiter) the query would otherwise be sent only when
     /// the next page is awaited, leaving the database idle while the page is delivered.
-    async fn read_ahead(&mut self, after: EventKey, bound: i64, fast: bool) {
-        let store = Arc::clone(&self.store);
-        let filter = self.filter.clone();
+    async fn read_fast_ahead(&mut self, after: EventKey, bound: i64) {
         let limit = self.settings.page_size.max(1);
-        let position = after.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Some(task) =
+            ReadTask::start(&self.store, &self.filter, limit, after.clone(), bound, true)
+        else {
             return;
         };
-        let task = runtime.spawn(async move {
-            store
-                .read_events(EventsRequest {
-                    filter: &filter,
-                    after: &position,
-                    before_timestamp: bound,
-                    limit,
-                    with_previous_timestamp: fast,
-                })
-                .await
-        });
-        self.prefetch = Some(Prefetch {
-            fast,
-            after,
-            bound,
-            task,
-        });
+        self.prefetch = Some(Prefetch { after, bound, task });
         tokio::task::yield_now().await;
     }
 
-    async fn settled_page(&mut self, bound: i64, fast_bound: i64) -> Result<(), QueryError> {
-        let after = self.settled.clone();
-        let page = self.read_page(&after, bound, false).await?;
-        let full = page.len() >= self.settings.page_size.max(1) as usize;
-        if full {
-            // The next page starts after this one's last event (where `settled` will be): the
-            // store reads it while this page is delivered and taken.
-            if let Some(last) = page.last() {
-                self.read_ahead(last.key(), bound, false).await;
-            }
+    /// Starts the settled pass's planned reads that are not in flight yet; yields once when
+    /// it started one (as [`Self::read_fast_ahead`]).
+    async fn start_settled_reads(&mut self) {
+        let limit = self.settings.page_size.max(1);
+        let mut started = false;
+        for read in self.settled_reads.unstarted() {
+            read.task = ReadTask::start(
+                &self.store,
+                &self.filter,
+                limit,
+                read.after.clone(),
+                read.end,
+                false,
+            );
+            started |= read.task.is_some();
         }
+        if started {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The next page of the settled pass (see [`SettledReads`]): the pages after it, and the
+    /// windows of timestamps after its own, are read while it is delivered.
+    async fn settled_page(&mut self, bound: i64, fast_bound: i64) -> Result<(), QueryError> {
+        let mut read = self.settled_reads.next_read(&self.settled, bound);
+        let page = match read.task.take() {
+            Some(task) => task.page().await?,
+            None => {
+                self.store
+                    .read_events(self.request(&read.after, read.end, false))
+                    .await?
+            }
+        };
+        let summary = PageSummary {
+            len: page.len(),
+            first_timestamp: page.first().map(|event| event.timestamp),
+        };
+        let last_key = page.last().map(StoredEvent::key);
+        let pass_over = self
+            .settled_reads
+            .page_done(&read, summary, last_key.as_ref());
+        self.start_settled_reads().await;
         self.buffer.reserve(page.len());
         let last = page.len().saturating_sub(1);
         for (i, event) in page.into_iter().enumerate() {
@@ -294,13 +383,15 @@ impl OffsetQuery {
                 self.deliver(event);
             }
         }
-        if !full {
-            // Everything below `bound` is read.
-            let end = EventKey::start_of(bound);
+        if summary.len < self.settings.page_size.max(1) as usize {
+            // Everything below the window's end is read (below `bound` when it was the last).
+            let end = EventKey::start_of(read.end);
             if end > self.settled {
                 self.advance_settled(end);
             }
-            self.phase = Phase::Fast { bound: fast_bound };
+            if pass_over {
+                self.phase = Phase::Fast { bound: fast_bound };
+            }
         }
         Ok(())
     }
@@ -310,12 +401,12 @@ impl OffsetQuery {
             self.fast = self.settled.clone();
         }
         let after = self.fast.clone();
-        let page = self.read_page(&after, bound, true).await?;
+        let page = self.read_fast_page(&after, bound).await?;
         let full = page.len() >= self.settings.page_size.max(1) as usize;
         if full {
             // The next page starts after this one's last event (where `fast` will be).
             if let Some(last) = page.last() {
-                self.read_ahead(last.key(), bound, true).await;
+                self.read_fast_ahead(last.key(), bound).await;
             }
         }
         self.buffer.reserve(page.len());

@@ -66,6 +66,7 @@ mod notify;
 mod offset;
 mod read_journal;
 mod settings;
+mod settled_reads;
 mod slice;
 mod store;
 

@@ -27,9 +27,17 @@ pub struct QuerySettings {
     /// missed by queries running meanwhile. Default: 2 s.
     pub late_commit_window: Duration,
     /// Events (or persistence ids) read per query (`query.page-size`). A stream holds at most
-    /// two pages in memory: the one its consumer takes envelopes from and, by slice and by tag,
-    /// the next one, read meanwhile. Default: 1000.
+    /// `1 + read_ahead_pages` pages in memory: the one its consumer takes envelopes from and,
+    /// by slice and by tag, the ones read meanwhile. Default: 1000.
     pub page_size: u32,
+    /// Pages a query by slices or by tag reads while its consumer takes the current one
+    /// (`query.read-ahead-pages`), each on a database connection of its own. With 1, the next
+    /// page only. With more, a catch-up over stored events (older than the late-commit window)
+    /// also reads the windows of database timestamps after the current page's, so that that
+    /// many connections work at once (`docs/architecture.md`, "Queries"). A live query that has
+    /// caught up reads one page per round, whatever this is. Values below 1 count as 1.
+    /// Default: 2.
+    pub read_ahead_pages: u32,
 }
 
 impl Default for QuerySettings {
@@ -38,6 +46,7 @@ impl Default for QuerySettings {
             refresh_interval: Duration::from_millis(500),
             late_commit_window: Duration::from_secs(2),
             page_size: 1000,
+            read_ahead_pages: 2,
         }
     }
 }

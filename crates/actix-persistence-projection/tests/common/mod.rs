@@ -30,6 +30,7 @@ pub fn query_settings() -> QuerySettings {
         refresh_interval: Duration::from_millis(20),
         late_commit_window: Duration::from_millis(50),
         page_size: 50,
+        ..QuerySettings::default()
     }
 }
 

@@ -205,7 +205,7 @@ macro_rules! __case_table {
     };
 }
 
-/// Expands into one `#[test]` per query conformance case (Q1-Q22 as
+/// Expands into one `#[test]` per query conformance case (Q1-Q23 as
 /// `q01_events_by_persistence_id_bounds` ..
 /// `q16_payloads_of_every_size_come_back_byte_for_byte`), each against a
 /// [`QueryStore`](actix_persistence_core::query::QueryStore) fresh from the factory. Same
@@ -256,6 +256,7 @@ macro_rules! __query_cases {
             q20_live_events_by_persistence_id_ends_after_to: "Q20 the live events_by_persistence_id ends once every event up to `to` was delivered, also when `to` is not stored",
             q21_live_queries_catch_up_without_waiting_for_a_refresh: "Q21 live queries read stored pages one after another without waiting for the refresh interval",
             q22_persistence_ids_are_those_that_stored_events: "Q22 current_persistence_ids lists ids that stored events, not ids that only took ownership",
+            q23_catch_up_reading_ahead_delivers_every_event_once: "Q23 a catch-up reading windows of timestamps ahead delivers every stored event once, in order, and resumes exactly",
         }
     };
 }

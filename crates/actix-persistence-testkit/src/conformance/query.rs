@@ -1,4 +1,4 @@
-//! The query conformance cases Q1-Q22 (`docs/conformance.md`, "Query store"): what
+//! The query conformance cases Q1-Q23 (`docs/conformance.md`, "Query store"): what
 //! [`ReadJournal`] must deliver over a [`QueryStore`].
 //!
 //! Every case wraps the store in a [`ControlledQueryStore`] (late commits and the late-commit
@@ -47,6 +47,9 @@ impl QueryUnderTest {
             refresh_interval: Duration::from_millis(20),
             late_commit_window: CASE_WINDOW,
             page_size: 7,
+            // More than one, so that every settled pass over more than a page reads windows of
+            // timestamps concurrently (Q23 compares with one).
+            read_ahead_pages: 3,
         };
         QueryUnderTest {
             control: store.control(),
@@ -1300,6 +1303,75 @@ pub async fn q22_persistence_ids_are_those_that_stored_events(store: Arc<dyn Que
     );
 }
 
+/// Q23: a catch-up over stored events that reads ahead (`read_ahead_pages` > 1: windows of
+/// database timestamps read at once) delivers exactly what one reading page after page does:
+/// every stored event once, each id in order, deleted events left out; and resuming from any
+/// envelope's offset delivers exactly the rest.
+pub async fn q23_catch_up_reading_ahead_delivers_every_event_once(store: Arc<dyn QueryStore>) {
+    let t = QueryUnderTest::new(store);
+    let entity_type = fresh("Q23");
+    let ids: Vec<String> = (0..6).map(|i| format!("{entity_type}|{i}")).collect();
+    // 150 events in pages of 7, the ids interleaved.
+    for seq_nr in 1..=25 {
+        for id in &ids {
+            t.write_range(id, seq_nr, seq_nr, &[]).await;
+        }
+    }
+    within(
+        "Q23 delete",
+        t.store
+            .delete_messages_to(&ids[2], 10, actix_persistence_core::FencingToken::UNOWNED),
+    )
+    .await
+    .expect("Q23 delete");
+    // Every event is behind the late-commit window: the settled pass reads them all.
+    t.control.advance_clock(CASE_WINDOW);
+    let catch_up = |read_ahead_pages: u32, offset: Offset| {
+        let settings = QuerySettings {
+            read_ahead_pages,
+            ..t.query.settings().clone()
+        };
+        ReadJournal::from_arc(t.store.clone(), settings).current_events_by_slices(
+            &entity_type,
+            0,
+            1023,
+            offset,
+        )
+    };
+    let one_by_one = collect("Q23 one page ahead", catch_up(1, Offset::NoOffset)).await;
+    assert_eq!(one_by_one.len(), 140, "Q23: 150 events, 10 deleted");
+    assert_distinct_and_ordered("Q23", &one_by_one);
+    for id in &ids {
+        let expected: Vec<u64> = if *id == ids[2] {
+            (11..=25).collect()
+        } else {
+            (1..=25).collect()
+        };
+        let of_id: Vec<u64> = one_by_one
+            .iter()
+            .filter(|e| &*e.persistence_id == id.as_str())
+            .map(|e| e.seq_nr)
+            .collect();
+        assert_eq!(of_id, expected, "Q23: the events of {id}");
+    }
+    for pages in [2, 3, 8] {
+        let ahead = collect("Q23 reading ahead", catch_up(pages, Offset::NoOffset)).await;
+        assert_eq!(
+            keys(&ahead),
+            keys(&one_by_one),
+            "Q23: {pages} pages read ahead"
+        );
+    }
+    for i in (0..one_by_one.len()).step_by(9) {
+        let rest = collect("Q23 resumed", catch_up(3, one_by_one[i].offset.clone())).await;
+        assert_eq!(
+            keys(&rest),
+            keys(&one_by_one[i + 1..]),
+            "Q23: resumed after element {i}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The case table and runners.
 
@@ -1334,7 +1406,7 @@ impl fmt::Debug for QueryCase {
 }
 
 crate::__query_cases! {
-    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q22." }
+    __case_table { QueryCase, "Every query conformance case, in order: Q1-Q23." }
 }
 
 impl Case for QueryCase {

@@ -1,0 +1,409 @@
+//! The settled pass's pages, read ahead in windows of database timestamps, so that a catch-up
+//! over stored events keeps several database connections busy at once.
+//!
+//! A query's next page starts after the last event of the page before it, so one pass read
+//! page by page waits for each page before it can ask for the next: on PostgreSQL one backend
+//! worked at a time, and the catch-up ran at the speed of that backend (about 2 µs of server
+//! CPU per event), well below a replay, whose pages are known ahead (windows of sequence
+//! numbers). The settled pass reads a range whose every event is committed (`settled` to the
+//! round's `bound`), so it can be cut by timestamp instead: once a page shows how dense the
+//! events are, the rest of the range is planned as consecutive **windows** of database
+//! timestamps, each sized to hold most of a page, and the windows are read concurrently (up
+//! to `query.read-ahead-pages` reads in flight), each page by page, and delivered in order.
+//!
+//! - The windows partition the range: `(settled, e1)`, `[e1, e2)`, ..., `[ek, bound)`. Every
+//!   event of the range lies in exactly one window, and the windows are delivered in
+//!   timestamp order, so the query order ([`EventKey`]) is kept.
+//! - A window holding more than a page is read on in pages (a *continuation* after the page's
+//!   last event, read before the windows after it): nothing is read twice or skipped.
+//! - The width follows the density seen over the last eight reads (events, and the µs each
+//!   covered), to hold 7/8 of a page; a read that found nothing at least quadruples it (a quiet
+//!   stretch of history is crossed in a few windows, not one empty read per page's worth of
+//!   time). Timestamps come in clusters (a PostgreSQL statement gives all its rows one
+//!   timestamp, so a group commit's events share it): the average over several reads spans
+//!   several clusters and the gaps between them.
+//! - A round's reads belong to its bound: a new round (a live query's next settled pass) or a
+//!   position that moved elsewhere drops them, and dropping a read aborts it.
+//! - Nothing is planned until a page comes back full: a live query's round over a few new
+//!   events is one read, as before.
+
+use std::collections::VecDeque;
+
+use super::EventKey;
+
+/// One page read of the settled pass: the events after `after` with a database timestamp
+/// below `end` (exclusive), at most a page. `task` reads it ahead (aborted when dropped);
+/// `None` until started (or when no runtime could start it: read when it is the next page).
+pub(crate) struct PageRead<T> {
+    /// The position after which the page starts (exclusive).
+    pub(crate) after: EventKey,
+    /// The end of the page's window, µs (exclusive).
+    pub(crate) end: i64,
+    /// The read in flight, if started.
+    pub(crate) task: Option<T>,
+}
+
+/// What a page told of the range it was read from (see [`SettledReads::page_done`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageSummary {
+    /// Events in the page.
+    pub(crate) len: usize,
+    /// Timestamp of its first event (µs), when it has one.
+    pub(crate) first_timestamp: Option<i64>,
+}
+
+/// The reads of one settled pass (see the module documentation), in delivery order.
+pub(crate) struct SettledReads<T> {
+    /// The pass's bound (exclusive): the reads are for this round only.
+    bound: i64,
+    /// Planned reads, the next page first.
+    reads: VecDeque<PageRead<T>>,
+    /// The start of the part of the range no read covers yet (µs); `bound` when all of it is
+    /// planned.
+    tail: i64,
+    /// The width of the next window (µs), from the density seen; `None` before a full page.
+    width: Option<i64>,
+    /// The last reads' events and the µs each covered (at most [`DENSITY_READS`]).
+    recent: VecDeque<(usize, i64)>,
+    /// Events per page.
+    page_size: usize,
+    /// Reads in flight at most (`query.read-ahead-pages`, >= 1).
+    depth: usize,
+}
+
+impl<T> SettledReads<T> {
+    /// No reads (a pass not started).
+    pub(crate) fn new(page_size: usize, depth: usize) -> Self {
+        SettledReads {
+            bound: i64::MIN,
+            reads: VecDeque::new(),
+            tail: i64::MIN,
+            width: None,
+            recent: VecDeque::with_capacity(DENSITY_READS),
+            page_size: page_size.max(1),
+            depth: depth.max(1),
+        }
+    }
+
+    /// The read of the pass's next page, from `settled` up to `bound`: the one planned when it
+    /// starts at `settled` in a pass with this `bound`; otherwise (a new round, or the first
+    /// page) every planned read is dropped and the whole rest of the range is one read, not
+    /// started.
+    pub(crate) fn next_read(&mut self, settled: &EventKey, bound: i64) -> PageRead<T> {
+        if self.bound == bound {
+            if let Some(read) = self.reads.pop_front() {
+                if read.after == *settled {
+                    return read;
+                }
+            }
+        }
+        self.reads.clear();
+        self.bound = bound;
+        self.tail = bound;
+        PageRead {
+            after: settled.clone(),
+            end: bound,
+            task: None,
+        }
+    }
+
+    /// Plans what follows `read`, whose page is `page` and ends (when full) at `last`: the
+    /// window's continuation first when the page is full, then new windows up to `depth` reads.
+    /// Returns whether the pass is over (the page was not full and its window was the last).
+    pub(crate) fn page_done(
+        &mut self,
+        read: &PageRead<T>,
+        page: PageSummary,
+        last: Option<&EventKey>,
+    ) -> bool {
+        let full = page.len >= self.page_size;
+        self.learn_density(read, page, last);
+        match (full, last) {
+            (true, Some(last)) => {
+                // Nothing is planned behind this window: its continuation may stop short of
+                // its end, and the rest is planned as windows.
+                let mut end = read.end;
+                if self.depth > 1 && self.reads.is_empty() && self.tail == read.end {
+                    if let Some(width) = self.width {
+                        end = end.min(last.timestamp.saturating_add(width));
+                        self.tail = end;
+                    }
+                }
+                self.reads.push_front(PageRead {
+                    after: last.clone(),
+                    end,
+                    task: None,
+                });
+            }
+            _ if read.end >= self.bound => {
+                self.reads.clear();
+                return true;
+            }
+            _ => {}
+        }
+        self.plan_windows();
+        false
+    }
+
+    /// Whether a planned read is in flight.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.reads.iter().any(|read| read.task.is_some())
+    }
+
+    /// The planned reads not started yet (to start them).
+    pub(crate) fn unstarted(&mut self) -> impl Iterator<Item = &mut PageRead<T>> {
+        self.reads.iter_mut().filter(|read| read.task.is_none())
+    }
+
+    /// Planned windows, each covering the next `width` µs of the rest, while fewer than
+    /// `depth` reads are planned. When nothing is planned and the rest is not, one window is
+    /// (the pass goes on).
+    fn plan_windows(&mut self) {
+        let Some(width) = self.width else {
+            return;
+        };
+        while self.tail < self.bound && (self.reads.len() < self.depth || self.reads.is_empty()) {
+            let end = self.tail.saturating_add(width).min(self.bound);
+            self.reads.push_back(PageRead {
+                after: EventKey::start_of(self.tail),
+                end,
+                task: None,
+            });
+            self.tail = end;
+        }
+    }
+
+    /// Sizes the next windows from the density of events the last reads showed (the events
+    /// and µs each covered, over the last [`DENSITY_READS`]): to hold 7/8 of a page each. A read
+    /// that found nothing quadruples the width at least, so that a quiet stretch of history (or
+    /// the gap between two group commits, whose events share one timestamp per statement) is
+    /// crossed in a few reads.
+    fn learn_density(&mut self, read: &PageRead<T>, page: PageSummary, last: Option<&EventKey>) {
+        let full = page.len >= self.page_size;
+        // Where the read's range starts: the first read of a pass starts wherever the offset
+        // was (perhaps the start of time), so its page's first event stands for it.
+        let start = if read.after.timestamp > i64::MIN / 2 {
+            Some(read.after.timestamp)
+        } else {
+            page.first_timestamp
+        };
+        let covered_to = match (full, last) {
+            (true, Some(last)) => Some(last.timestamp),
+            (true, None) => None,
+            // The whole window was read.
+            (false, _) if self.width.is_some() || read.end < self.bound => Some(read.end),
+            (false, _) => None,
+        };
+        let (Some(start), Some(to)) = (start, covered_to) else {
+            return;
+        };
+        if self.recent.len() == DENSITY_READS {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back((page.len, to.saturating_sub(start).max(0)));
+        let (events, span) = self
+            .recent
+            .iter()
+            .fold((0usize, 0i64), |(e, s), (events, span)| {
+                (e + events, s.saturating_add(*span))
+            });
+        let target = self.page_size as f64 * 7.0 / 8.0;
+        let mut width = if events == 0 {
+            span.max(1) as f64
+        } else {
+            span.max(1) as f64 * target / events as f64
+        };
+        if page.len == 0 {
+            if let Some(previous) = self.width {
+                width = width.max(previous as f64 * 4.0);
+            }
+        }
+        // Windows of at least 1 µs; at most about 35 years (no overflow adding it).
+        self.width = Some((width as i64).clamp(1, 1 << 50));
+    }
+}
+
+/// How many of the last reads size the windows (see [`SettledReads::learn_density`]).
+const DENSITY_READS: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn key(timestamp: i64, id: &str, seq_nr: u64) -> EventKey {
+        EventKey {
+            timestamp,
+            persistence_id: Arc::from(id),
+            seq_nr,
+        }
+    }
+
+    /// Events at the given timestamps, one id each, read through the plan by a reader that
+    /// answers every read from them: the delivered keys, and the largest number of reads
+    /// planned at once.
+    fn catch_up(timestamps: &[i64], page: usize, depth: usize) -> (Vec<EventKey>, usize, usize) {
+        let events: Vec<EventKey> = {
+            let mut e: Vec<EventKey> = timestamps
+                .iter()
+                .enumerate()
+                .map(|(i, t)| key(*t, &format!("id-{i:05}"), 1))
+                .collect();
+            e.sort();
+            e
+        };
+        let bound = 1_000_000;
+        let mut reads = SettledReads::<()>::new(page, depth);
+        let mut settled = EventKey::start_of(i64::MIN);
+        let mut delivered = Vec::new();
+        let mut most = 0;
+        let mut queries = 0;
+        loop {
+            let read = reads.next_read(&settled, bound);
+            queries += 1;
+            // Every read after the first is one the plan made (and started): none is dropped
+            // for a position it did not expect.
+            assert!(
+                queries == 1 || read.task.is_some(),
+                "read {queries} after {:?} was not planned",
+                read.after
+            );
+            let rows: Vec<EventKey> = events
+                .iter()
+                .filter(|e| **e > read.after && e.timestamp < read.end)
+                .take(page)
+                .cloned()
+                .collect();
+            let summary = PageSummary {
+                len: rows.len(),
+                first_timestamp: rows.first().map(|e| e.timestamp),
+            };
+            let done = reads.page_done(&read, summary, rows.last());
+            for r in reads.unstarted() {
+                r.task = Some(());
+            }
+            most = most.max(reads.reads.len());
+            if let Some(last) = rows.last() {
+                settled = last.clone();
+            }
+            delivered.extend(rows);
+            if done {
+                break;
+            }
+            if summary.len < page {
+                settled = EventKey::start_of(read.end).max(settled);
+            }
+            assert!(queries < 100_000, "the plan does not end");
+        }
+        (delivered, most, queries)
+    }
+
+    fn expected(timestamps: &[i64]) -> Vec<EventKey> {
+        let mut e: Vec<EventKey> = timestamps
+            .iter()
+            .enumerate()
+            .map(|(i, t)| key(*t, &format!("id-{i:05}"), 1))
+            .collect();
+        e.sort();
+        e
+    }
+
+    #[test]
+    fn windows_deliver_every_event_once_in_order() {
+        let shapes: Vec<Vec<i64>> = vec![
+            (0..5_000).map(|i| i * 10).collect(),
+            // Bursts far apart, a run sharing one timestamp, a quiet stretch.
+            (0..1_000)
+                .map(|i| i % 3)
+                .chain((0..2_000).map(|i| 400_000 + i / 7))
+                .chain(std::iter::repeat_n(500_000, 1_500))
+                .chain((0..300).map(|i| 999_000 + i))
+                .collect(),
+            // Denser and denser.
+            (0..3_000).map(|i| (i * i) / 10).collect(),
+            vec![],
+            vec![5],
+        ];
+        for timestamps in shapes {
+            for (page, depth) in [(100, 1), (100, 2), (100, 3), (7, 2), (1, 2)] {
+                let (delivered, most, _) = catch_up(&timestamps, page, depth);
+                assert_eq!(
+                    delivered,
+                    expected(&timestamps),
+                    "page {page}, depth {depth}"
+                );
+                assert!(
+                    most <= depth.max(1),
+                    "{most} reads planned at once, depth {depth}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reads_ahead_only_with_more_than_one_page_in_flight() {
+        let timestamps: Vec<i64> = (0..1_000).map(|i| i * 100).collect();
+        // One read in flight: only the next page of the one range, as a query read before.
+        let (_, most, queries) = catch_up(&timestamps, 100, 1);
+        assert_eq!(most, 1);
+        assert_eq!(queries, 11);
+        // Two: a continuation or window behind the page being delivered, and one more.
+        let (_, most, _) = catch_up(&timestamps, 100, 2);
+        assert_eq!(most, 2);
+    }
+
+    #[test]
+    fn windows_hold_most_of_a_page() {
+        // Events spread evenly over the whole range: after the first page, windows hold about
+        // 7/8 of a page, so the catch-up takes about 8/7 as many reads as pages.
+        let timestamps: Vec<i64> = (0..10_000).map(|i| i * 100).collect();
+        let (_, _, queries) = catch_up(&timestamps, 1_000, 2);
+        assert!((11..=14).contains(&queries), "{queries} reads for 10 pages");
+    }
+
+    #[test]
+    fn a_quiet_stretch_takes_few_reads() {
+        // A page of events at the start, then one event near the bound: the windows grow
+        // fourfold per empty read.
+        let mut timestamps: Vec<i64> = (0..100).collect();
+        timestamps.push(999_999);
+        let (delivered, _, queries) = catch_up(&timestamps, 100, 2);
+        assert_eq!(delivered.len(), 101);
+        assert!(queries <= 16, "{queries} reads");
+    }
+
+    #[test]
+    fn clustered_timestamps_take_few_reads_more_than_pages() {
+        // Group commits: 60 statements of 150 events each sharing one timestamp, 10 ms apart
+        // (a page's first read sees a single timestamp: no width of its own).
+        let timestamps: Vec<i64> = (0..60)
+            .flat_map(|batch| std::iter::repeat_n(1_000 + batch * 10_000, 150))
+            .collect();
+        let (delivered, _, queries) = catch_up(&timestamps, 100, 2);
+        assert_eq!(delivered, expected(&timestamps));
+        // 90 pages' worth of events; a window holds whole statements only.
+        assert!(queries <= 140, "{queries} reads for 90 pages");
+    }
+
+    #[test]
+    fn a_new_bound_drops_the_planned_reads() {
+        let mut reads = SettledReads::<()>::new(2, 2);
+        let start = EventKey::start_of(i64::MIN);
+        let read = reads.next_read(&start, 100);
+        let done = reads.page_done(
+            &read,
+            PageSummary {
+                len: 2,
+                first_timestamp: Some(10),
+            },
+            Some(&key(20, "a", 1)),
+        );
+        assert!(!done);
+        assert_eq!(reads.reads.len(), 2);
+        // The next round's pass (another bound) starts over from the settled position.
+        let read = reads.next_read(&key(20, "a", 1), 200);
+        assert_eq!((read.after, read.end), (key(20, "a", 1), 200));
+        assert!(reads.reads.is_empty());
+    }
+}
