@@ -449,6 +449,7 @@ fn main() {
                     min: Duration::from_millis(args.fault_min_ms),
                     max: Duration::from_millis(args.fault_max_ms),
                     seed: 0,
+                    latency: Duration::ZERO,
                 },
                 fault_pcts: args.fault_pcts.clone().unwrap_or(if quick {
                     vec![0.0, 1.0]

@@ -28,6 +28,10 @@ pub struct Fault {
     pub max: Duration,
     /// Seed of the draws (each connection and direction derives its own).
     pub seed: u64,
+    /// A one-way delay of every chunk, in both directions, pipelined (a chunk leaves this long
+    /// after it arrived, whatever the chunks before it): a network hop of `2 * latency`
+    /// round trip. Zero: none.
+    pub latency: Duration,
 }
 
 impl Fault {
@@ -38,6 +42,15 @@ impl Fault {
             min: Duration::ZERO,
             max: Duration::ZERO,
             seed: 0,
+            latency: Duration::ZERO,
+        }
+    }
+
+    /// Only a round trip of `2 * latency` on every exchange (a database on another host).
+    pub fn latency(latency: Duration) -> Self {
+        Fault {
+            latency,
+            ..Fault::none()
         }
     }
 }
@@ -161,6 +174,15 @@ async fn accept_loop(
             let _ = server.set_nodelay(true);
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
+            if !fault.latency.is_zero() {
+                let up = delay_pump(client_read, server_write, fault.latency, Arc::clone(&stats));
+                let down = delay_pump(server_read, client_write, fault.latency, stats);
+                tokio::select! {
+                    _ = up => {}
+                    _ = down => {}
+                }
+                return;
+            }
             let up = pump(client_read, server_write, fault, seed, Arc::clone(&stats));
             let down = pump(server_read, client_write, fault, seed ^ 1, stats);
             // Either side closing ends the connection.
@@ -170,6 +192,41 @@ async fn accept_loop(
             }
         });
     }
+}
+
+/// Copies chunks from `from` to `to`, each `latency` after it arrived; the reading goes on
+/// meanwhile (the chunks in flight are the network's).
+async fn delay_pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    latency: Duration,
+    stats: Arc<ProxyStats>,
+) {
+    let (in_flight, mut arriving) = tokio::sync::mpsc::unbounded_channel();
+    let reader = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            stats.chunks.fetch_add(1, Ordering::Relaxed);
+            let due = tokio::time::Instant::now() + latency;
+            if in_flight.send((due, buf[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    };
+    let writer = async move {
+        while let Some((due, chunk)) = arriving.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    // The writer ends once the reader's channel closes and every chunk is written.
+    let _ = tokio::join!(reader, writer);
 }
 
 /// Copies chunks from `from` to `to`, holding back a `fault.percent` share of them.
