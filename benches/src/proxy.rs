@@ -287,4 +287,37 @@ mod tests {
         assert_eq!(stats.connections.load(Ordering::Relaxed), 1);
         assert_eq!(stats.delayed_chunks.load(Ordering::Relaxed), 0);
     }
+
+    #[test]
+    fn latency_delays_every_exchange_and_keeps_the_bytes_in_order() {
+        let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = echo.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut s, _) = echo.accept().unwrap();
+            let mut buf = [0u8; 3];
+            for _ in 0..3 {
+                s.read_exact(&mut buf).unwrap();
+                s.write_all(&buf).unwrap();
+            }
+        });
+        let latency = Duration::from_millis(20);
+        let proxy = FaultProxy::start(upstream, Fault::latency(latency)).unwrap();
+        {
+            use std::io::{Read, Write};
+            let mut c = std::net::TcpStream::connect(proxy.addr()).unwrap();
+            for word in [b"one", b"two", b"six"] {
+                let sent = std::time::Instant::now();
+                c.write_all(word).unwrap();
+                let mut buf = [0u8; 3];
+                c.read_exact(&mut buf).unwrap();
+                assert_eq!(&buf, word);
+                // There and back: the latency twice.
+                assert!(sent.elapsed() >= 2 * latency, "{:?}", sent.elapsed());
+            }
+        }
+        server.join().unwrap();
+        let stats = proxy.stop();
+        assert_eq!(stats.chunks.load(Ordering::Relaxed), 6);
+    }
 }
