@@ -244,15 +244,7 @@ mod tests {
     /// answers every read from them: the delivered keys, and the largest number of reads
     /// planned at once.
     fn catch_up(timestamps: &[i64], page: usize, depth: usize) -> (Vec<EventKey>, usize, usize) {
-        let events: Vec<EventKey> = {
-            let mut e: Vec<EventKey> = timestamps
-                .iter()
-                .enumerate()
-                .map(|(i, t)| key(*t, &format!("id-{i:05}"), 1))
-                .collect();
-            e.sort();
-            e
-        };
+        let events = expected(timestamps);
         let bound = 1_000_000;
         let mut reads = SettledReads::<()>::new(page, depth);
         let mut settled = EventKey::start_of(i64::MIN);
@@ -299,6 +291,7 @@ mod tests {
         (delivered, most, queries)
     }
 
+    /// The keys of events at `timestamps` (one id each), in query order.
     fn expected(timestamps: &[i64]) -> Vec<EventKey> {
         let mut e: Vec<EventKey> = timestamps
             .iter()
