@@ -17,11 +17,11 @@ mod routing;
 pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
-pub(crate) use protocol::ReplySlot;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
     ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
+pub(crate) use protocol::{ReplySlot, SlotReply, WriteSender};
 pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;

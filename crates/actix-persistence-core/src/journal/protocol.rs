@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use actix::Message;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{AtomicWriteError, JournalError};
 use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream, WriteResults};
@@ -106,6 +106,25 @@ enum Sender {
 }
 
 impl ReplyTo {
+    /// Whether this is a persistent actor's reply slot that holds no write channel yet (the
+    /// journal then offers one with [`ReplyTo::offer_channel`]).
+    pub(crate) fn wants_channel(&self) -> bool {
+        match &self.0 {
+            Sender::Slot(Some(slot)) => !slot.lock().has_channel,
+            _ => false,
+        }
+    }
+
+    /// Hands the journal's write channel to the actor owning this reply slot, with the reply:
+    /// its later writes go through the channel instead of the journal actor's mailbox.
+    pub(crate) fn offer_channel(&self, channel: WriteSender) {
+        if let Sender::Slot(Some(slot)) = &self.0 {
+            let mut state = slot.lock();
+            state.channel = Some(channel);
+            state.has_channel = true;
+        }
+    }
+
     /// Sends `reply`; gives it back when nobody waits for it any more (the receiver, or the
     /// actor owning the slot, is gone).
     ///
@@ -172,6 +191,26 @@ pub(crate) struct ReplySlot {
 struct SlotState {
     reply: Option<Result<WriteMessagesReply, ReplyDropped>>,
     waker: Option<Waker>,
+    /// The journal's write channel, offered with a reply, until the actor takes it.
+    channel: Option<WriteSender>,
+    /// Whether a channel was ever offered (the journal offers one once per slot).
+    has_channel: bool,
+}
+
+/// The sending half of a journal actor's own write channel: a persistent actor sends its
+/// [`WriteMessages`] through it, after its first write, instead of through the journal actor's
+/// Actix mailbox (which boxes an envelope and allocates a queue node per message; the channel
+/// allocates per block of messages). The journal actor drains it as a message stream, so
+/// writes from the channel and from the mailbox are numbered in its group in the order it
+/// handles them, as before.
+pub(crate) type WriteSender = mpsc::UnboundedSender<WriteMessages>;
+
+/// What a reply slot hands over: the reply (`Err` when its sender was dropped unsent), and
+/// the journal's write channel when the journal offered one with it.
+#[derive(Debug)]
+pub(crate) struct SlotReply {
+    pub(crate) reply: Result<WriteMessagesReply, ReplyDropped>,
+    pub(crate) channel: Option<WriteSender>,
 }
 
 impl ReplySlot {
@@ -205,13 +244,13 @@ impl ReplySlot {
 
     /// The reply once it is there (`Err` when its sender was dropped unsent); else registers
     /// the task to be woken when it arrives.
-    pub(crate) fn poll(
-        &self,
-        task: &TaskContext<'_>,
-    ) -> Poll<Result<WriteMessagesReply, ReplyDropped>> {
+    pub(crate) fn poll(&self, task: &TaskContext<'_>) -> Poll<SlotReply> {
         let mut state = self.lock();
         match state.reply.take() {
-            Some(reply) => Poll::Ready(reply),
+            Some(reply) => Poll::Ready(SlotReply {
+                reply,
+                channel: state.channel.take(),
+            }),
             None => {
                 match &state.waker {
                     Some(waker) if waker.will_wake(task.waker()) => {}
@@ -382,7 +421,7 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
 
-    use super::{ReplyDropped, ReplySlot, WriteMessagesReply};
+    use super::{ReplyDropped, ReplySlot, SlotReply, WriteMessagesReply};
     use crate::error::JournalError;
 
     /// Counts its wake-ups.
@@ -411,7 +450,10 @@ mod tests {
             assert!(reply_to.send(stored(writes)).is_ok());
             assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
             match slot.poll(&task) {
-                Poll::Ready(Ok(WriteMessagesReply::Completed(results))) => {
+                Poll::Ready(SlotReply {
+                    reply: Ok(WriteMessagesReply::Completed(results)),
+                    channel: None,
+                }) => {
                     assert_eq!(results.len(), writes)
                 }
                 other => panic!("expected the reply of {writes} writes, got {other:?}"),
@@ -430,7 +472,13 @@ mod tests {
         assert!(slot.poll(&task).is_pending());
         drop(reply_to);
         assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert!(matches!(slot.poll(&task), Poll::Ready(Err(ReplyDropped))));
+        assert!(matches!(
+            slot.poll(&task),
+            Poll::Ready(SlotReply {
+                reply: Err(ReplyDropped),
+                channel: None
+            })
+        ));
         // The next write's reply is not affected.
         let reply_to = slot.reply_to();
         assert!(reply_to
@@ -440,6 +488,47 @@ mod tests {
             slot.try_take(),
             Some(Ok(WriteMessagesReply::Failed(JournalError::JournalStopped)))
         ));
+    }
+
+    #[test]
+    fn the_write_channel_is_offered_once_and_handed_over_with_the_reply() {
+        let slot = Arc::new(ReplySlot::default());
+        let waker = Waker::from(Arc::new(Counting::default()));
+        let task = Context::from_waker(&waker);
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let reply_to = slot.reply_to();
+        assert!(reply_to.wants_channel());
+        reply_to.offer_channel(sender);
+        assert!(reply_to.send(stored(1)).is_ok());
+        let channel = match slot.poll(&task) {
+            Poll::Ready(SlotReply {
+                reply: Ok(WriteMessagesReply::Completed(results)),
+                channel: Some(channel),
+            }) if results.len() == 1 => channel,
+            other => panic!("expected the reply with the channel, got {other:?}"),
+        };
+        // The channel reaches the journal's end.
+        let write = super::WriteMessages {
+            writes: Vec::new(),
+            incarnation: super::Incarnation::from_raw(7),
+            reply_to: slot.reply_to(),
+        };
+        assert!(channel.send(write).is_ok());
+        let received = receiver.try_recv().expect("the write arrived");
+        assert_eq!(received.incarnation.get(), 7);
+        // Offered once per slot: the next writes' replies bring none.
+        assert!(!received.reply_to.wants_channel());
+        assert!(received.reply_to.send(stored(1)).is_ok());
+        assert!(matches!(
+            slot.poll(&task),
+            Poll::Ready(SlotReply {
+                reply: Ok(_),
+                channel: None
+            })
+        ));
+        // A oneshot sender never wants one.
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        assert!(!super::ReplyTo::from(tx).wants_channel());
     }
 
     #[test]
