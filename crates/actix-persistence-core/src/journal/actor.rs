@@ -17,7 +17,7 @@ use super::{
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
-use crate::store::{AtomicWrite, JournalStore, Ownership, WriteNow, WriteResults};
+use crate::store::{AtomicWrite, JournalStore, Ownership, WriteBatch, WriteNow, WriteResults};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
@@ -334,8 +334,8 @@ impl JournalActor {
 fn write_now(
     store: &dyn JournalStore,
     breaker: &CircuitBreaker,
-    writes: Vec<AtomicWrite>,
-) -> Result<WriteMessagesReply, (Vec<AtomicWrite>, Generation)> {
+    writes: WriteBatch,
+) -> Result<WriteMessagesReply, (WriteBatch, Generation)> {
     let generation = match breaker.permit() {
         Ok(generation) => generation,
         Err(open) => return Ok(WriteMessagesReply::Failed(open)),
@@ -357,10 +357,10 @@ async fn write_batch(
     store: Arc<dyn JournalStore>,
     breaker: Arc<CircuitBreaker>,
     generation: Generation,
-    writes: Vec<AtomicWrite>,
+    writes: WriteBatch,
     timeout: Duration,
 ) -> WriteMessagesReply {
-    let reply = call_store(&*store, writes, timeout).await;
+    let reply = call_store(&*store, writes.into_vec(), timeout).await;
     breaker.record(generation, store_was_healthy(&reply));
     reply
 }

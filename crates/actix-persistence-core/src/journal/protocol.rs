@@ -9,7 +9,7 @@ use actix::Message;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{AtomicWriteError, JournalError};
-use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream, WriteResults};
+use crate::store::{AtomicWriteResult, Ownership, ReplayStream, WriteBatch, WriteResults};
 
 /// The identity of one incarnation of a persistent actor: unique within the process, so two
 /// incarnations of the same persistence id compare unequal. The journal routes write replies
@@ -55,8 +55,10 @@ impl fmt::Display for Incarnation {
 /// out or returns the wrong number of results. Replies to writes of the same
 /// write-reply-ordering group are sent in the order the journal received the writes.
 pub struct WriteMessages {
-    /// The atomic writes, in order. May be empty (answered without reaching the store).
-    pub writes: Vec<AtomicWrite>,
+    /// The atomic writes, in order. May be empty (answered without reaching the store). One
+    /// is held inline ([`WriteBatch`]): a lone `persist` sends no vector. Build it from a
+    /// `Vec` with `.into()`.
+    pub writes: WriteBatch,
     /// The writing incarnation: decides the write-reply-ordering group.
     pub incarnation: Incarnation,
     /// Where the reply goes: a `oneshot::Sender` (`.into()`), or a persistent actor's own
@@ -509,7 +511,7 @@ mod tests {
         };
         // The channel reaches the journal's end.
         let write = super::WriteMessages {
-            writes: Vec::new(),
+            writes: Default::default(),
             incarnation: super::Incarnation::from_raw(7),
             reply_to: slot.reply_to(),
         };

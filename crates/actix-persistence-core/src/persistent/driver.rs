@@ -15,7 +15,7 @@ use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor, RecoveryError};
 use crate::error::{AtomicWriteError, JournalError};
 use crate::journal::{SlotReply, WriteMessages, WriteMessagesReply};
-use crate::store::{AtomicWriteResult, WriteResults};
+use crate::store::{AtomicWriteResult, WriteBatch, WriteResults};
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
@@ -208,7 +208,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     if state.batch.is_empty() {
         return None;
     }
-    let mut writes = Vec::with_capacity(state.batch.len());
+    let mut writes = WriteBatch::with_capacity(state.batch.len());
     for mut invocation in state.batch.drain(..) {
         invocation.write = match std::mem::replace(&mut invocation.write, PendingWrite::None) {
             PendingWrite::Ready(write) => {
