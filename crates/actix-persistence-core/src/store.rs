@@ -122,19 +122,12 @@ pub struct Ownership {
     pub highest_seq_nr: u64,
 }
 
-/// The events of one [`AtomicWrite`], in order: one is held inline, so the atomic write of a
-/// lone `persist` needs no allocation for its events; more are kept on the heap as a `Vec`
-/// does. It dereferences to a slice; build one from a `Vec` with `.into()` (no copy of a heap
-/// buffer) or by collecting an iterator, and turn it into a `Vec` with `into_vec()`.
-pub type AtomicEvents = smallvec::SmallVec<[PersistentRepr; 1]>;
-
 /// Events that are stored all together or not at all (as Akka's `AtomicWrite`): one `persist`
 /// gives an atomic write of one event, one `persist_all` an atomic write of all its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AtomicWrite {
     /// Events of one persistence id with consecutive, ascending sequence numbers. Never empty.
-    /// One event is held inline ([`AtomicEvents`]).
-    pub events: AtomicEvents,
+    pub events: Vec<PersistentRepr>,
     /// The writer's fencing token ([`FencingToken::UNOWNED`] when it never took ownership).
     /// A store fails the write with [`JournalError::Fenced`] when the persistence id's owner
     /// epoch is higher.
@@ -143,15 +136,14 @@ pub struct AtomicWrite {
 
 impl AtomicWrite {
     /// Builds an atomic write without a fencing token ([`FencingToken::UNOWNED`]), checking its
-    /// shape. `events` move inline when there is one (its buffer is freed), else keep their
-    /// buffer.
+    /// shape.
     ///
     /// # Errors
     /// A [`WriteRejection`] when `events` is empty, mixes persistence ids, or has sequence
     /// numbers that are not consecutive and ascending.
     pub fn new(events: Vec<PersistentRepr>) -> Result<Self, WriteRejection> {
         let write = AtomicWrite {
-            events: events.into(),
+            events,
             fencing_token: FencingToken::UNOWNED,
         };
         write.check_shape()?;

@@ -45,7 +45,7 @@ async fn rejected_write_is_not_stored_and_its_neighbours_are<B: TestBackend>(db:
     // Seq 7 cannot be stored: its atomic write mixes persistence ids (built without the
     // checking constructor, as a buggy caller could).
     let bad = AtomicWrite {
-        events: vec![event("p-1", 7), event("p-2", 8)].into(),
+        events: vec![event("p-1", 7), event("p-2", 8)],
         fencing_token: Default::default(),
     };
     let results = journal
@@ -73,19 +73,19 @@ async fn malformed_writes_are_rejected_not_failed<B: TestBackend>(db: B) {
     let journal = db.journal().await;
     let malformed = vec![
         AtomicWrite {
-            events: vec![].into(),
+            events: vec![],
             fencing_token: Default::default(),
         },
         AtomicWrite {
-            events: vec![event("p-1", 0)].into(),
+            events: vec![event("p-1", 0)],
             fencing_token: Default::default(),
         },
         AtomicWrite {
-            events: vec![event("p-1", 1), event("p-1", 3)].into(),
+            events: vec![event("p-1", 1), event("p-1", 3)],
             fencing_token: Default::default(),
         },
         AtomicWrite {
-            events: vec![event("p-1", 2), event("p-1", 1)].into(),
+            events: vec![event("p-1", 2), event("p-1", 1)],
             fencing_token: Default::default(),
         },
     ];
@@ -377,7 +377,7 @@ async fn results_come_back_in_batch_order_across_persistence_ids<B: TestBackend>
         .write_messages(vec![
             atomic("a", 1..=2),
             AtomicWrite {
-                events: vec![].into(),
+                events: vec![],
                 fencing_token: Default::default(),
             },
             atomic("b", 1..=2),

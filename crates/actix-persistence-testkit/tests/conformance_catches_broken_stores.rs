@@ -92,7 +92,7 @@ impl JournalStore for Mutant {
                         .events
                         .into_iter()
                         .map(|e| AtomicWrite {
-                            events: vec![e].into(),
+                            events: vec![e],
                             fencing_token: write.fencing_token,
                         })
                         .collect();

@@ -21,7 +21,7 @@ use crate::error::{
 use crate::journal::{Incarnation, JournalActor, ReplySlot, WriteSender};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
-use crate::store::{AtomicEvents, AtomicWrite, FencingToken, PersistentRepr};
+use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
 
 const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -401,7 +401,7 @@ impl<A: EventSourced> PersistenceState<A> {
         serialized: impl Iterator<Item = (Result<SerializedEvent, SerializationError>, Vec<String>)>,
     ) -> PendingWrite {
         let timestamp = now_millis();
-        let mut reprs = AtomicEvents::with_capacity(count);
+        let mut reprs = Vec::with_capacity(count);
         for (seq_nr, (event, tags)) in (first..).zip(serialized) {
             match event {
                 Ok(event) => reprs.push(PersistentRepr {
