@@ -6,10 +6,10 @@ use std::time::Duration;
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
 use futures::FutureExt;
 use metrics::Histogram;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig, Generation};
+use super::write_queue::{self, WeakWriteSender};
 use super::{
     write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
     ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
@@ -57,7 +57,7 @@ pub struct JournalActor {
     persist_latency: Histogram,
     /// The write channel persistent actors send their writes through after their first one
     /// (see [`WriteSender`]); weak, so that it closes with its last sender.
-    write_channel: Option<mpsc::WeakUnboundedSender<WriteMessages>>,
+    write_channel: Option<WeakWriteSender>,
 }
 
 struct Group {
@@ -204,22 +204,6 @@ impl Handler<QueuedWrite> for JournalActor {
     }
 }
 
-/// The receiving half of the journal's write channel, drained by the journal actor as a
-/// message stream (`AsyncContext::add_message_stream`: every queued write is handled in one
-/// poll, in order). It ends once every sender is gone.
-struct WriteChannel(mpsc::UnboundedReceiver<WriteMessages>);
-
-impl futures::Stream for WriteChannel {
-    type Item = QueuedWrite;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        task: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<QueuedWrite>> {
-        self.0.poll_recv(task).map(|msg| msg.map(QueuedWrite))
-    }
-}
-
 impl JournalActor {
     /// A sender into the journal's write channel, opening one (and draining it as a stream of
     /// this actor) when none is open. The journal keeps only a weak sender, so the channel
@@ -229,12 +213,13 @@ impl JournalActor {
         if let Some(sender) = self
             .write_channel
             .as_ref()
-            .and_then(mpsc::WeakUnboundedSender::upgrade)
+            .and_then(WeakWriteSender::upgrade)
         {
             return sender;
         }
-        let (sender, receiver) = mpsc::unbounded_channel();
-        ctx.add_message_stream(WriteChannel(receiver));
+        let (sender, receiver) = write_queue::channel();
+        // Every queued write is handled in one poll, in order (up to a budget).
+        ctx.add_message_stream(futures::StreamExt::map(receiver, QueuedWrite));
         self.write_channel = Some(sender.downgrade());
         sender
     }

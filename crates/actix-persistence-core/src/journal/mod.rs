@@ -13,6 +13,7 @@ mod breaker;
 mod protocol;
 mod resequencer;
 mod routing;
+mod write_queue;
 
 pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
@@ -21,7 +22,8 @@ pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
     ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
-pub(crate) use protocol::{ReplySlot, SlotReply, WriteSender};
+pub(crate) use protocol::{ReplySlot, SlotReply};
 pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;
+pub(crate) use write_queue::WriteSender;

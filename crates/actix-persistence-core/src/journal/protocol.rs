@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use actix::Message;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::write_queue::WriteSender;
 use crate::error::{AtomicWriteError, JournalError};
 use crate::store::{AtomicWriteResult, Ownership, ReplayStream, WriteBatch, WriteResults};
 
@@ -198,14 +199,6 @@ struct SlotState {
     /// Whether a channel was ever offered (the journal offers one once per slot).
     has_channel: bool,
 }
-
-/// The sending half of a journal actor's own write channel: a persistent actor sends its
-/// [`WriteMessages`] through it, after its first write, instead of through the journal actor's
-/// Actix mailbox (which boxes an envelope and allocates a queue node per message; the channel
-/// allocates per block of messages). The journal actor drains it as a message stream, so
-/// writes from the channel and from the mailbox are numbered in its group in the order it
-/// handles them, as before.
-pub(crate) type WriteSender = mpsc::UnboundedSender<WriteMessages>;
 
 /// What a reply slot hands over: the reply (`Err` when its sender was dropped unsent), and
 /// the journal's write channel when the journal offered one with it.
@@ -423,6 +416,8 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
 
+    use futures::FutureExt;
+
     use super::{ReplyDropped, ReplySlot, SlotReply, WriteMessagesReply};
     use crate::error::JournalError;
 
@@ -497,7 +492,7 @@ mod tests {
         let slot = Arc::new(ReplySlot::default());
         let waker = Waker::from(Arc::new(Counting::default()));
         let task = Context::from_waker(&waker);
-        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (sender, mut receiver) = crate::journal::write_queue::channel();
         let reply_to = slot.reply_to();
         assert!(reply_to.wants_channel());
         reply_to.offer_channel(sender);
@@ -516,7 +511,10 @@ mod tests {
             reply_to: slot.reply_to(),
         };
         assert!(channel.send(write).is_ok());
-        let received = receiver.try_recv().expect("the write arrived");
+        let received = futures::StreamExt::next(&mut receiver)
+            .now_or_never()
+            .flatten()
+            .expect("the write arrived");
         assert_eq!(received.incarnation.get(), 7);
         // Offered once per slot: the next writes' replies bring none.
         assert!(!received.reply_to.wants_channel());

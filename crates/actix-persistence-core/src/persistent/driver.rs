@@ -245,7 +245,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
         Some(channel) => {
             if let Err(closed) = channel.send(msg) {
                 state.write_channel = None;
-                state.journal().do_send(closed.0);
+                state.journal().do_send(closed);
             }
         }
         None => state.journal().do_send(msg),
