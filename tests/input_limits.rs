@@ -191,7 +191,7 @@ async fn ten_unwritable_writes_leave_the_breaker_closed(store: Arc<dyn JournalSt
             let (reply_to, reply) = oneshot::channel();
             let write = AtomicWrite::new(vec![event(&long_id(3_200), 1)]).expect("well-formed");
             journal.do_send(WriteMessages {
-                writes: vec![write],
+                writes: vec![write].into(),
                 incarnation: Incarnation::next(),
                 reply_to: reply_to.into(),
             });
@@ -272,7 +272,8 @@ async fn a_write_failing_next_to_a_stored_one_in_its_batch_does_not_count_agains
         writes: vec![
             AtomicWrite::new(vec![event("bad-row", 1)]).expect("well-formed"),
             AtomicWrite::new(vec![event("good-row", 1)]).expect("well-formed"),
-        ],
+        ]
+        .into(),
         incarnation: Incarnation::next(),
         reply_to: reply_to.into(),
     });
@@ -290,7 +291,7 @@ async fn a_write_failing_next_to_a_stored_one_in_its_batch_does_not_count_agains
     // With max-failures 1, a counted failure would have opened the breaker.
     let (reply_to, reply) = oneshot::channel();
     journal.do_send(WriteMessages {
-        writes: vec![AtomicWrite::new(vec![event("next", 1)]).expect("well-formed")],
+        writes: vec![AtomicWrite::new(vec![event("next", 1)]).expect("well-formed")].into(),
         incarnation: Incarnation::next(),
         reply_to: reply_to.into(),
     });

@@ -13,7 +13,7 @@ use crate::query::{
 };
 use crate::store::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, WriteNow, WriteResults,
+    ReplayStream, WriteBatch, WriteNow, WriteResults,
 };
 
 #[derive(Debug)]
@@ -222,7 +222,7 @@ impl InMemoryJournal {
 
     /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
     /// stored.
-    fn write_batch(&self, writes: Vec<AtomicWrite>) -> WriteResults {
+    fn write_batch(&self, writes: impl IntoIterator<Item = AtomicWrite>) -> WriteResults {
         let mut stored = false;
         let mut store = |write| {
             let result = self.write_atomic(write);
@@ -230,14 +230,17 @@ impl InMemoryJournal {
             result
         };
         // The lone write of a `persist`: its result goes inline without `collect`'s loop.
-        let results = if writes.len() == 1 {
-            let mut writes = writes.into_iter();
-            match writes.next() {
-                Some(write) => WriteResults::from_buf([store(write)]),
-                None => WriteResults::new(),
+        let mut writes = writes.into_iter();
+        let results = match (writes.next(), writes.next()) {
+            (None, _) => WriteResults::new(),
+            (Some(write), None) => WriteResults::from_buf([store(write)]),
+            (Some(first), Some(second)) => {
+                let mut results = WriteResults::with_capacity(2 + writes.size_hint().0);
+                for write in [first, second].into_iter().chain(writes) {
+                    results.push(store(write));
+                }
+                results
             }
-        } else {
-            writes.into_iter().map(&mut store).collect()
         };
         if stored {
             self.notifier.notify();
@@ -301,7 +304,7 @@ impl JournalStore for InMemoryJournal {
     }
 
     /// Always answers at once: an in-memory write never waits.
-    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+    fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         WriteNow::Done(Ok(self.write_batch(writes)))
     }
 

@@ -36,5 +36,5 @@ pub use snapshot::{
 };
 pub use store::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, RunInterner, WriteNow, WriteResults, MAX_SEQ_NR,
+    ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults, MAX_SEQ_NR,
 };

@@ -229,6 +229,16 @@ pub type AtomicWriteResult = Result<(), AtomicWriteError>;
 /// buffer) or by collecting an iterator.
 pub type WriteResults = smallvec::SmallVec<[AtomicWriteResult; 1]>;
 
+/// The atomic writes of one batch, in order ([`JournalStore::write_messages_now`],
+/// [`crate::journal::WriteMessages`]).
+///
+/// One write is held inline, so the batch of a command that persists once (what a lone
+/// `persist` sends) needs no allocation; a longer batch keeps its writes on the heap as a
+/// `Vec` does. It dereferences to a slice; build one from a `Vec` with `.into()` (no copy of a
+/// heap buffer), with `smallvec::smallvec![..]` or by collecting an iterator, and turn it into
+/// a `Vec` with `into_vec()` (no copy of a heap buffer).
+pub type WriteBatch = smallvec::SmallVec<[AtomicWrite; 1]>;
+
 /// The answer of [`JournalStore::write_messages_now`]: the batch's outcome, or the writes
 /// handed back when the store cannot answer without waiting.
 #[derive(Debug)]
@@ -240,7 +250,7 @@ pub enum WriteNow {
     Done(Result<WriteResults, JournalError>),
     /// The store did not touch the writes and cannot answer at once: the caller passes them,
     /// unchanged, to [`JournalStore::write_messages`].
-    Later(Vec<AtomicWrite>),
+    Later(WriteBatch),
 }
 
 /// A stream of replayed events, in ascending sequence-number order.
@@ -291,7 +301,7 @@ pub trait JournalStore: Send + Sync + 'static {
     /// The default, for stores that only implement `write_messages`: [`WriteNow::Later`]
     /// (never answers at once). A wrapper store that changes what writes do (injects faults,
     /// delays them) must not forward this to the store it wraps.
-    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+    fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         WriteNow::Later(writes)
     }
 
@@ -385,7 +395,7 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
         (**self).write_messages(writes).await
     }
 
-    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+    fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         (**self).write_messages_now(writes)
     }
 

@@ -1,8 +1,11 @@
 //! The persistent actor's reply slot (one per incarnation, reused for every write): a journal
 //! that goes away with a write in flight drops the reply unsent, and the actor learns it
 //! (`JournalStopped`) instead of waiting forever; the replies of consecutive writes each reach
-//! their own continuation.
+//! their own continuation. Writes after the first go through the journal's write channel
+//! instead of its mailbox: the same holds for them, and the channel does not keep the journal
+//! alive once its actors and addresses are gone.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,18 +22,48 @@ use actix_persistence_core::{
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-/// An in-memory journal whose writes never complete; tells when a write reached it.
+/// An in-memory journal that stores its first `passes` writes and never completes the others;
+/// tells when a write that will not complete reached it. Tells `dropped` when it is dropped
+/// (with the journal actor holding it).
 struct Stuck {
     journal: InMemoryJournal,
     reached: Arc<Notify>,
+    passes: AtomicUsize,
+    dropped: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Stuck {
+    fn new(passes: usize, reached: &Arc<Notify>) -> Self {
+        Stuck {
+            journal: InMemoryJournal::new(),
+            reached: Arc::clone(reached),
+            passes: AtomicUsize::new(passes),
+            dropped: None,
+        }
+    }
+}
+
+impl Drop for Stuck {
+    fn drop(&mut self) {
+        if let Some(dropped) = self.dropped.take() {
+            let _ = dropped.send(());
+        }
+    }
 }
 
 #[async_trait]
 impl JournalStore for Stuck {
     async fn write_messages(
         &self,
-        _writes: Vec<AtomicWrite>,
+        writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        let pass = self
+            .passes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if pass {
+            return self.journal.write_messages(writes).await;
+        }
         self.reached.notify_one();
         futures::future::pending().await
     }
@@ -108,10 +141,7 @@ fn counter(journal: Addr<JournalActor>, pid: &str) -> Addr<Counter> {
 #[actix_rt::test]
 async fn a_journal_gone_with_a_write_in_flight_fails_the_write_instead_of_hanging() {
     let reached = Arc::new(Notify::new());
-    let store = Stuck {
-        journal: InMemoryJournal::new(),
-        reached: Arc::clone(&reached),
-    };
+    let store = Stuck::new(0, &reached);
     let journal_arbiter = Arbiter::new();
     let journal = JournalActor::start_on(
         &journal_arbiter.handle(),
@@ -156,4 +186,91 @@ async fn consecutive_writes_each_get_their_own_reply() {
         let answer = reply.await.expect("mailbox").expect("stored");
         assert_eq!(answer, (9 + i as u64, total));
     }
+}
+
+#[actix_rt::test]
+async fn a_journal_gone_with_a_write_from_its_channel_in_flight_fails_the_write() {
+    let reached = Arc::new(Notify::new());
+    let journal_arbiter = Arbiter::new();
+    let journal = JournalActor::start_on(
+        &journal_arbiter.handle(),
+        Arc::new(Stuck::new(1, &reached)),
+        JournalConfig::default(),
+    );
+    let actor = counter(journal, "stuck-2");
+    // The first write goes through the journal's mailbox; its reply brings the channel.
+    let first = actor.send(Add(5)).await.expect("mailbox").expect("stored");
+    assert_eq!(first, (1, 5));
+    // The second goes through the channel, and never completes.
+    let reply = actor.send(Add(7));
+    tokio::time::timeout(Duration::from_secs(10), reached.notified())
+        .await
+        .expect("the write from the channel reaches the store");
+    journal_arbiter.stop();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), reply)
+        .await
+        .expect("the actor learns that no reply will come")
+        .expect("the actor answers before it stops");
+    assert!(
+        matches!(
+            outcome,
+            Err(PersistError::Failed(JournalError::JournalStopped))
+        ),
+        "got {outcome:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn a_write_sent_after_the_journal_stopped_fails_instead_of_hanging() {
+    let reached = Arc::new(Notify::new());
+    let journal_arbiter = Arbiter::new();
+    let journal = JournalActor::start_on(
+        &journal_arbiter.handle(),
+        Arc::new(Stuck::new(usize::MAX, &reached)),
+        JournalConfig::default(),
+    );
+    let actor = counter(journal, "stopped-1");
+    for (seq_nr, n) in (1..).zip([2u64, 3]) {
+        let answer = actor.send(Add(n)).await.expect("mailbox").expect("stored");
+        assert_eq!(answer.0, seq_nr);
+    }
+    // The actor holds the journal's channel; the journal's arbiter is gone, its end with it.
+    journal_arbiter.stop();
+    assert!(
+        journal_arbiter.join().is_ok(),
+        "the journal's arbiter stops"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(10), actor.send(Add(4)))
+        .await
+        .expect("the write fails instead of waiting for a journal that is gone")
+        .expect("the actor answers before it stops");
+    assert!(
+        matches!(
+            outcome,
+            Err(PersistError::Failed(JournalError::JournalStopped))
+        ),
+        "got {outcome:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn the_write_channel_does_not_keep_the_journal_alive() {
+    let reached = Arc::new(Notify::new());
+    let (dropped, journal_gone) = tokio::sync::oneshot::channel();
+    let mut store = Stuck::new(usize::MAX, &reached);
+    store.dropped = Some(dropped);
+    let journal = JournalActor::start_with(Arc::new(store), JournalConfig::default());
+    let actor = counter(journal, "alive-1");
+    for (seq_nr, n) in (1..).zip([1u64, 2, 3]) {
+        let answer = actor.send(Add(n)).await.expect("mailbox").expect("stored");
+        assert_eq!(answer, (seq_nr, (1..=n).sum::<u64>()));
+    }
+    // The actor stops once its last address is gone, and with it the last sender of the
+    // journal's channel and the last address of the journal: the journal stops and drops
+    // its store.
+    drop(actor);
+    tokio::time::timeout(Duration::from_secs(10), journal_gone)
+        .await
+        .expect("the journal stops once its actors and addresses are gone")
+        .expect("the store tells when it is dropped");
 }

@@ -14,7 +14,7 @@ use actix_persistence_core::journal::{
 };
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, InMemoryJournal, JournalError, JournalStore, PersistentRepr,
-    ReplayStream, WriteNow,
+    ReplayStream, WriteBatch, WriteNow,
 };
 use async_trait::async_trait;
 use tokio::sync::{oneshot, Notify};
@@ -84,7 +84,7 @@ impl JournalStore for Scripted {
         self.journal.write_messages(writes).await
     }
 
-    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+    fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         self.now_calls.fetch_add(1, Ordering::SeqCst);
         let now = *self.now.lock().expect("not poisoned");
         match now {
@@ -157,7 +157,7 @@ async fn send(
     let (reply_to, reply) = oneshot::channel();
     journal
         .send(WriteMessages {
-            writes: vec![write(pid, seq_nr)],
+            writes: vec![write(pid, seq_nr)].into(),
             incarnation: Incarnation::from_raw(1),
             reply_to: reply_to.into(),
         })

@@ -5,7 +5,7 @@ use actix_persistence_core::query::{EventsRequest, QueryStore, StoredEvent, Writ
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, SelectedSnapshot,
     SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
-    WriteNow,
+    WriteBatch, WriteNow,
 };
 use async_trait::async_trait;
 
@@ -63,7 +63,7 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
         self.store.write_messages(writes).await
     }
 
-    fn write_messages_now(&self, writes: Vec<AtomicWrite>) -> WriteNow {
+    fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         self.store.write_messages_now(writes)
     }
 

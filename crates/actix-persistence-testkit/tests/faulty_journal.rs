@@ -63,7 +63,7 @@ fn journal_over(
 async fn send(journal: &Addr<JournalActor>, writes: Vec<AtomicWrite>) -> WriteMessagesReply {
     let (reply_to, reply) = oneshot::channel();
     journal.do_send(WriteMessages {
-        writes,
+        writes: writes.into(),
         incarnation: Incarnation::next(),
         reply_to: reply_to.into(),
     });

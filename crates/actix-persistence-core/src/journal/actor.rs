@@ -3,20 +3,21 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr, Context, Handler, ResponseFuture};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
 use futures::FutureExt;
 use metrics::Histogram;
 use tracing::Instrument;
 
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig, Generation};
+use super::write_queue::{self, WeakWriteSender};
 use super::{
     write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
     ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
-    WriteMessagesReply,
+    WriteMessagesReply, WriteSender,
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
-use crate::store::{AtomicWrite, JournalStore, Ownership, WriteNow, WriteResults};
+use crate::store::{AtomicWrite, JournalStore, Ownership, WriteBatch, WriteNow, WriteResults};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
@@ -54,6 +55,9 @@ pub struct JournalActor {
     store_name: &'static str,
     /// [`crate::metrics::PERSIST_LATENCY`] of this journal's store (registered on start).
     persist_latency: Histogram,
+    /// The write channel persistent actors send their writes through after their first one
+    /// (see [`WriteSender`]); weak, so that it closes with its last sender.
+    write_channel: Option<WeakWriteSender>,
 }
 
 struct Group {
@@ -88,6 +92,7 @@ impl JournalActor {
             in_flight: None,
             store_name: "custom",
             persist_latency: Histogram::noop(),
+            write_channel: None,
         }
     }
 
@@ -174,7 +179,53 @@ impl Actor for JournalActor {
 impl Handler<WriteMessages> for JournalActor {
     type Result = ();
 
-    fn handle(&mut self, msg: WriteMessages, _: &mut Context<Self>) {
+    /// A write through the mailbox: a persistent actor's first one (or a direct caller's).
+    /// The reply to an actor's first write also hands it the write channel for the next ones.
+    fn handle(&mut self, msg: WriteMessages, ctx: &mut Context<Self>) {
+        if msg.reply_to.wants_channel() {
+            msg.reply_to.offer_channel(self.write_sender(ctx));
+        }
+        self.write(msg);
+    }
+}
+
+/// A [`WriteMessages`] that came through the journal's write channel.
+struct QueuedWrite(WriteMessages);
+
+impl actix::Message for QueuedWrite {
+    type Result = ();
+}
+
+impl Handler<QueuedWrite> for JournalActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: QueuedWrite, _: &mut Context<Self>) {
+        self.write(msg.0);
+    }
+}
+
+impl JournalActor {
+    /// A sender into the journal's write channel, opening one (and draining it as a stream of
+    /// this actor) when none is open. The journal keeps only a weak sender, so the channel
+    /// closes, and its stream ends, when the last persistent actor holding one is gone: the
+    /// journal actor then stops, as before, once its last address is dropped.
+    fn write_sender(&mut self, ctx: &mut Context<Self>) -> WriteSender {
+        if let Some(sender) = self
+            .write_channel
+            .as_ref()
+            .and_then(WeakWriteSender::upgrade)
+        {
+            return sender;
+        }
+        let (sender, receiver) = write_queue::channel();
+        // Every queued write is handled in one poll, in order (up to a budget).
+        ctx.add_message_stream(futures::StreamExt::map(receiver, QueuedWrite));
+        self.write_channel = Some(sender.downgrade());
+        sender
+    }
+
+    /// Numbers a write in its group, starts it at once and hands its reply on.
+    fn write(&mut self, msg: WriteMessages) {
         let group_index =
             write_reply_ordering_group(msg.incarnation, self.config.write_reply_ordering_groups);
         let group = &mut self.groups[group_index];
@@ -268,8 +319,8 @@ impl Handler<WriteMessages> for JournalActor {
 fn write_now(
     store: &dyn JournalStore,
     breaker: &CircuitBreaker,
-    writes: Vec<AtomicWrite>,
-) -> Result<WriteMessagesReply, (Vec<AtomicWrite>, Generation)> {
+    writes: WriteBatch,
+) -> Result<WriteMessagesReply, (WriteBatch, Generation)> {
     let generation = match breaker.permit() {
         Ok(generation) => generation,
         Err(open) => return Ok(WriteMessagesReply::Failed(open)),
@@ -291,10 +342,10 @@ async fn write_batch(
     store: Arc<dyn JournalStore>,
     breaker: Arc<CircuitBreaker>,
     generation: Generation,
-    writes: Vec<AtomicWrite>,
+    writes: WriteBatch,
     timeout: Duration,
 ) -> WriteMessagesReply {
-    let reply = call_store(&*store, writes, timeout).await;
+    let reply = call_store(&*store, writes.into_vec(), timeout).await;
     breaker.record(generation, store_was_healthy(&reply));
     reply
 }

@@ -13,15 +13,17 @@ mod breaker;
 mod protocol;
 mod resequencer;
 mod routing;
+mod write_queue;
 
 pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
-pub(crate) use protocol::ReplySlot;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
     ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
+pub(crate) use protocol::{ReplySlot, SlotReply};
 pub(crate) use resequencer::ReplyOrder;
 pub use resequencer::{Resequence, Resequencer};
 pub use routing::write_reply_ordering_group;
+pub(crate) use write_queue::WriteSender;

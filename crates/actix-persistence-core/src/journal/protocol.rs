@@ -8,8 +8,9 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use actix::Message;
 use tokio::sync::oneshot;
 
+use super::write_queue::WriteSender;
 use crate::error::{AtomicWriteError, JournalError};
-use crate::store::{AtomicWrite, AtomicWriteResult, Ownership, ReplayStream, WriteResults};
+use crate::store::{AtomicWriteResult, Ownership, ReplayStream, WriteBatch, WriteResults};
 
 /// The identity of one incarnation of a persistent actor: unique within the process, so two
 /// incarnations of the same persistence id compare unequal. The journal routes write replies
@@ -55,8 +56,10 @@ impl fmt::Display for Incarnation {
 /// out or returns the wrong number of results. Replies to writes of the same
 /// write-reply-ordering group are sent in the order the journal received the writes.
 pub struct WriteMessages {
-    /// The atomic writes, in order. May be empty (answered without reaching the store).
-    pub writes: Vec<AtomicWrite>,
+    /// The atomic writes, in order. May be empty (answered without reaching the store). One
+    /// is held inline ([`WriteBatch`]): a lone `persist` sends no vector. Build it from a
+    /// `Vec` with `.into()`.
+    pub writes: WriteBatch,
     /// The writing incarnation: decides the write-reply-ordering group.
     pub incarnation: Incarnation,
     /// Where the reply goes: a `oneshot::Sender` (`.into()`), or a persistent actor's own
@@ -106,6 +109,25 @@ enum Sender {
 }
 
 impl ReplyTo {
+    /// Whether this is a persistent actor's reply slot that holds no write channel yet (the
+    /// journal then offers one with [`ReplyTo::offer_channel`]).
+    pub(crate) fn wants_channel(&self) -> bool {
+        match &self.0 {
+            Sender::Slot(Some(slot)) => !slot.lock().has_channel,
+            _ => false,
+        }
+    }
+
+    /// Hands the journal's write channel to the actor owning this reply slot, with the reply:
+    /// its later writes go through the channel instead of the journal actor's mailbox.
+    pub(crate) fn offer_channel(&self, channel: WriteSender) {
+        if let Sender::Slot(Some(slot)) = &self.0 {
+            let mut state = slot.lock();
+            state.channel = Some(channel);
+            state.has_channel = true;
+        }
+    }
+
     /// Sends `reply`; gives it back when nobody waits for it any more (the receiver, or the
     /// actor owning the slot, is gone).
     ///
@@ -172,6 +194,18 @@ pub(crate) struct ReplySlot {
 struct SlotState {
     reply: Option<Result<WriteMessagesReply, ReplyDropped>>,
     waker: Option<Waker>,
+    /// The journal's write channel, offered with a reply, until the actor takes it.
+    channel: Option<WriteSender>,
+    /// Whether a channel was ever offered (the journal offers one once per slot).
+    has_channel: bool,
+}
+
+/// What a reply slot hands over: the reply (`Err` when its sender was dropped unsent), and
+/// the journal's write channel when the journal offered one with it.
+#[derive(Debug)]
+pub(crate) struct SlotReply {
+    pub(crate) reply: Result<WriteMessagesReply, ReplyDropped>,
+    pub(crate) channel: Option<WriteSender>,
 }
 
 impl ReplySlot {
@@ -205,13 +239,13 @@ impl ReplySlot {
 
     /// The reply once it is there (`Err` when its sender was dropped unsent); else registers
     /// the task to be woken when it arrives.
-    pub(crate) fn poll(
-        &self,
-        task: &TaskContext<'_>,
-    ) -> Poll<Result<WriteMessagesReply, ReplyDropped>> {
+    pub(crate) fn poll(&self, task: &TaskContext<'_>) -> Poll<SlotReply> {
         let mut state = self.lock();
         match state.reply.take() {
-            Some(reply) => Poll::Ready(reply),
+            Some(reply) => Poll::Ready(SlotReply {
+                reply,
+                channel: state.channel.take(),
+            }),
             None => {
                 match &state.waker {
                     Some(waker) if waker.will_wake(task.waker()) => {}
@@ -382,7 +416,9 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
 
-    use super::{ReplyDropped, ReplySlot, WriteMessagesReply};
+    use futures::FutureExt;
+
+    use super::{ReplyDropped, ReplySlot, SlotReply, WriteMessagesReply};
     use crate::error::JournalError;
 
     /// Counts its wake-ups.
@@ -411,7 +447,10 @@ mod tests {
             assert!(reply_to.send(stored(writes)).is_ok());
             assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
             match slot.poll(&task) {
-                Poll::Ready(Ok(WriteMessagesReply::Completed(results))) => {
+                Poll::Ready(SlotReply {
+                    reply: Ok(WriteMessagesReply::Completed(results)),
+                    channel: None,
+                }) => {
                     assert_eq!(results.len(), writes)
                 }
                 other => panic!("expected the reply of {writes} writes, got {other:?}"),
@@ -430,7 +469,13 @@ mod tests {
         assert!(slot.poll(&task).is_pending());
         drop(reply_to);
         assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert!(matches!(slot.poll(&task), Poll::Ready(Err(ReplyDropped))));
+        assert!(matches!(
+            slot.poll(&task),
+            Poll::Ready(SlotReply {
+                reply: Err(ReplyDropped),
+                channel: None
+            })
+        ));
         // The next write's reply is not affected.
         let reply_to = slot.reply_to();
         assert!(reply_to
@@ -440,6 +485,50 @@ mod tests {
             slot.try_take(),
             Some(Ok(WriteMessagesReply::Failed(JournalError::JournalStopped)))
         ));
+    }
+
+    #[test]
+    fn the_write_channel_is_offered_once_and_handed_over_with_the_reply() {
+        let slot = Arc::new(ReplySlot::default());
+        let waker = Waker::from(Arc::new(Counting::default()));
+        let task = Context::from_waker(&waker);
+        let (sender, mut receiver) = crate::journal::write_queue::channel();
+        let reply_to = slot.reply_to();
+        assert!(reply_to.wants_channel());
+        reply_to.offer_channel(sender);
+        assert!(reply_to.send(stored(1)).is_ok());
+        let channel = match slot.poll(&task) {
+            Poll::Ready(SlotReply {
+                reply: Ok(WriteMessagesReply::Completed(results)),
+                channel: Some(channel),
+            }) if results.len() == 1 => channel,
+            other => panic!("expected the reply with the channel, got {other:?}"),
+        };
+        // The channel reaches the journal's end.
+        let write = super::WriteMessages {
+            writes: Default::default(),
+            incarnation: super::Incarnation::from_raw(7),
+            reply_to: slot.reply_to(),
+        };
+        assert!(channel.send(write).is_ok());
+        let received = futures::StreamExt::next(&mut receiver)
+            .now_or_never()
+            .flatten()
+            .expect("the write arrived");
+        assert_eq!(received.incarnation.get(), 7);
+        // Offered once per slot: the next writes' replies bring none.
+        assert!(!received.reply_to.wants_channel());
+        assert!(received.reply_to.send(stored(1)).is_ok());
+        assert!(matches!(
+            slot.poll(&task),
+            Poll::Ready(SlotReply {
+                reply: Ok(_),
+                channel: None
+            })
+        ));
+        // A oneshot sender never wants one.
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        assert!(!super::ReplyTo::from(tx).wants_channel());
     }
 
     #[test]

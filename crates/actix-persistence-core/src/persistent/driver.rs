@@ -14,8 +14,8 @@ use super::recovery::{poll_recovery, Recovered, Recovering};
 use super::state::{Invocation, PendingWrite, StopReason};
 use super::{PersistError, PersistentActor, RecoveryError};
 use crate::error::{AtomicWriteError, JournalError};
-use crate::journal::{WriteMessages, WriteMessagesReply};
-use crate::store::{AtomicWriteResult, WriteResults};
+use crate::journal::{SlotReply, WriteMessages, WriteMessagesReply};
+use crate::store::{AtomicWriteResult, WriteBatch, WriteResults};
 
 /// Queues an invocation of the command being handled, and installs the driver if it is not
 /// running. The batch is sent when the driver is next polled: after the handler returned.
@@ -166,13 +166,18 @@ fn run<A: PersistentActor>(
                     }
                 },
                 DriverState::Awaiting { writes, span, work } => {
-                    let results = match act.persistence().reply_slot.poll(task) {
+                    let SlotReply { reply, channel } = match act.persistence().reply_slot.poll(task)
+                    {
                         Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(reply)) => reply.into_results(*writes),
-                        Poll::Ready(Err(_)) => {
-                            WriteMessagesReply::Failed(JournalError::JournalStopped)
-                                .into_results(*writes)
-                        }
+                        Poll::Ready(reply) => reply,
+                    };
+                    if channel.is_some() {
+                        act.persistence_mut().write_channel = channel;
+                    }
+                    let results = match reply {
+                        Ok(reply) => reply.into_results(*writes),
+                        Err(_) => WriteMessagesReply::Failed(JournalError::JournalStopped)
+                            .into_results(*writes),
                     };
                     let span = span.take();
                     let _entered = span.as_ref().map(Span::enter);
@@ -203,7 +208,7 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     if state.batch.is_empty() {
         return None;
     }
-    let mut writes = Vec::with_capacity(state.batch.len());
+    let mut writes = WriteBatch::with_capacity(state.batch.len());
     for mut invocation in state.batch.drain(..) {
         invocation.write = match std::mem::replace(&mut invocation.write, PendingWrite::None) {
             PendingWrite::Ready(write) => {
@@ -228,11 +233,23 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
         )
     });
     let count = writes.len();
-    state.journal().do_send(WriteMessages {
+    let msg = WriteMessages {
         writes,
         incarnation: state.incarnation(),
         reply_to: state.reply_slot.reply_to(),
-    });
+    };
+    // Through the journal's write channel once it handed one over; else (the first write, or
+    // the channel closed because the journal stopped) through its mailbox. A write the
+    // journal never handles is dropped, and its dropped `ReplyTo` reports `JournalStopped`.
+    match &state.write_channel {
+        Some(channel) => {
+            if let Err(closed) = channel.send(msg) {
+                state.write_channel = None;
+                state.journal().do_send(closed);
+            }
+        }
+        None => state.journal().do_send(msg),
+    }
     Some(Sent::Writes {
         writes: count,
         span,

@@ -18,7 +18,7 @@ use super::{EventSourced, PersistError};
 use crate::error::{
     validate_persistence_id, AtomicWriteError, InvalidPersistenceId, WriteRejection,
 };
-use crate::journal::{Incarnation, JournalActor, ReplySlot};
+use crate::journal::{Incarnation, JournalActor, ReplySlot, WriteSender};
 use crate::serialization::{SerializationError, SerializedEvent};
 use crate::snapshot::SnapshotStore;
 use crate::store::{AtomicWrite, FencingToken, PersistentRepr};
@@ -89,6 +89,12 @@ pub struct PersistenceState<A: EventSourced> {
     /// Where the journal puts the reply to the write in flight: one slot for every write of
     /// this incarnation (at most one is in flight), instead of a channel per write.
     pub(crate) reply_slot: Arc<ReplySlot>,
+    /// The journal's own write channel, handed over with the reply to the first write: later
+    /// writes go through it instead of the journal actor's mailbox (no envelope and queue node
+    /// allocated per write). `None` until then, and again if the channel closed (the journal
+    /// stopped: a write sent then falls back to the mailbox, which drops it, so its reply slot
+    /// reports the journal stopped).
+    pub(crate) write_channel: Option<WriteSender>,
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
     stop_watch: Option<oneshot::Sender<StopReason>>,
@@ -179,6 +185,7 @@ impl<A: EventSourced> PersistenceState<A> {
             driver_running: false,
             driver: DriverState::Idle,
             reply_slot: Arc::default(),
+            write_channel: None,
             stop_reason: StopReason::Normal,
             stop_watch: None,
             failure: FailureCell::default(),

@@ -71,7 +71,7 @@ impl JournalUnderTest {
     ) -> oneshot::Receiver<WriteMessagesReply> {
         let (reply_to, reply) = oneshot::channel();
         self.actor.do_send(WriteMessages {
-            writes,
+            writes: writes.into(),
             incarnation,
             reply_to: reply_to.into(),
         });
