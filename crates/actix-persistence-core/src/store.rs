@@ -81,6 +81,20 @@ impl RunInterner {
             }
         }
     }
+
+    /// As [`Self::intern`], for text read as bytes (a database row's column): a run of the same
+    /// bytes shares the previous `Arc` without checking the UTF-8 again (a writer uuid repeats
+    /// in nearly every row of a replay).
+    ///
+    /// # Errors
+    /// [`std::str::Utf8Error`] when `bytes` are not the previous text and not UTF-8.
+    #[inline]
+    pub fn intern_utf8(&mut self, bytes: &[u8]) -> Result<Arc<str>, std::str::Utf8Error> {
+        match &self.last {
+            Some(last) if last.as_bytes() == bytes => Ok(Arc::clone(last)),
+            _ => Ok(self.intern(std::str::from_utf8(bytes)?)),
+        }
+    }
 }
 
 /// The fencing token of a writer of one persistence id: the owner epoch its incarnation got

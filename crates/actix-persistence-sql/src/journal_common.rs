@@ -743,6 +743,7 @@ where
     for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
     for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> &'r [u8]: Decode<'r, D::Db>,
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> (String,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> (Option<i64>,): FromRow<'r, <D::Db as Database>::Row>,
@@ -1058,10 +1059,14 @@ where
             manifest: row
                 .try_get_unchecked(get(ReplayColumn::Manifest))
                 .map_err(column_error)?,
-            writer_uuid: writer_uuids.intern(
-                row.try_get_unchecked::<&str, _>(get(ReplayColumn::WriterUuid))
-                    .map_err(column_error)?,
-            ),
+            // Read as bytes: a run of one writer's rows shares its `Arc` without checking the
+            // UTF-8 of each row again.
+            writer_uuid: writer_uuids
+                .intern_utf8(
+                    row.try_get_unchecked::<&[u8], _>(get(ReplayColumn::WriterUuid))
+                        .map_err(column_error)?,
+                )
+                .map_err(|e| corrupt(format!("writer uuid is not UTF-8: {e}")))?,
             timestamp: row
                 .try_get_unchecked(get(ReplayColumn::WriteTimestamp))
                 .map_err(column_error)?,
@@ -1109,7 +1114,11 @@ where
         let mut decoder = PageDecoder::default();
         let mut events = Vec::with_capacity(request.limit.min(100_000) as usize);
         while let Some(row) = rows.try_next().await.map_err(storage)? {
-            events.push(Self::stored_event(&mut decoder, &row)?);
+            events.push(Self::stored_event(
+                &mut decoder,
+                &row,
+                request.with_previous_timestamp,
+            )?);
         }
         Ok(events)
     }
@@ -1118,26 +1127,38 @@ where
     fn stored_event(
         decoder: &mut PageDecoder,
         row: &<D::Db as Database>::Row,
+        with_previous: bool,
     ) -> Result<StoredEvent, JournalError> {
         let storage = |e| JournalError::storage("query", e);
-        // The columns after the replay's: persistence_id, db_timestamp, previous_timestamp,
-        // previous_seq_nr (by position: no name look-up per row).
+        // The columns after the replay's: persistence_id, db_timestamp, and with `with_previous`
+        // previous_timestamp, previous_seq_nr (by position: no name look-up per row).
         const PERSISTENCE_ID: usize = ReplayColumn::Tags as usize + 1;
         const DB_TIMESTAMP: usize = PERSISTENCE_ID + 1;
         // Unchecked, as the replay's columns (see `decode_event`): the journal's own columns;
-        // the previous event's are the same columns, or NULL.
-        let persistence_id = decoder.ids.intern(
-            row.try_get_unchecked::<&str, _>(PERSISTENCE_ID)
-                .map_err(storage)?,
-        );
+        // the previous event's are the same columns, or NULL. The id is read as bytes: a run of
+        // one id's rows shares its `Arc` without checking its UTF-8 again.
+        let persistence_id = decoder
+            .ids
+            .intern_utf8(
+                row.try_get_unchecked::<&[u8], _>(PERSISTENCE_ID)
+                    .map_err(storage)?,
+            )
+            .map_err(|e| JournalError::storage("query", sqlx::Error::Decode(Box::new(e))))?;
         let (_, repr) = Self::decode_event(persistence_id, &mut decoder.writer_uuids, row)?;
+        let (previous_timestamp, previous_seq_nr) = if with_previous {
+            (
+                row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
+                row.try_get_unchecked::<Option<i64>, _>(DB_TIMESTAMP + 2)
+                    .map_err(storage)?
+                    .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
+            )
+        } else {
+            (None, None)
+        };
         Ok(StoredEvent {
             timestamp: row.try_get_unchecked(DB_TIMESTAMP).map_err(storage)?,
-            previous_timestamp: row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
-            previous_seq_nr: row
-                .try_get_unchecked::<Option<i64>, _>(DB_TIMESTAMP + 2)
-                .map_err(storage)?
-                .and_then(|seq_nr| u64::try_from(seq_nr).ok()),
+            previous_timestamp,
+            previous_seq_nr,
             repr,
         })
     }
@@ -1487,8 +1508,12 @@ pub(crate) fn page_query_sql<D: Dialect>(
             previous("db_timestamp"),
             previous("seq_nr")
         )
-    } else {
+    } else if D::JSON_PAGES {
+        // The JSON page names every column (`json_page::page_sql`).
         ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
+    } else {
+        // Nothing to send (or decode) for the settled pass.
+        String::new()
     };
     let order = D::BYTE_ORDER;
     // The lower end is a row comparison led by the index's first column (the entity type, or
