@@ -485,7 +485,8 @@ impl OffsetQuery {
         }
         let floor = self.seen.floor();
         self.delivered.retain(|_, seen| seen.timestamp >= floor);
-        self.seen.compact_if_sparse(self.delivered.len());
+        // `delivered` now holds exactly the entries `seen` sees: the new log is built from it.
+        self.seen.compact_from(self.delivered.iter());
     }
 
     /// The last event of `persistence_id` this query delivered at or after the settled position.
