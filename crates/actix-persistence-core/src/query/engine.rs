@@ -540,12 +540,15 @@ impl OffsetQuery {
             seq_nr: event.repr.seq_nr,
             timestamp: event.timestamp,
         };
-        // The entry's `Arc` when the id has one, else the event's: no allocation either way.
-        let id = match self.delivered.get_key_value(&*event.repr.persistence_id) {
-            Some((id, _)) => Arc::clone(id),
-            None => Arc::clone(&event.repr.persistence_id),
-        };
-        self.delivered.insert(Arc::clone(&id), seen);
+        // One look-up when the id has an entry (the event's `Arc` then goes to `seen`: no
+        // allocation either way).
+        let id = Arc::clone(&event.repr.persistence_id);
+        match self.delivered.get_mut(&*id) {
+            Some(entry) => *entry = seen,
+            None => {
+                self.delivered.insert(Arc::clone(&id), seen);
+            }
+        }
         self.seen.insert(id, seen);
         self.compact_seen();
         let offset = Offset::Timestamp(TimestampOffset {
