@@ -300,7 +300,8 @@ pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>
 ///   [`AtomicWrite::fencing_token`] is below the epoch fails with [`JournalError::Fenced`] and
 ///   stores nothing; a write committed before ownership was taken is at or below the highest
 ///   sequence number it returned;
-/// - a write over the [limits](crate::limits) is rejected ([`AtomicWrite::check`]);
+/// - a write over the [limits](crate::limits) is rejected ([`AtomicWrite::check`]; the writes
+///   of a [`CheckedBatch`] passed it already);
 /// - once `write_messages` returned `Ok` for a write, the events are durable and visible to
 ///   every later replay.
 #[async_trait]
