@@ -12,8 +12,8 @@ use crate::query::{
     WriteNotifications, WriteNotifier,
 };
 use crate::store::{
-    AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, WriteBatch, WriteNow, WriteResults,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, FencingToken, JournalStore, Ownership,
+    PersistentRepr, ReplayStream, WriteBatch, WriteNow, WriteResults,
 };
 
 #[derive(Debug)]
@@ -221,11 +221,16 @@ impl InMemoryJournal {
     }
 
     /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
-    /// stored.
-    fn write_batch(&self, writes: impl IntoIterator<Item = AtomicWrite>) -> WriteResults {
+    /// stored. `checked`: every write already passed [`AtomicWrite::check`] (a
+    /// [`CheckedBatch`]), so it is not checked again.
+    fn write_batch(
+        &self,
+        writes: impl IntoIterator<Item = AtomicWrite>,
+        checked: bool,
+    ) -> WriteResults {
         let mut stored = false;
         let mut store = |write| {
-            let result = self.write_atomic(write);
+            let result = self.write_atomic(write, checked);
             stored |= result.is_ok();
             result
         };
@@ -248,15 +253,17 @@ impl InMemoryJournal {
         results
     }
 
-    /// Stores one atomic write all or nothing.
-    fn write_atomic(&self, write: AtomicWrite) -> AtomicWriteResult {
-        write.check()?;
+    /// Stores one atomic write all or nothing, checking it first unless `checked`.
+    fn write_atomic(&self, write: AtomicWrite, checked: bool) -> AtomicWriteResult {
+        if !checked {
+            write.check()?;
+        }
         let mut journal = self.lock();
         let timestamp = journal.clock();
         let journal = &mut *journal;
         let events = match journal.ids.get_mut(write.persistence_id()) {
             Some(events) => events,
-            // `check` above: there is a first event; its id becomes the map's.
+            // Checked (above, or before the `CheckedBatch` was made): there is a first event; its id becomes the map's.
             None => match write.events.first() {
                 Some(first) => add_id(&mut journal.ids, Arc::clone(&first.persistence_id)),
                 None => return Ok(()),
@@ -276,7 +283,7 @@ impl InMemoryJournal {
             }
             .into());
         }
-        // Consecutive and ascending (`check` above).
+        // Consecutive and ascending (checked).
         let (lowest, highest) = (write.lowest_seq_nr(), write.highest_seq_nr());
         events.highest = events.highest.max(highest);
         let id = Arc::clone(&events.id);
@@ -300,12 +307,17 @@ impl JournalStore for InMemoryJournal {
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        Ok(self.write_batch(writes).into_vec())
+        Ok(self.write_batch(writes, false).into_vec())
     }
 
     /// Always answers at once: an in-memory write never waits.
     fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
-        WriteNow::Done(Ok(self.write_batch(writes)))
+        WriteNow::Done(Ok(self.write_batch(writes, false)))
+    }
+
+    /// Always answers at once, without checking the writes a second time.
+    fn write_checked_now(&self, writes: CheckedBatch) -> WriteNow {
+        WriteNow::Done(Ok(self.write_batch(writes.into_batch(), true)))
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {

@@ -35,6 +35,6 @@ pub use snapshot::{
     SnapshotSelectionCriteria, SnapshotStore,
 };
 pub use store::{
-    AtomicWrite, AtomicWriteResult, FencingToken, JournalStore, Ownership, PersistentRepr,
-    ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults, MAX_SEQ_NR,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, FencingToken, JournalStore, Ownership,
+    PersistentRepr, ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults, MAX_SEQ_NR,
 };

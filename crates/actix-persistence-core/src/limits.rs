@@ -27,7 +27,13 @@
 //! - every store checks each atomic write it is given ([`AtomicWrite::check`]) before storing
 //!   anything: a defensive check for direct callers (a `WriteMessages` sent to the journal
 //!   actor, a tool calling the store), which get the same rejection from every store. The
-//!   journal conformance suite (case J27) holds third-party stores to it.
+//!   journal conformance suite (case J27) holds third-party stores to it. The one exception:
+//!   the writes a persistent actor sends through the journal's write channel (every write of
+//!   an incarnation after its first) reach the store as a
+//!   [`CheckedBatch`](crate::CheckedBatch) ([`JournalStore::write_checked_now`](crate::JournalStore::write_checked_now)),
+//!   and a store may skip its check of those, which the first bullet already made; the
+//!   in-memory journal does. Direct callers cannot make a `CheckedBatch`, so their writes are
+//!   always checked.
 //!
 //! The journal actor between them does not check: a store's rejection is an answer of a
 //! healthy store and never counts against the circuit breaker.

@@ -253,6 +253,37 @@ pub type WriteResults = smallvec::SmallVec<[AtomicWriteResult; 1]>;
 /// a `Vec` with `into_vec()` (no copy of a heap buffer).
 pub type WriteBatch = smallvec::SmallVec<[AtomicWrite; 1]>;
 
+/// A [`WriteBatch`] known to pass [`AtomicWrite::check`] (shape and limits), for
+/// [`JournalStore::write_checked_now`].
+///
+/// Only this crate makes one: the batches of its persistent actors, which check every write
+/// they build before sending it (the [limits](crate::limits)' authoritative check) and send
+/// them through the journal's write channel. A store may therefore skip its own check of these
+/// writes; it gets no other way to tell them from a direct caller's. Read the writes with
+/// [`writes`](Self::writes) or take them back with [`into_batch`](Self::into_batch); a
+/// `CheckedBatch` cannot be changed.
+#[derive(Debug)]
+pub struct CheckedBatch(WriteBatch);
+
+impl CheckedBatch {
+    /// Wraps writes the caller has checked (or built so that they hold by construction, and
+    /// then checked against the limits).
+    pub(crate) fn new_checked(writes: WriteBatch) -> Self {
+        debug_assert!(writes.iter().all(|w| w.check().is_ok()));
+        CheckedBatch(writes)
+    }
+
+    /// The atomic writes, in order.
+    pub fn writes(&self) -> &[AtomicWrite] {
+        &self.0
+    }
+
+    /// The atomic writes, in order, as a [`WriteBatch`] (no copy of a heap buffer).
+    pub fn into_batch(self) -> WriteBatch {
+        self.0
+    }
+}
+
 /// The answer of [`JournalStore::write_messages_now`]: the batch's outcome, or the writes
 /// handed back when the store cannot answer without waiting.
 #[derive(Debug)]
@@ -283,7 +314,8 @@ pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>
 ///   [`AtomicWrite::fencing_token`] is below the epoch fails with [`JournalError::Fenced`] and
 ///   stores nothing; a write committed before ownership was taken is at or below the highest
 ///   sequence number it returned;
-/// - a write over the [limits](crate::limits) is rejected ([`AtomicWrite::check`]);
+/// - a write over the [limits](crate::limits) is rejected ([`AtomicWrite::check`]; the writes
+///   of a [`CheckedBatch`] passed it already);
 /// - once `write_messages` returned `Ok` for a write, the events are durable and visible to
 ///   every later replay.
 #[async_trait]
@@ -317,6 +349,20 @@ pub trait JournalStore: Send + Sync + 'static {
     /// delays them) must not forward this to the store it wraps.
     fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         WriteNow::Later(writes)
+    }
+
+    /// [`write_messages_now`](Self::write_messages_now) for a batch whose writes all passed
+    /// [`AtomicWrite::check`] already: a persistent actor's writes, sent through the journal's
+    /// write channel (every write after an incarnation's first). Same contract and same answer
+    /// as `write_messages_now` for the same writes; a store may skip its own check of them (a
+    /// check done a second time on the same data). [`WriteNow::Later`] hands back
+    /// [`CheckedBatch::into_batch`].
+    ///
+    /// The default calls `write_messages_now` with the writes, so a store, or a wrapper store,
+    /// that does not override this behaves exactly as without it. A wrapper store that
+    /// forwards `write_messages_now` may forward this too.
+    fn write_checked_now(&self, writes: CheckedBatch) -> WriteNow {
+        self.write_messages_now(writes.into_batch())
     }
 
     /// Replays the stored events of `persistence_id` with `from <= seq_nr <= to`, at most `max`
@@ -411,6 +457,10 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
 
     fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         (**self).write_messages_now(writes)
+    }
+
+    fn write_checked_now(&self, writes: CheckedBatch) -> WriteNow {
+        (**self).write_checked_now(writes)
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {

@@ -3,7 +3,8 @@
 //! (`JournalStopped`) instead of waiting forever; the replies of consecutive writes each reach
 //! their own continuation. Writes after the first go through the journal's write channel
 //! instead of its mailbox: the same holds for them, and the channel does not keep the journal
-//! alive once its actors and addresses are gone.
+//! alive once its actors and addresses are gone. The store gets the channel's writes as
+//! checked (`JournalStore::write_checked_now`) and still checks those of direct callers.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,8 +17,8 @@ use actix_persistence_core::persistent::{
     PersistentActor,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, FencingToken, InMemoryJournal, JournalError, JournalStore,
-    ReplayStream,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, FencingToken, InMemoryJournal, JournalError,
+    JournalStore, ReplayStream, WriteBatch, WriteNow,
 };
 use async_trait::async_trait;
 use tokio::sync::Notify;
@@ -273,4 +274,105 @@ async fn the_write_channel_does_not_keep_the_journal_alive() {
         .await
         .expect("the journal stops once its actors and addresses are gone")
         .expect("the store tells when it is dropped");
+}
+
+/// An in-memory journal counting which synchronous call the journal actor made for each batch.
+#[derive(Default)]
+struct Calls {
+    journal: InMemoryJournal,
+    unchecked: AtomicUsize,
+    checked: AtomicUsize,
+}
+
+#[async_trait]
+impl JournalStore for Calls {
+    async fn write_messages(
+        &self,
+        writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<AtomicWriteResult>, JournalError> {
+        self.journal.write_messages(writes).await
+    }
+
+    fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
+        self.unchecked.fetch_add(1, Ordering::SeqCst);
+        self.journal.write_messages_now(writes)
+    }
+
+    fn write_checked_now(&self, writes: CheckedBatch) -> WriteNow {
+        self.checked.fetch_add(1, Ordering::SeqCst);
+        self.journal.write_checked_now(writes)
+    }
+
+    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        self.journal.replay_messages(pid, from, to, max)
+    }
+
+    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
+        self.journal.read_highest_sequence_nr(pid, from).await
+    }
+
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        token: FencingToken,
+    ) -> Result<(), JournalError> {
+        self.journal.delete_messages_to(pid, to, token).await
+    }
+}
+
+#[actix_rt::test]
+async fn writes_from_the_channel_reach_the_store_as_checked_and_the_first_does_not() {
+    let store = Arc::new(Calls::default());
+    let journal = JournalActor::start_with(
+        Arc::clone(&store) as Arc<dyn JournalStore>,
+        JournalConfig::default(),
+    );
+    let actor = counter(journal, "checked-1");
+    for (seq_nr, n) in (1..).zip([2u64, 7, 1, 8]) {
+        let (got, _) = actor.send(Add(n)).await.expect("mailbox").expect("stored");
+        assert_eq!(got, seq_nr);
+    }
+    // The first write went through the mailbox (unchecked for the store), the next three
+    // through the write channel, as checked batches.
+    assert_eq!(store.unchecked.load(Ordering::SeqCst), 1);
+    assert_eq!(store.checked.load(Ordering::SeqCst), 3);
+    let stored: Vec<u64> = futures::StreamExt::collect::<Vec<_>>(store.journal.replay_messages(
+        "checked-1",
+        1,
+        u64::MAX,
+        u64::MAX,
+    ))
+    .await
+    .into_iter()
+    .map(|e| e.expect("replayed").seq_nr)
+    .collect();
+    assert_eq!(stored, vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn the_in_memory_store_still_rejects_a_direct_write_over_the_limits() {
+    let store = InMemoryJournal::new();
+    let over = AtomicWrite::new(vec![actix_persistence_core::PersistentRepr {
+        persistence_id: Arc::from("direct-1"),
+        seq_nr: 1,
+        payload: vec![1, 2, 3],
+        serializer_id: 1,
+        manifest: "with\0nul".to_owned(),
+        writer_uuid: Arc::from("writer-1"),
+        timestamp: 1,
+        tags: Vec::new(),
+    }])
+    .expect("a well-shaped write");
+    match store.write_messages_now(WriteBatch::from_buf([over])) {
+        WriteNow::Done(Ok(results)) => {
+            assert_eq!(results.len(), 1);
+            let rejection = results[0].as_ref().expect_err("rejected");
+            assert!(
+                rejection.to_string().contains("NUL"),
+                "unexpected: {rejection}"
+            );
+        }
+        other => panic!("expected a result at once, got {other:?}"),
+    }
 }

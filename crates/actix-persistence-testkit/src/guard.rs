@@ -3,9 +3,9 @@
 
 use actix_persistence_core::query::{EventsRequest, QueryStore, StoredEvent, WriteNotifications};
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream, SelectedSnapshot,
-    SerializedSnapshot, SnapshotError, SnapshotMetadata, SnapshotSelectionCriteria, SnapshotStore,
-    WriteBatch, WriteNow,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, JournalError, JournalStore, ReplayStream,
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria, SnapshotStore, WriteBatch, WriteNow,
 };
 use async_trait::async_trait;
 
@@ -65,6 +65,10 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
 
     fn write_messages_now(&self, writes: WriteBatch) -> WriteNow {
         self.store.write_messages_now(writes)
+    }
+
+    fn write_checked_now(&self, writes: CheckedBatch) -> WriteNow {
+        self.store.write_checked_now(writes)
     }
 
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {

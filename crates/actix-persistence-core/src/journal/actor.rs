@@ -17,7 +17,9 @@ use super::{
 };
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
-use crate::store::{AtomicWrite, JournalStore, Ownership, WriteBatch, WriteNow, WriteResults};
+use crate::store::{
+    AtomicWrite, CheckedBatch, JournalStore, Ownership, WriteBatch, WriteNow, WriteResults,
+};
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
@@ -185,7 +187,7 @@ impl Handler<WriteMessages> for JournalActor {
         if msg.reply_to.wants_channel() {
             msg.reply_to.offer_channel(self.write_sender(ctx));
         }
-        self.write(msg);
+        self.write(msg, false);
     }
 }
 
@@ -199,8 +201,11 @@ impl actix::Message for QueuedWrite {
 impl Handler<QueuedWrite> for JournalActor {
     type Result = ();
 
+    /// Only a persistent actor sends through the channel, with writes it checked against the
+    /// limits before sending them (`PersistenceState`): the store gets them as a
+    /// [`CheckedBatch`] and may skip its own check.
     fn handle(&mut self, msg: QueuedWrite, _: &mut Context<Self>) {
-        self.write(msg.0);
+        self.write(msg.0, true);
     }
 }
 
@@ -224,8 +229,9 @@ impl JournalActor {
         sender
     }
 
-    /// Numbers a write in its group, starts it at once and hands its reply on.
-    fn write(&mut self, msg: WriteMessages) {
+    /// Numbers a write in its group, starts it at once and hands its reply on. `checked`: its
+    /// writes came from a persistent actor that checked them ([`CheckedBatch`]).
+    fn write(&mut self, msg: WriteMessages, checked: bool) {
         let group_index =
             write_reply_ordering_group(msg.incarnation, self.config.write_reply_ordering_groups);
         let group = &mut self.groups[group_index];
@@ -249,7 +255,7 @@ impl JournalActor {
         // A store that answers at once (in memory), or a breaker that refuses the call, needs
         // no future: `write_messages_now`. Otherwise the store's future is polled once here,
         // and only a write still pending then runs concurrently in a task on the arbiter.
-        let attempt = || match write_now(&*self.store, &self.breaker, msg.writes) {
+        let attempt = || match write_now(&*self.store, &self.breaker, msg.writes, checked) {
             Ok(reply) => Ok(reply),
             Err((writes, generation)) => {
                 let mut write = Box::pin(write_batch(
@@ -308,11 +314,12 @@ impl JournalActor {
 }
 
 /// Runs one batch against the store through the circuit breaker, at once
-/// ([`JournalStore::write_messages_now`]), and turns every way it can end into a reply. The
-/// [limits](crate::limits) are not checked here: a persistent actor checked its writes before
-/// sending them (the authoritative check of the persist path), and every store checks again
-/// for direct callers (a [`JournalStore`] rejects a write over them, which the conformance
-/// suite holds every store to), so a rejection never counts against the breaker.
+/// ([`JournalStore::write_messages_now`], or [`JournalStore::write_checked_now`] when
+/// `checked`), and turns every way it can end into a reply. The [limits](crate::limits) are
+/// not checked here: a persistent actor checked its writes before sending them (the
+/// authoritative check of the persist path), and every store checks the writes of direct
+/// callers (a [`JournalStore`] rejects a write over them, which the conformance suite holds
+/// every store to), so a rejection never counts against the breaker.
 ///
 /// `Err` when the store cannot answer at once: its writes back, with the breaker's permit for
 /// [`write_batch`] (taken once per batch, so a half-open breaker's one trial call is this one).
@@ -320,18 +327,25 @@ fn write_now(
     store: &dyn JournalStore,
     breaker: &CircuitBreaker,
     writes: WriteBatch,
+    checked: bool,
 ) -> Result<WriteMessagesReply, (WriteBatch, Generation)> {
     let generation = match breaker.permit() {
         Ok(generation) => generation,
         Err(open) => return Ok(WriteMessagesReply::Failed(open)),
     };
     let expected = writes.len();
-    let reply =
-        match std::panic::catch_unwind(AssertUnwindSafe(|| store.write_messages_now(writes))) {
-            Ok(WriteNow::Later(writes)) => return Err((writes, generation)),
-            Ok(WriteNow::Done(outcome)) => store_reply(Ok(outcome), expected),
-            Err(_panic) => store_reply(Err(()), expected),
-        };
+    let call = || {
+        if checked {
+            store.write_checked_now(CheckedBatch::new_checked(writes))
+        } else {
+            store.write_messages_now(writes)
+        }
+    };
+    let reply = match std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        Ok(WriteNow::Later(writes)) => return Err((writes, generation)),
+        Ok(WriteNow::Done(outcome)) => store_reply(Ok(outcome), expected),
+        Err(_panic) => store_reply(Err(()), expected),
+    };
     breaker.record(generation, store_was_healthy(&reply));
     Ok(reply)
 }
