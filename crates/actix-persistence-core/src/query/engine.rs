@@ -227,7 +227,8 @@ impl OffsetQuery {
                 return Some(Ok(self.next_chunk()));
             }
             if !self.buffer.is_empty() {
-                if self.buffer.len() <= HANDOVER_CHUNK {
+                // In chunks only while reads are in flight: otherwise nothing needs the thread.
+                if self.buffer.len() <= HANDOVER_CHUNK || !self.reading_ahead() {
                     return Some(Ok(std::mem::take(&mut self.buffer)));
                 }
                 self.handing = std::mem::take(&mut self.buffer).into_iter();
