@@ -11,9 +11,11 @@
 //! - [`projection`]: a projection catching up on stored events, by `max_concurrency` and
 //!   group size, with [`projection_chart`] (issue 9, seed 003's shape).
 //! - [`query_fill`]: the journal the query benchmarks read.
+//! - [`bench_event`]: the event the recovery and catch-up benchmarks store.
 #![warn(missing_docs)]
 
 pub mod actor;
+pub mod bench_event;
 pub mod chart;
 pub mod closed_loop;
 pub mod group_commit;

@@ -1,6 +1,7 @@
 //! The journal the query benchmarks read: `events` events in `ids` persistence ids of entity
-//! type "Bench" (`Bench|0`, `Bench|1`, ...), every event tagged `bench`, written through group
-//! commit (`query-speed`, `catch-up-speed`).
+//! type "Bench" (`Bench|0`, `Bench|1`, ...), every event the benchmarks' own
+//! ([`bench_event`](crate::bench_event): about 100 bytes of JSON, tagged `bench`, as
+//! `recovery-speed`'s), written through group commit (`query-speed`, `catch-up-speed`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +9,6 @@ use std::time::{Duration, Instant};
 use actix_persistence_core::query::{Offset, QuerySettings, QueryStore, ReadJournal};
 use futures::StreamExt;
 
-use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
 use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
 
 /// Events per atomic write of [`fill`].
@@ -16,18 +16,10 @@ pub const EVENTS_PER_WRITE: u64 = 100;
 /// Atomic writes per `write_messages` call of [`fill`].
 pub const WRITES_PER_CALL: usize = 10;
 
-/// Event `seq_nr` of `pid`: a JSON payload of about 14 bytes, tagged `bench`.
+/// Event `seq_nr` of `pid` ([`bench_event::repr`](crate::bench_event::repr), written by
+/// `query-speed`).
 pub fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
-    PersistentRepr {
-        persistence_id: pid.into(),
-        seq_nr,
-        payload: format!("{{\"Added\":{seq_nr}}}").into_bytes(),
-        serializer_id: JSON_SERIALIZER_ID,
-        manifest: String::new(),
-        writer_uuid: "query-speed".into(),
-        timestamp: 0,
-        tags: vec!["bench".to_owned()],
-    }
+    crate::bench_event::repr(pid, seq_nr, "query-speed")
 }
 
 /// Writes `events` events spread over `ids` ids of entity type "Bench", in rounds (every id

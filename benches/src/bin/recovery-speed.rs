@@ -1,6 +1,7 @@
 //! Recovery speed: events replayed per second by one persistent actor whose journal holds N
 //! events (default 1,000,000), on SQLite and on PostgreSQL, without a snapshot and with one
-//! 1,000 events before the end.
+//! 1,000 events before the end. The events are the catch-up benchmark's
+//! ([`bench_event`]: about 100 bytes of JSON, tagged), decoded into the actor's event type.
 //!
 //! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events] [sqlite|postgres|both] [replay-batch-size] [rounds]`
 //! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped; `rounds`
@@ -12,25 +13,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use actix_persistence_bench::bench_event::{self, Deposited};
 use actix_persistence_core::journal::{JournalActor, JournalConfig};
 use actix_persistence_core::persistent::{
     start_recovery, EventSourced, PersistenceState, PersistentActor, Snapshotting,
 };
-use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
 use actix_persistence_core::snapshot::{SerializedSnapshot, SnapshotMetadata, SnapshotStore};
-use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
+use actix_persistence_core::{AtomicWrite, JournalStore};
 use actix_persistence_sql::test_util::TestDatabase;
 use actix_persistence_sql::{
     PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
 };
-use serde::{Deserialize, Serialize};
 
 const PID: &str = "recovery-speed";
 const SNAPSHOT_BEFORE_END: u64 = 1_000;
 const EVENTS_PER_WRITE: u64 = 1_000;
-
-#[derive(Serialize, Deserialize)]
-struct Added(u64);
 
 /// A counter that snapshots its total.
 struct Counter {
@@ -48,10 +45,10 @@ impl Actor for Counter {
 }
 
 impl EventSourced for Counter {
-    type Event = Added;
+    type Event = Deposited;
 
-    fn apply(&mut self, event: &Added) {
-        self.total += event.0;
+    fn apply(&mut self, event: &Deposited) {
+        self.total += event.amount;
         self.replayed += 1;
     }
 
@@ -86,23 +83,15 @@ impl Handler<Recovered> for Counter {
     }
 }
 
-/// Fills the journal with `events` increments of 1, `EVENTS_PER_WRITE` per atomic write.
+/// Fills the journal with `events` deposits of 1 ([`bench_event`]: about 100 bytes of JSON,
+/// tagged, as the catch-up benchmark's), `EVENTS_PER_WRITE` per atomic write.
 async fn fill(store: &dyn JournalStore, events: u64) -> Duration {
     let started = Instant::now();
     let mut next = 1;
     while next <= events {
         let last = (next + EVENTS_PER_WRITE - 1).min(events);
         let reprs = (next..=last)
-            .map(|seq_nr| PersistentRepr {
-                persistence_id: PID.into(),
-                seq_nr,
-                payload: b"1".to_vec(),
-                serializer_id: JSON_SERIALIZER_ID,
-                manifest: String::new(),
-                writer_uuid: "recovery-speed".into(),
-                timestamp: 0,
-                tags: Vec::new(),
-            })
+            .map(|seq_nr| bench_event::repr(PID, seq_nr, "recovery-speed"))
             .collect();
         let write = AtomicWrite::new(reprs).expect("consecutive events");
         let results = store
