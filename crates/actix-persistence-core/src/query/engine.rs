@@ -331,7 +331,7 @@ impl OffsetQuery {
     /// Starts the settled pass's planned reads that are not in flight yet; yields once when
     /// it started one (as [`Self::read_fast_ahead`]).
     async fn start_settled_reads(&mut self) {
-        let limit = self.settings.page_size.max(1);
+        let limit = self.settled_read_limit();
         let mut started = false;
         for read in self.settled_reads.unstarted() {
             read.task = ReadTask::start(
@@ -349,20 +349,32 @@ impl OffsetQuery {
         }
     }
 
+    /// Events a read of the settled pass asks for ([`SettledReads::read_limit`]).
+    fn settled_read_limit(&self) -> u32 {
+        u32::try_from(self.settled_reads.read_limit()).unwrap_or(u32::MAX)
+    }
+
     /// The next page of the settled pass (see [`SettledReads`]): the pages after it, and the
     /// windows of timestamps after its own, are read while it is delivered.
     async fn settled_page(&mut self, bound: i64, fast_bound: i64) -> Result<(), QueryError> {
         let mut read = self.settled_reads.next_read(&self.settled, bound);
-        let page = match read.task.take() {
+        let mut page = match read.task.take() {
             Some(task) => task.page().await?,
             None => {
-                self.store
-                    .read_events(self.request(&read.after, read.end, false))
-                    .await?
+                let request = EventsRequest {
+                    limit: self.settled_read_limit(),
+                    ..self.request(&read.after, read.end, false)
+                };
+                self.store.read_events(request).await?
             }
         };
+        // The event after a page only tells that the window goes on (see `read_limit`).
+        let page_size = self.settings.page_size.max(1) as usize;
+        let more = page.len() > page_size;
+        page.truncate(page_size);
         let summary = PageSummary {
             len: page.len(),
+            more,
             first_timestamp: page.first().map(|event| event.timestamp),
         };
         let last_key = page.last().map(StoredEvent::key);
@@ -384,7 +396,7 @@ impl OffsetQuery {
                 self.deliver(event);
             }
         }
-        if summary.len < self.settings.page_size.max(1) as usize {
+        if !summary.more {
             // Everything below the window's end is read (below `bound` when it was the last).
             let end = EventKey::start_of(read.end);
             if end > self.settled {
