@@ -504,6 +504,22 @@ const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serialize
                           ORDER BY seq_nr \
                           LIMIT $4";
 
+/// The two values of a JSON page's row ([`json_page::page_sql`]), borrowed: the JSON text and
+/// the inline payloads. `None` when the row does not hold them (the caller reads the page row
+/// by row).
+fn json_page_values<D: Dialect>(page: &<D::Db as Database>::Row) -> Option<(&str, Option<&[u8]>)>
+where
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+    for<'r> &'r str: Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> &'r [u8]: Decode<'r, D::Db>,
+{
+    // Unchecked, as the rows of a replay (see `decode_event`): the page's own columns; a value
+    // of another shape still fails to decode.
+    let text = page.try_get_unchecked::<&str, _>(0).ok()?;
+    let blob = page.try_get_unchecked::<Option<&[u8]>, _>(1).ok()?;
+    Some((text, blob))
+}
+
 /// The events of one replay page as read.
 struct ReplayRows {
     /// In sequence order; a row that did not decode ends them with its error.
@@ -880,7 +896,7 @@ where
         let pid = &*cursor.persistence_id;
         let mut conn = cursor.readers.acquire().await.map_err(storage)?;
         if D::JSON_PAGES {
-            let text = sqlx::query_scalar::<D::Db, String>(&json_page::page_sql(REPLAY_SQL, false))
+            let page = sqlx::query::<D::Db>(&json_page::page_sql(REPLAY_SQL, false))
                 .bind(pid)
                 .bind(cursor.next_from)
                 .bind(upper)
@@ -888,12 +904,12 @@ where
                 .fetch_one(&mut *conn)
                 .await;
             conn.return_to_pool().await;
-            let text = text.map_err(storage)?;
+            let page = page.map_err(storage)?;
             if let Some(rows) = Self::replay_rows_from_json(
                 &cursor.readers,
                 &cursor.persistence_id,
                 &mut cursor.writer_uuids,
-                &text,
+                &page,
             )
             .await
             {
@@ -936,23 +952,31 @@ where
     }
 
     /// The events of a replay page read as JSON ([`json_page`]), with the payloads it does not
-    /// carry read one by one (an event deleted meanwhile is left out). `None` when the value
+    /// carry read one by one (an event deleted meanwhile is left out). `None` when the row
     /// is not such a page: the caller reads the page row by row.
     async fn replay_rows_from_json(
         readers: &Pool<D::Db>,
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
-        text: &str,
+        page: &<D::Db as Database>::Row,
     ) -> Option<Result<ReplayRows, JournalError>> {
-        let mut rows = json_page::parse(text).ok()?;
-        rows.sort_by_key(|row| row.0);
+        let (text, blob) = json_page_values::<D>(page)?;
+        let rows = json_page::parse(text).ok()?;
+        // The payloads in the page's order, then the rows in sequence order.
+        let mut payloads = json_page::Payloads::new(&rows, blob).ok()?;
+        let mut rows = rows
+            .into_iter()
+            .map(|row| payloads.next(&row).map(|payload| (row, payload)))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        rows.sort_by_key(|(row, _)| row.0);
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
             rows: rows.len() as u64,
-            last_seq_nr: rows.last().map(|row| row.0),
+            last_seq_nr: rows.last().map(|(row, _)| row.0),
         };
-        for row in rows {
-            match Self::event_from_json(readers, pid, writer_uuids, row).await {
+        for (row, payload) in rows {
+            match Self::event_from_json(readers, pid, writer_uuids, row, payload).await {
                 Ok(Some(event)) => read.events.push(Ok(event)),
                 Ok(None) => {}
                 Err(JsonRowError::NotAPage) => return None,
@@ -965,14 +989,16 @@ where
         Some(Ok(read))
     }
 
-    /// The event of a JSON page's row (of `pid`, shared), reading its payload when the page
-    /// does not carry it: `None` when the event was deleted meanwhile. Its writer uuid comes
-    /// from `writer_uuids` (shared with the previous row's when equal).
+    /// The event of a JSON page's row (of `pid`, shared) with `payload` from the page's blob,
+    /// reading its payload when the page does not carry it (`None`): `None` when the event
+    /// was deleted meanwhile. Its writer uuid comes from `writer_uuids` (shared with the
+    /// previous row's when equal).
     async fn event_from_json(
         readers: &Pool<D::Db>,
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
         row: json_page::JsonRow<'_>,
+        payload: Option<Vec<u8>>,
     ) -> Result<Option<PersistentRepr>, JsonRowError> {
         let stored_seq_nr = row.0;
         let corrupt = |reason: String| {
@@ -982,9 +1008,8 @@ where
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id = u32::try_from(row.3)
             .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.3)))?;
-        let payload = match row.payload() {
-            Some(Ok(payload)) => payload,
-            Some(Err(_)) => return Err(JsonRowError::NotAPage),
+        let payload = match payload {
+            Some(payload) => payload,
             None => {
                 let payload = sqlx::query_scalar::<D::Db, Vec<u8>>(
                     "SELECT payload FROM journal WHERE persistence_id = $1 AND seq_nr = $2",
@@ -1094,14 +1119,14 @@ where
         let storage = |e| JournalError::storage("query", e);
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         if D::JSON_PAGES {
-            let text = sqlx::query_scalar_with::<D::Db, String, _>(
+            let page = sqlx::query_with::<D::Db, _>(
                 &json_page::page_sql(&sql, true),
                 page_arguments::<D>(&request)?,
             )
             .fetch_one(self.readers)
             .await
             .map_err(storage)?;
-            if let Some(events) = self.stored_events_from_json(&text).await {
+            if let Some(events) = self.stored_events_from_json(&page).await {
                 return events;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
@@ -1168,9 +1193,11 @@ where
     /// `None` when the value is not such a page: the caller reads the page row by row.
     async fn stored_events_from_json(
         &self,
-        text: &str,
+        page: &<D::Db as Database>::Row,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
+        let (text, blob) = json_page_values::<D>(page)?;
         let rows = json_page::parse(text).ok()?;
+        let mut payloads = json_page::Payloads::new(&rows, blob).ok()?;
         // A run of rows of one id (or one writer) shares one `Arc`; the JSON's text is read
         // borrowed (no copy unless it holds escapes).
         let mut ids = RunInterner::new();
@@ -1186,15 +1213,23 @@ where
         for (row, (persistence_id, timestamp, previous_timestamp, previous_seq_nr)) in
             rows.into_iter().zip(events)
         {
-            let repr =
-                match Self::event_from_json(self.readers, &persistence_id, &mut writer_uuids, row)
-                    .await
-                {
-                    Ok(Some(repr)) => repr,
-                    Ok(None) => continue,
-                    Err(JsonRowError::NotAPage) => return None,
-                    Err(JsonRowError::Journal(error)) => return Some(Err(error)),
-                };
+            let Ok(payload) = payloads.next(&row) else {
+                return None;
+            };
+            let repr = match Self::event_from_json(
+                self.readers,
+                &persistence_id,
+                &mut writer_uuids,
+                row,
+                payload,
+            )
+            .await
+            {
+                Ok(Some(repr)) => repr,
+                Ok(None) => continue,
+                Err(JsonRowError::NotAPage) => return None,
+                Err(JsonRowError::Journal(error)) => return Some(Err(error)),
+            };
             stored.push(StoredEvent {
                 timestamp,
                 previous_timestamp,

@@ -11,7 +11,9 @@ use std::time::Duration;
 use actix_persistence_core::{JournalError, JournalStore, MAX_SEQ_NR};
 use actix_persistence_sql::{SqlStoreError, SqliteJournal, SqliteJournalOptions};
 use common::sqlite::SqliteDb;
-use common::{atomic, event, recover, write_all_ok, write_one_to_five, TestBackend};
+use common::{
+    atomic, event, event_with_payload, recover, write_all_ok, write_one_to_five, TestBackend,
+};
 use futures::StreamExt;
 
 const MAX: u64 = MAX_SEQ_NR;
@@ -154,6 +156,68 @@ async fn corrupt_row_ends_a_query_by_slices_with_a_storage_error() {
             }
             other => panic!("expected the query to end with an error, got {other:?}"),
         }
+    })
+    .await;
+}
+
+/// A page carries its payloads in one blob, cut by the lengths its JSON gives: payloads of every
+/// byte value and of sizes around the inline limit (4 KiB), and one that another program stored
+/// as text (its length in characters is not its length in bytes), come back byte for byte by
+/// replay and by query, in order.
+#[tokio::test]
+async fn payloads_come_back_byte_for_byte_from_a_page_blob() {
+    use actix_persistence_core::query::{
+        entity_type_of, slice_for_persistence_id, Offset, QuerySettings, ReadJournal,
+    };
+    common::run(|db: SqliteDb| async move {
+        let journal = std::sync::Arc::new(db.journal().await);
+        let pid = "Blob|1";
+        let sizes = [0usize, 1, 256, 4095, 4096, 4097, 3, 10_000, 2];
+        let mut written: Vec<Vec<u8>> = sizes
+            .iter()
+            .zip(1u64..)
+            .map(|(&size, seq_nr)| {
+                (0..size)
+                    .map(|i| ((i + seq_nr as usize * 11) % 256) as u8)
+                    .collect()
+            })
+            .collect();
+        let events = written
+            .iter()
+            .zip(1u64..)
+            .map(|(payload, seq_nr)| event_with_payload(pid, seq_nr, payload))
+            .collect();
+        write_all_ok(
+            &*journal,
+            vec![actix_persistence_core::AtomicWrite::new(events).expect("consecutive")],
+        )
+        .await;
+        // Event 10, stored as TEXT of two-byte characters by another program.
+        let text = "\u{e9}t\u{e9}";
+        db.execute(&format!(
+            "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+             serializer_id, manifest, payload, tags, db_timestamp, slice, entity_type) \
+             SELECT '{pid}', 10, 'w', 0, 1, '', '{text}', '[]', max(db_timestamp) + 1, {}, '{}' \
+             FROM journal",
+            slice_for_persistence_id(pid),
+            entity_type_of(pid)
+        ))
+        .await;
+        written.push(text.as_bytes().to_vec());
+
+        let replayed: Vec<Vec<u8>> = journal
+            .replay_messages(pid, 1, MAX, MAX)
+            .map(|event| event.expect("replayed").payload)
+            .collect()
+            .await;
+        assert_eq!(replayed, written, "by replay");
+        let query = ReadJournal::from_arc(journal, QuerySettings::default());
+        let queried: Vec<Vec<u8>> = query
+            .current_events_by_slices(entity_type_of(pid), 0, 1023, Offset::NoOffset)
+            .map(|envelope| envelope.expect("queried").event.payload)
+            .collect()
+            .await;
+        assert_eq!(queried, written, "by query");
     })
     .await;
 }
