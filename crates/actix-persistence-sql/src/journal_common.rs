@@ -161,9 +161,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// key's `tag = ?` and sorts every row of the tag per event otherwise).
     const TAG_BY_EVENT_HINT: &'static str = "";
 
-    /// Whether pages (a replay's, a query's) are read as one JSON value each
-    /// ([`json_page`](crate::json_page)) rather than row by row (SQLite: a row costs a thread
-    /// hand-off and a copy of each value).
+    /// Whether pages (a replay's, a query's) are read as one row each, a JSON value and a blob
+    /// of payloads ([`json_page`](crate::json_page)), rather than row by row (SQLite: a row
+    /// costs a thread hand-off and a copy of each value).
     const JSON_PAGES: bool = false;
 
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
