@@ -1,6 +1,5 @@
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -451,9 +450,8 @@ impl<A: EventSourced> fmt::Debug for PersistenceState<A> {
     }
 }
 
+/// The wall clock in milliseconds since the Unix epoch (0 before 1970): an event's timestamp.
+#[inline]
 pub(crate) fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    crate::clock::realtime_millis()
 }
