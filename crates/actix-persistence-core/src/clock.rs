@@ -92,7 +92,10 @@ fn read(clock: libc::clockid_t) -> (i64, u32) {
 fn realtime() -> (i64, u32) {
     use std::time::{SystemTime, UNIX_EPOCH};
     match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => (i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
+        Ok(d) => (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            d.subsec_nanos(),
+        ),
         Err(_) => (-1, 0),
     }
 }

@@ -472,7 +472,10 @@ mod tests {
             let reply_to = slot.reply_to();
             assert!(reply_to.send(stored(writes)).is_ok());
             assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
-            assert!(matches!(slot.poll(&task), Poll::Ready(SlotReply { reply: Ok(_), .. })));
+            assert!(matches!(
+                slot.poll(&task),
+                Poll::Ready(SlotReply { reply: Ok(_), .. })
+            ));
         }
         // A reply dropped unsent wakes it as well.
         drop(slot.reply_to());
