@@ -1,11 +1,12 @@
 //! Readings of the system's clocks for the write path: the same clocks as
 //! [`std::time::SystemTime`] and [`std::time::Instant`], read without their conversions.
 //!
-//! On Linux each reading is one `clock_gettime` of the C library (the call `std` makes)
-//! turned into an integer;
-//! `SystemTime::now().duration_since(UNIX_EPOCH)` and `Instant::elapsed` cost a few hundred
-//! instructions per `persist` more in their generic subtraction and `Duration` arithmetic.
-//! Elsewhere these are the `std` readings.
+//! On Linux each reading is one `clock_gettime` of the C library (the call `std` makes) turned
+//! into an integer. `SystemTime::now().duration_since(UNIX_EPOCH)` and `Instant::elapsed` cost
+//! ~230 instructions per `persist` more in their generic subtraction and `Duration` arithmetic
+//! (four readings: the event's timestamp, the in-memory store's clock, and the two of the
+//! journal's persist latency; docs/benchmarks.md, session 8). Elsewhere these are the `std`
+//! readings.
 // Without the `actor` feature only the stores' wall clock in microseconds is read.
 #![cfg_attr(not(feature = "actor"), allow(dead_code))]
 
@@ -82,8 +83,11 @@ fn read(clock: libc::clockid_t) -> (i64, u32) {
     if status != 0 {
         return (0, 0);
     }
+    // `time_t` is 32 bits on some targets.
+    #[allow(clippy::useless_conversion)]
+    let secs = i64::from(ts.tv_sec);
     (
-        i64::from(ts.tv_sec),
+        secs,
         u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999),
     )
 }
