@@ -11,6 +11,7 @@
 //! The [`query`] module (persistence queries) needs no feature: it runs on any Tokio runtime.
 #![warn(missing_docs)]
 
+mod clock;
 pub mod error;
 pub mod inmem;
 pub mod limits;

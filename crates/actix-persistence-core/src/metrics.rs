@@ -15,7 +15,8 @@
 //! Metric names are constants of this module, so dashboards and tests share them.
 
 /// Histogram, seconds, label `store`: one `WriteMessages` batch, from the journal starting the
-/// store write to the store's answer.
+/// store write to the store's answer, on the system's monotonic clock (Tokio's paused test
+/// clock does not apply).
 pub const PERSIST_LATENCY: &str = "actix_persistence_persist_latency_seconds";
 /// Histogram, seconds, label `group`: how long a finished write's reply waits in its
 /// write-reply-ordering group before it is released.

@@ -15,6 +15,7 @@ use super::{
     ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
     WriteMessagesReply, WriteSender,
 };
+use crate::clock;
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
 use crate::store::{
@@ -251,7 +252,9 @@ impl JournalActor {
         });
         let reply_to = msg.reply_to;
         let work = self.enter_work();
-        let started = tokio::time::Instant::now();
+        // The store call's latency, on the monotonic clock (`clock.rs`: no `Instant`
+        // arithmetic per write).
+        let started = clock::monotonic_nanos();
         // A store that answers at once (in memory), or a breaker that refuses the call, needs
         // no future: `write_messages_now`. Otherwise the store's future is polled once here,
         // and only a write still pending then runs concurrently in a task on the arbiter.
@@ -278,7 +281,8 @@ impl JournalActor {
         let group = &self.groups[group_index];
         match first_poll {
             Ok(reply) => {
-                self.persist_latency.record(started.elapsed().as_secs_f64());
+                let latency = clock::seconds_between(started, clock::monotonic_nanos());
+                self.persist_latency.record(latency);
                 Group::reply(
                     &group.order,
                     &group.resequencer,
@@ -295,7 +299,7 @@ impl JournalActor {
                 let latency = self.persist_latency.clone();
                 let write = async move {
                     let reply = write.await;
-                    latency.record(started.elapsed().as_secs_f64());
+                    latency.record(clock::seconds_between(started, clock::monotonic_nanos()));
                     let msg = Resequence {
                         seq,
                         reply,

@@ -1,3 +1,4 @@
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,7 +40,15 @@ enum State {
 pub(crate) struct CircuitBreaker {
     config: CircuitBreakerConfig,
     state: Mutex<(State, Generation)>,
+    /// The generation while the breaker is closed with no failure counted, else
+    /// [`NOT_CLEAN`]: set under the lock with every change of `state`, read without it. A
+    /// call through a healthy breaker (the common case: every write) neither takes the lock to
+    /// be let through nor to record its success, which would change nothing.
+    clean: AtomicU64,
 }
+
+/// [`CircuitBreaker::clean`] while the breaker is not closed with no failure counted.
+const NOT_CLEAN: u64 = u64::MAX;
 
 /// Changes with every state transition: the outcome of a call let through in an earlier state
 /// (a late success after the breaker opened, say) must not move the current state.
@@ -54,7 +63,17 @@ impl CircuitBreaker {
         CircuitBreaker {
             config,
             state: Mutex::new((state, 0)),
+            clean: AtomicU64::new(0),
         }
+    }
+
+    /// Publishes whether `state` is closed with no failure counted (under the lock).
+    fn publish(&self, state: &State, generation: Generation) {
+        let clean = match state {
+            State::Closed { failures: 0 } if generation != NOT_CLEAN => generation,
+            _ => NOT_CLEAN,
+        };
+        self.clean.store(clean, Ordering::Release);
     }
 
     /// Whether a call may go to the store now.
@@ -62,6 +81,11 @@ impl CircuitBreaker {
     /// # Errors
     /// [`JournalError::CircuitOpen`] while open, or while a trial call is under way.
     pub(crate) fn permit(&self) -> Result<Generation, JournalError> {
+        // Closed: what the locked path answers, without the lock.
+        let clean = self.clean.load(Ordering::Acquire);
+        if clean != NOT_CLEAN {
+            return Ok(clean);
+        }
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (state, generation) = &mut *guard;
         match *state {
@@ -69,6 +93,7 @@ impl CircuitBreaker {
             State::Open { until } if Instant::now() >= until => {
                 *state = State::HalfOpen;
                 *generation += 1;
+                self.publish(state, *generation);
                 report(state);
                 Ok(*generation)
             }
@@ -84,6 +109,11 @@ impl CircuitBreaker {
     /// Records the outcome of a call `permit` let through in `generation`; outcomes of calls
     /// from an earlier state are ignored.
     pub(crate) fn record(&self, generation: Generation, succeeded: bool) {
+        // A success in the current generation of a breaker closed with no failure counted
+        // leaves it so: nothing to change, no lock to take.
+        if succeeded && self.clean.load(Ordering::Acquire) == generation {
+            return;
+        }
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (state, current) = &mut *guard;
         if generation != *current {
@@ -114,6 +144,9 @@ impl CircuitBreaker {
         *state = next;
         if transition {
             *current += 1;
+        }
+        self.publish(state, *current);
+        if transition {
             report(state);
         }
     }
@@ -198,5 +231,24 @@ mod tests {
         );
         b.record(trial, true);
         assert!(b.permit().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_success_after_a_failure_resets_the_count_of_consecutive_failures() {
+        let b = breaker(2);
+        let g = b.permit().expect("closed");
+        b.record(g, false);
+        // Not the lock-free path: one failure is counted, and this success clears it.
+        b.record(g, true);
+        b.record(g, false);
+        assert!(
+            b.permit().is_ok(),
+            "one failure since the last success keeps it closed"
+        );
+        b.record(g, false);
+        assert!(matches!(b.permit(), Err(JournalError::CircuitOpen { .. })));
+        // Open: a success of the earlier generation neither closes it nor is taken for clean.
+        b.record(g, true);
+        assert!(b.permit().is_err());
     }
 }

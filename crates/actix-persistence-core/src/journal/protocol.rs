@@ -225,20 +225,21 @@ impl ReplySlot {
         ReplyTo(Sender::Slot(Some(Arc::clone(self))))
     }
 
-    /// Puts the reply (or that none will come) into the slot and wakes the waiting task.
+    /// Puts the reply (or that none will come) into the slot and wakes the waiting task. The
+    /// waker stays registered for the next write's reply (the actor's task does not change),
+    /// so the actor neither clones it again nor needs to poll the slot right after sending.
     fn fill(&self, reply: Result<WriteMessagesReply, ReplyDropped>) {
-        let waker = {
-            let mut state = self.lock();
-            state.reply = Some(reply);
-            state.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+        let mut state = self.lock();
+        state.reply = Some(reply);
+        if let Some(waker) = &state.waker {
+            waker.wake_by_ref();
         }
     }
 
     /// The reply once it is there (`Err` when its sender was dropped unsent); else registers
-    /// the task to be woken when it arrives.
+    /// the task to be woken when it arrives. The task stays registered after the reply (see
+    /// [`fill`](Self::fill)): until a poll from another task replaces it, every later reply
+    /// wakes it too.
     pub(crate) fn poll(&self, task: &TaskContext<'_>) -> Poll<SlotReply> {
         let mut state = self.lock();
         match state.reply.take() {
@@ -457,6 +458,28 @@ mod tests {
             }
             assert!(slot.poll(&task).is_pending(), "taken once");
         }
+    }
+
+    #[test]
+    fn a_task_registered_once_is_woken_by_every_later_reply() {
+        let slot = Arc::new(ReplySlot::default());
+        let wakes = Arc::new(Counting::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let task = Context::from_waker(&waker);
+        assert!(slot.poll(&task).is_pending());
+        for writes in 1..=3 {
+            // Sent without polling the slot first: the reply still wakes the task.
+            let reply_to = slot.reply_to();
+            assert!(reply_to.send(stored(writes)).is_ok());
+            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
+            assert!(matches!(
+                slot.poll(&task),
+                Poll::Ready(SlotReply { reply: Ok(_), .. })
+            ));
+        }
+        // A reply dropped unsent wakes it as well.
+        drop(slot.reply_to());
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 4);
     }
 
     #[test]

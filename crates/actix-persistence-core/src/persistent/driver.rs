@@ -26,7 +26,7 @@ pub(crate) fn enqueue<A: PersistentActor>(
     invocation: Invocation<A>,
 ) {
     let state = act.persistence_mut();
-    state.batch.push(invocation);
+    state.invocations.push_back(invocation);
     if !state.driver_running {
         state.driver_running = true;
         state.driver = DriverState::Idle;
@@ -89,6 +89,9 @@ impl<A: PersistentActor> ActorFuture<A> for Driver<A> {
 /// continuations of the replies that arrived. `Ready` once nothing is outstanding. Any future
 /// the actor waits on may call it (Actix polls only the newest `ctx.wait` future), so a
 /// [`super::PersistReply`] awaited inside `ctx.wait` cannot starve the writes it waits for.
+///
+/// The state is moved on where it lies (`PersistenceState::driver`); only recovery is taken
+/// out while it is polled (it needs the actor).
 pub(crate) fn pump<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
@@ -97,97 +100,124 @@ pub(crate) fn pump<A: PersistentActor>(
     if !act.persistence().driver_running {
         return Poll::Ready(());
     }
-    let mut state = std::mem::take(&mut act.persistence_mut().driver);
-    let progress = run(&mut state, act, ctx, task);
-    if progress.is_pending() {
-        act.persistence_mut().driver = state;
+    loop {
+        let state = act.persistence_mut();
+        match &mut state.driver {
+            DriverState::Recovering(_) => match recover(act, ctx, task) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(false) => return Poll::Ready(()),
+                Poll::Ready(true) => {}
+            },
+            DriverState::Idle if ctx.state().stopping() => {
+                // A continuation stopped the actor: nothing more is sent.
+                stop_with(act, ctx, StopReason::Normal, Vec::new().into_iter());
+                return Poll::Ready(());
+            }
+            DriverState::Idle => match send_batch(act) {
+                None => {
+                    act.persistence_mut().driver_running = false;
+                    return Poll::Ready(());
+                }
+                Some(Sent::Nothing) => {
+                    if !deliver(act, ctx, WriteResults::new()) {
+                        return Poll::Ready(());
+                    }
+                }
+                Some(Sent::Writes { writes, span }) => {
+                    let state = act.persistence_mut();
+                    state.driver = DriverState::Awaiting {
+                        writes,
+                        span,
+                        work: state.enter_work(),
+                    };
+                    // The slot keeps the waker it was given: when it is this task's, the
+                    // reply wakes the task and the slot need not be polled now.
+                    if state
+                        .slot_waker
+                        .as_ref()
+                        .is_some_and(|waker| waker.will_wake(task.waker()))
+                    {
+                        return Poll::Pending;
+                    }
+                }
+            },
+            DriverState::Awaiting { writes, span, work } => {
+                let SlotReply { reply, channel } = match state.reply_slot.poll(task) {
+                    Poll::Pending => {
+                        // Registered in the slot: remember whose waker it holds.
+                        if !state
+                            .slot_waker
+                            .as_ref()
+                            .is_some_and(|waker| waker.will_wake(task.waker()))
+                        {
+                            state.slot_waker = Some(task.waker().clone());
+                        }
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(reply) => reply,
+                };
+                let results = match reply {
+                    Ok(reply) => reply.into_results(*writes),
+                    Err(_) => WriteMessagesReply::Failed(JournalError::JournalStopped)
+                        .into_results(*writes),
+                };
+                let span = span.take();
+                let _entered = span.as_ref().map(Span::enter);
+                let _work = work.take();
+                state.driver = DriverState::Idle;
+                if channel.is_some() {
+                    state.write_channel = channel;
+                }
+                if !deliver(act, ctx, results) {
+                    return Poll::Ready(());
+                }
+            }
+        }
     }
-    progress
 }
 
-fn run<A: PersistentActor>(
-    state: &mut DriverState,
+/// Polls the recovery, taken out of the state meanwhile: `Ready(true)` once it completed (the
+/// state is `Idle` again), `Ready(false)` when it failed and the actor stops.
+fn recover<A: PersistentActor>(
     act: &mut A,
     ctx: &mut Context<A>,
     task: &mut TaskContext<'_>,
-) -> Poll<()> {
-    {
-        let this = state;
-        loop {
-            match &mut *this {
-                DriverState::Recovering(recovery) => match poll_recovery(recovery, act, task) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(Recovered {
-                        last_seq_nr,
-                        bounded,
-                    })) => {
-                        let state = act.persistence_mut();
-                        state.partially_recovered = bounded;
-                        state.set_recovered_seq_nr(last_seq_nr);
-                        state.recovered = true;
-                        *this = DriverState::Idle;
-                        let completed = catch_user(|| act.on_recovery_completed(last_seq_nr, ctx));
-                        if let Err(reason) = completed {
-                            let cause = RecoveryError::Panicked {
-                                persistence_id: act.persistence_id().to_owned(),
-                                hook: "on_recovery_completed",
-                                reason,
-                            };
-                            fail_recovery(act, ctx, &cause);
-                            return Poll::Ready(());
-                        }
-                    }
-                    Poll::Ready(Err(cause)) => {
-                        fail_recovery(act, ctx, &cause);
-                        return Poll::Ready(());
-                    }
-                },
-                DriverState::Idle if ctx.state().stopping() => {
-                    // A continuation stopped the actor: nothing more is sent.
-                    stop_with(act, ctx, StopReason::Normal, Vec::new().into_iter());
-                    return Poll::Ready(());
-                }
-                DriverState::Idle => match send_batch(act) {
-                    None => {
-                        act.persistence_mut().driver_running = false;
-                        return Poll::Ready(());
-                    }
-                    Some(Sent::Nothing) => {
-                        if !deliver(act, ctx, WriteResults::new()) {
-                            return Poll::Ready(());
-                        }
-                    }
-                    Some(Sent::Writes { writes, span }) => {
-                        *this = DriverState::Awaiting {
-                            writes,
-                            span,
-                            work: act.persistence().enter_work(),
-                        }
-                    }
-                },
-                DriverState::Awaiting { writes, span, work } => {
-                    let SlotReply { reply, channel } = match act.persistence().reply_slot.poll(task)
-                    {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(reply) => reply,
-                    };
-                    if channel.is_some() {
-                        act.persistence_mut().write_channel = channel;
-                    }
-                    let results = match reply {
-                        Ok(reply) => reply.into_results(*writes),
-                        Err(_) => WriteMessagesReply::Failed(JournalError::JournalStopped)
-                            .into_results(*writes),
-                    };
-                    let span = span.take();
-                    let _entered = span.as_ref().map(Span::enter);
-                    let _work = work.take();
-                    *this = DriverState::Idle;
-                    if !deliver(act, ctx, results) {
-                        return Poll::Ready(());
-                    }
-                }
+) -> Poll<bool> {
+    let mut recovery = match std::mem::take(&mut act.persistence_mut().driver) {
+        DriverState::Recovering(recovery) => recovery,
+        other => {
+            act.persistence_mut().driver = other;
+            return Poll::Ready(true);
+        }
+    };
+    match poll_recovery(&mut recovery, act, task) {
+        Poll::Pending => {
+            act.persistence_mut().driver = DriverState::Recovering(recovery);
+            Poll::Pending
+        }
+        Poll::Ready(Ok(Recovered {
+            last_seq_nr,
+            bounded,
+        })) => {
+            let state = act.persistence_mut();
+            state.partially_recovered = bounded;
+            state.set_recovered_seq_nr(last_seq_nr);
+            state.recovered = true;
+            let completed = catch_user(|| act.on_recovery_completed(last_seq_nr, ctx));
+            if let Err(reason) = completed {
+                let cause = RecoveryError::Panicked {
+                    persistence_id: act.persistence_id().to_owned(),
+                    hook: "on_recovery_completed",
+                    reason,
+                };
+                fail_recovery(act, ctx, &cause);
+                return Poll::Ready(false);
             }
+            Poll::Ready(true)
+        }
+        Poll::Ready(Err(cause)) => {
+            fail_recovery(act, ctx, &cause);
+            Poll::Ready(false)
         }
     }
 }
@@ -201,24 +231,25 @@ enum Sent {
     },
 }
 
-/// Moves the command's invocations in flight and sends their atomic writes as one batch.
-/// `None` when there was nothing queued.
+/// Puts the command's invocations in flight (they stay where they are queued) and sends their
+/// atomic writes as one batch. `None` when there was nothing queued.
 fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     let state = act.persistence_mut();
-    if state.batch.is_empty() {
+    let unsent = state.invocations.len() - state.in_flight;
+    if unsent == 0 {
         return None;
     }
-    let mut writes = WriteBatch::with_capacity(state.batch.len());
-    for mut invocation in state.batch.drain(..) {
-        invocation.write = match std::mem::replace(&mut invocation.write, PendingWrite::None) {
-            PendingWrite::Ready(write) => {
+    let mut writes = WriteBatch::with_capacity(unsent);
+    for invocation in state.invocations.range_mut(state.in_flight..) {
+        if let PendingWrite::Ready(_) = invocation.write {
+            if let PendingWrite::Ready(write) =
+                std::mem::replace(&mut invocation.write, PendingWrite::Sent)
+            {
                 writes.push(write);
-                PendingWrite::Sent
             }
-            other => other,
-        };
-        state.in_flight.push_back(invocation);
+        }
     }
+    state.in_flight = state.invocations.len();
     if writes.is_empty() {
         return Some(Sent::Nothing);
     }
@@ -256,11 +287,12 @@ fn send_batch<A: PersistentActor>(act: &mut A) -> Option<Sent> {
     })
 }
 
-/// Runs the in-flight invocations' continuations in order with their results. Returns false
+/// Runs the in-flight invocations' continuations in order with their results (invocations
+/// their continuations queue stay for the next batch). Returns false
 /// when the actor is stopping (a write failed, or user code panicked).
 fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: WriteResults) -> bool {
     let mut results = results.into_iter();
-    while let Some(invocation) = act.persistence_mut().in_flight.pop_front() {
+    while let Some(invocation) = act.persistence_mut().pop_in_flight() {
         let Invocation {
             events,
             write,
@@ -384,11 +416,7 @@ pub(crate) fn stop_with<A: PersistentActor>(
     if reason != StopReason::Normal {
         state.stop_reason = reason;
     }
-    let waiting: Vec<_> = state
-        .in_flight
-        .drain(..)
-        .chain(state.batch.drain(..))
-        .collect();
+    let waiting = state.take_invocations();
     state.driver_running = false;
     for invocation in waiting {
         let outcome = match invocation.write {

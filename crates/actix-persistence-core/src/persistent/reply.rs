@@ -365,14 +365,13 @@ where
     fn handle(self, _: &mut A::Context, tx: Option<OneshotSender<M::Result>>) {
         let Some(tx) = tx else { return };
         let mut slot = self.slot.slot().borrow_mut();
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Done(outcome) => {
+        if let Slot::Done(_) = &*slot {
+            if let Slot::Done(outcome) = std::mem::replace(&mut *slot, Slot::Taken) {
                 let _ = tx.send(outcome);
             }
-            _ => {
-                // The continuation answers the sender directly when it runs.
-                *slot = Slot::Forward(tx);
-            }
+        } else {
+            // The continuation answers the sender directly when it runs.
+            *slot = Slot::Forward(tx);
         }
     }
 }

@@ -1,8 +1,8 @@
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Duration;
 
 use actix::Addr;
@@ -78,10 +78,12 @@ pub struct PersistenceState<A: EventSourced> {
     pub(crate) snapshots: Option<Arc<dyn SnapshotStore>>,
     pub(crate) snapshot_policy: SnapshotPolicy,
     pub(crate) snapshot_timeout: Duration,
-    /// Invocations of the command being handled, not yet sent.
-    pub(crate) batch: Vec<Invocation<A>>,
-    /// Invocations sent (or due), in order, waiting for their replies.
-    pub(crate) in_flight: VecDeque<Invocation<A>>,
+    /// Invocations in call order: first the `in_flight` ones (sent, or due without a write),
+    /// waiting for their replies, then those of the command being handled, not yet sent. One
+    /// queue, so that sending a batch moves no invocation.
+    pub(crate) invocations: VecDeque<Invocation<A>>,
+    /// How many of the first `invocations` are in flight.
+    pub(crate) in_flight: usize,
     /// Whether the driver future is installed with `ctx.wait`.
     pub(crate) driver_running: bool,
     /// Where recovery and writes stand (see `driver::pump`).
@@ -89,6 +91,9 @@ pub struct PersistenceState<A: EventSourced> {
     /// Where the journal puts the reply to the write in flight: one slot for every write of
     /// this incarnation (at most one is in flight), instead of a channel per write.
     pub(crate) reply_slot: Arc<ReplySlot>,
+    /// The waker the reply slot holds (it keeps the last one it was given): when it is the
+    /// polling task's, the driver does not poll the slot right after sending a batch.
+    pub(crate) slot_waker: Option<Waker>,
     /// The journal's own write channel, handed over with the reply to the first write: later
     /// writes go through it instead of the journal actor's mailbox (no envelope and queue node
     /// allocated per write). `None` until then, and again if the channel closed (the journal
@@ -180,11 +185,12 @@ impl<A: EventSourced> PersistenceState<A> {
             snapshots: None,
             snapshot_policy: SnapshotPolicy::default(),
             snapshot_timeout: DEFAULT_SNAPSHOT_TIMEOUT,
-            batch: Vec::new(),
-            in_flight: VecDeque::new(),
+            invocations: VecDeque::new(),
+            in_flight: 0,
             driver_running: false,
             driver: DriverState::Idle,
             reply_slot: Arc::default(),
+            slot_waker: None,
             write_channel: None,
             stop_reason: StopReason::Normal,
             stop_watch: None,
@@ -298,7 +304,7 @@ impl<A: EventSourced> PersistenceState<A> {
     /// result if the reply already arrived, [`PersistError::StoppedDuringWrite`] if it did
     /// not, [`PersistError::ActorStopped`] if the write was never sent.
     fn answer_abandoned_invocations(&mut self) {
-        if self.in_flight.is_empty() && self.batch.is_empty() {
+        if self.invocations.is_empty() {
             return;
         }
         let mut results = match std::mem::take(&mut self.driver) {
@@ -309,12 +315,7 @@ impl<A: EventSourced> PersistenceState<A> {
                 .map(|reply| reply.into_results(writes).into_iter()),
             _ => None,
         };
-        let waiting: Vec<_> = self
-            .in_flight
-            .drain(..)
-            .chain(self.batch.drain(..))
-            .collect();
-        for invocation in waiting {
+        for invocation in self.take_invocations() {
             let outcome = match invocation.write {
                 PendingWrite::Sent => match results.as_mut().and_then(Iterator::next) {
                     Some(Ok(())) => Ok(&invocation.events[..]),
@@ -327,6 +328,22 @@ impl<A: EventSourced> PersistenceState<A> {
             };
             let _ = invocation.then.call(None, outcome);
         }
+    }
+
+    /// The first in-flight invocation, taken out of the queue; `None` once every in-flight one
+    /// was taken (those queued behind them are not).
+    pub(crate) fn pop_in_flight(&mut self) -> Option<Invocation<A>> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        self.in_flight -= 1;
+        self.invocations.pop_front()
+    }
+
+    /// Every invocation, in flight or not, in call order; none is left.
+    pub(crate) fn take_invocations(&mut self) -> VecDeque<Invocation<A>> {
+        self.in_flight = 0;
+        std::mem::take(&mut self.invocations)
     }
 
     pub(crate) fn set_recovered_seq_nr(&mut self, seq_nr: u64) {
@@ -356,7 +373,7 @@ impl<A: EventSourced> PersistenceState<A> {
 
     /// Whether writes are in flight or queued (commands are then held back).
     pub fn has_pending_writes(&self) -> bool {
-        !self.batch.is_empty() || !self.in_flight.is_empty()
+        !self.invocations.is_empty()
     }
 
     /// The first sequence number of the next write, or its rejection when recovery has not
@@ -446,14 +463,13 @@ impl<A: EventSourced> fmt::Debug for PersistenceState<A> {
             .field("incarnation", &self.incarnation)
             .field("last_seq_nr", &self.last_seq_nr)
             .field("recovered", &self.recovered)
-            .field("pending", &(self.batch.len() + self.in_flight.len()))
+            .field("pending", &self.invocations.len())
             .finish()
     }
 }
 
+/// The wall clock in milliseconds since the Unix epoch (0 before 1970): an event's timestamp.
+#[inline]
 pub(crate) fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    crate::clock::realtime_millis()
 }

@@ -4,7 +4,6 @@
 
 use std::cmp::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
@@ -210,8 +209,7 @@ impl<S: QueryStore + ?Sized> QueryStore for Arc<S> {
 
 /// The wall clock of this process, microseconds since the Unix epoch (0 before 1970): the
 /// database clock of embedded stores (in memory, SQLite).
+#[inline]
 pub fn wall_clock_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+    crate::clock::realtime_micros()
 }
