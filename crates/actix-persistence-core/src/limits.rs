@@ -89,6 +89,7 @@ pub fn check_limits(write: &AtomicWrite) -> Result<(), WriteRejection> {
 /// id is a UUID it made itself (36 bytes, no NUL), so only what varies per write is checked
 /// (events per write, sequence numbers, payloads, manifests, tags). The same answer as
 /// [`check_limits`] for such a write; about half its cost on the persist path.
+#[cfg(feature = "actor")]
 pub(crate) fn check_actor_write_limits(write: &AtomicWrite) -> Result<(), WriteRejection> {
     debug_assert!(persistence_id_problem(write.persistence_id()).is_none());
     debug_assert!(write

@@ -267,7 +267,8 @@ pub struct CheckedBatch(WriteBatch);
 
 impl CheckedBatch {
     /// Wraps writes the caller has checked (or built so that they hold by construction, and
-    /// then checked against the limits).
+    /// then checked against the limits): the journal actor's writes.
+    #[cfg(feature = "actor")]
     pub(crate) fn new_checked(writes: WriteBatch) -> Self {
         debug_assert!(writes.iter().all(|w| w.check().is_ok()));
         CheckedBatch(writes)
