@@ -101,6 +101,7 @@ impl WriteCounters {
     /// The longest time a transaction committed since the last call took, and starts over:
     /// the look-back of the write notification (see
     /// [`WriteNotifier::notify_committed`](actix_persistence_core::query::WriteNotifier::notify_committed)).
+    #[cfg(feature = "postgres")]
     pub(crate) fn take_longest_commit(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.longest_commit.swap(0, Ordering::SeqCst))
     }
@@ -320,6 +321,7 @@ impl<B: Backend> Writer<B> {
     }
 
     /// See [`WriteCounters::take_longest_commit`].
+    #[cfg(feature = "postgres")]
     pub(crate) fn take_longest_commit(&self) -> std::time::Duration {
         self.counters.take_longest_commit()
     }

@@ -1026,7 +1026,7 @@ where
             }
         };
         // Text that is not JSON: read row by row, which names it.
-        let Some(tags) = row.6 else {
+        let Some(tags) = row.tags() else {
             return Err(JsonRowError::NotAPage);
         };
         Ok(Some(PersistentRepr {

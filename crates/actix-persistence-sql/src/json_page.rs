@@ -45,7 +45,7 @@ pub(crate) fn page_sql(inner: &str, query_columns: bool) -> String {
              page.seq_nr, page.writer_uuid, page.write_timestamp, page.serializer_id, \
              page.manifest, \
              CASE WHEN {length} <= {INLINE_PAYLOAD_BYTES} THEN {length} END, \
-             CASE WHEN json_valid(page.tags) THEN json(page.tags) END, {extra})), \
+             page.tags, {extra})), \
              CAST(group_concat(CASE WHEN {length} <= {INLINE_PAYLOAD_BYTES} \
                                     THEN page.payload END, '') AS BLOB) \
          FROM ({inner}) AS page"
@@ -70,8 +70,10 @@ pub(crate) struct JsonRow<'a>(
     /// The length of `payload` in the page's blob (bytes), `None` when larger than
     /// [`INLINE_PAYLOAD_BYTES`] (not in the blob).
     pub Option<usize>,
-    /// `tags` (stored as a JSON array of strings; `None` when the stored text is not JSON).
-    pub Option<Vec<String>>,
+    /// `tags` as stored: the text of a JSON array of strings, read by [`JsonRow::tags`]
+    /// (borrowed from the page's text when it holds no escapes, as `[]`).
+    #[serde(borrow)]
+    pub Cow<'a, str>,
     /// `persistence_id` (queries only), borrowed as `writer_uuid` is.
     #[serde(borrow, deserialize_with = "optional_text")]
     pub Option<Cow<'a, str>>,
@@ -91,6 +93,16 @@ fn optional_text<'de, D: serde::Deserializer<'de>>(
     #[derive(Deserialize)]
     struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
     Ok(Option::<Text<'de>>::deserialize(deserializer)?.map(|text| text.0))
+}
+
+impl JsonRow<'_> {
+    /// The event's tags: `None` when the stored text is not a JSON array of strings (a row
+    /// this crate never writes: the caller reads the page row by row, which names it). Parsed
+    /// here rather than by SQLite (`json()` in the page, after `json_valid`: two parses per
+    /// event on the reader's thread).
+    pub(crate) fn tags(&self) -> Option<Vec<String>> {
+        tags_from_json_text(&self.6).ok()
+    }
 }
 
 /// The inline payloads of a page ([`page_sql`]'s blob), taken in the rows' order.
@@ -144,11 +156,16 @@ impl<'a> Payloads<'a> {
 /// they are corrupt.
 #[cfg(feature = "sqlite")]
 pub(crate) fn tags_from_json(tags: String) -> Result<Vec<String>, String> {
+    tags_from_json_text(&tags)
+}
+
+/// [`tags_from_json`] of borrowed text.
+fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
     // Most events have no tags: no JSON parse for those.
     if tags == "[]" {
         return Ok(Vec::new());
     }
-    serde_json::from_str(&tags).map_err(|e| format!("tags are not a JSON array of strings: {e}"))
+    serde_json::from_str(tags).map_err(|e| format!("tags are not a JSON array of strings: {e}"))
 }
 
 /// The events of a JSON page (`text`: the page's one value).
@@ -165,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_page_reads_back_every_column() {
-        let text = r#"[[3,"w",17,1,"m",2,["t"],"A|1",99,98,2],[4,"w",18,1,"",null,[],null,null,null,null]]"#;
+        let text = r#"[[3,"w",17,1,"m",2,"[\"t\"]","A|1",99,98,2],[4,"w",18,1,"",null,"[]",null,null,null,null]]"#;
         let rows = parse(text).expect("a page");
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].0, 3);
@@ -176,7 +193,9 @@ mod tests {
             Ok(None),
             "a payload read on its own"
         );
-        assert_eq!(rows[0].6, Some(vec!["t".to_owned()]));
+        assert_eq!(rows[0].tags(), Some(vec!["t".to_owned()]));
+        assert_eq!(rows[1].tags(), Some(Vec::new()));
+        assert!(matches!(rows[1].6, Cow::Borrowed("[]")), "no tags, no copy");
         assert_eq!(rows[0].7.as_deref(), Some("A|1"));
         assert_eq!(
             (rows[0].8, rows[0].9, rows[0].10),
@@ -195,7 +214,7 @@ mod tests {
     #[test]
     fn payloads_are_cut_from_the_blob_in_row_order() {
         // Binary bytes, an empty payload, one not carried, text of several bytes per char.
-        let text = r#"[[1,"w",0,1,"",3,[],null,null,null,null],[2,"w",0,1,"",0,[],null,null,null,null],[3,"w",0,1,"",null,[],null,null,null,null],[4,"w",0,1,"",2,[],null,null,null,null]]"#;
+        let text = r#"[[1,"w",0,1,"",3,"[]",null,null,null,null],[2,"w",0,1,"",0,"[]",null,null,null,null],[3,"w",0,1,"",null,"[]",null,null,null,null],[4,"w",0,1,"",2,"[]",null,null,null,null]]"#;
         let rows = parse(text).expect("a page");
         let blob: &[u8] = &[0x00, 0xff, 0x41, 0xc3, 0xa9];
         let mut payloads = Payloads::new(&rows, Some(blob)).expect("lengths add up");
@@ -216,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_blob_that_disagrees_with_the_rows_is_not_a_page() {
-        let text = r#"[[1,"w",0,1,"",3,[],null,null,null,null]]"#;
+        let text = r#"[[1,"w",0,1,"",3,"[]",null,null,null,null]]"#;
         let rows = parse(text).expect("a page");
         assert_eq!(Payloads::new(&rows, Some(b"ab")).unwrap_err(), NotAPage);
         assert_eq!(Payloads::new(&rows, Some(b"abcd")).unwrap_err(), NotAPage);
@@ -227,7 +246,7 @@ mod tests {
 
     #[test]
     fn escaped_text_reads_back() {
-        let text = r#"[[3,"w\"x",17,1,"m",2,[],"A|\"1",99,null,null]]"#;
+        let text = r#"[[3,"w\"x",17,1,"m",2,"[]","A|\"1",99,null,null]]"#;
         let rows = parse(text).expect("a page");
         assert_eq!(rows[0].1, r#"w"x"#);
         assert_eq!(rows[0].7.as_deref(), Some(r#"A|"1"#));
@@ -236,8 +255,14 @@ mod tests {
     #[test]
     fn a_page_of_another_shape_is_an_error() {
         assert!(parse(r#"[[3,4]]"#).is_err());
-        assert!(parse(r#"[["3","w",17,1,"m",null,[],null,null,null,null]]"#).is_err());
+        assert!(parse(r#"[["3","w",17,1,"m",null,"[]",null,null,null,null]]"#).is_err());
         assert!(parse(r#"[[3,"w",17,1,"m",2,[7],null,null,null,null]]"#).is_err());
-        assert!(parse(r#"[[3,"w",17,1,"m","7B7D",[],null,null,null,null]]"#).is_err());
+        // Tags whose text is not a JSON array of strings: the row gives none (read row by row).
+        for tags in [r#""oops""#, r#""[7]""#, r#""{}""#] {
+            let text = format!(r#"[[3,"w",17,1,"m",2,{tags},null,null,null,null]]"#);
+            let rows = parse(&text).expect("the page parses");
+            assert_eq!(rows[0].tags(), None, "{tags}");
+        }
+        assert!(parse(r#"[[3,"w",17,1,"m","7B7D","[]",null,null,null,null]]"#).is_err());
     }
 }
