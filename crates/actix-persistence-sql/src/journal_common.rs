@@ -1189,8 +1189,9 @@ where
     }
 
     /// The events of a query page read as JSON ([`json_page`]), in query order, with the
-    /// payloads it does not carry read one by one (an event deleted meanwhile is left out).
-    /// `None` when the value is not such a page: the caller reads the page row by row.
+    /// payloads it does not carry read one by one. `None` when the row is not such a page, or
+    /// when an event was deleted before its payload was read: the caller reads the page row
+    /// by row.
     async fn stored_events_from_json(
         &self,
         page: &<D::Db as Database>::Row,
@@ -1226,7 +1227,10 @@ where
             .await
             {
                 Ok(Some(repr)) => repr,
-                Ok(None) => continue,
+                // Deleted since the page was read: leaving it out would make the page shorter
+                // than what its query found, and the caller could take a full page for the end
+                // of its window. The page is read again row by row, in one statement.
+                Ok(None) => return None,
                 Err(JsonRowError::NotAPage) => return None,
                 Err(JsonRowError::Journal(error)) => return Some(Err(error)),
             };

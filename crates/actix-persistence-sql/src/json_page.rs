@@ -38,14 +38,16 @@ pub(crate) fn page_sql(inner: &str, query_columns: bool) -> String {
         "NULL, NULL, NULL, NULL"
     };
     // Bytes, also of a payload some other program stored as text (`length` of a text counts
-    // characters).
+    // characters). The text columns are cast to text: JSON cannot hold a blob that another
+    // program stored in one, which would fail the whole page instead of the row (read row by
+    // row, a value that is not UTF-8 names its row).
     let length = "length(CAST(page.payload AS BLOB))";
     format!(
         "SELECT json_group_array(json_array(\
-             page.seq_nr, page.writer_uuid, page.write_timestamp, page.serializer_id, \
-             page.manifest, \
+             page.seq_nr, CAST(page.writer_uuid AS TEXT), page.write_timestamp, \
+             page.serializer_id, CAST(page.manifest AS TEXT), \
              CASE WHEN {length} <= {INLINE_PAYLOAD_BYTES} THEN {length} END, \
-             page.tags, {extra})), \
+             CAST(page.tags AS TEXT), {extra})), \
              CAST(group_concat(CASE WHEN {length} <= {INLINE_PAYLOAD_BYTES} \
                                     THEN page.payload END, '') AS BLOB) \
          FROM ({inner}) AS page"

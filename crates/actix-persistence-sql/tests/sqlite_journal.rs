@@ -222,6 +222,66 @@ async fn payloads_come_back_byte_for_byte_from_a_page_blob() {
     .await;
 }
 
+/// Text columns that another program stored as blobs (of UTF-8 text) are read as the text they
+/// hold, by replay and by query: a page's JSON cannot hold a blob, and the page used to fail as a
+/// whole with SQLite's "JSON cannot hold BLOB values", the good events with it.
+#[tokio::test]
+async fn text_stored_as_a_blob_reads_back() {
+    use actix_persistence_core::query::{
+        entity_type_of, slice_for_persistence_id, Offset, QuerySettings, ReadJournal,
+    };
+    common::run(|db: SqliteDb| async move {
+        let journal = std::sync::Arc::new(db.journal().await);
+        let pid = "Blobtext|1";
+        write_all_ok(&*journal, vec![atomic(pid, 1..=1)]).await;
+        // Inserted with text tags (the tag index's insert trigger reads them), then changed.
+        db.execute(&format!(
+            "INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+             serializer_id, manifest, payload, tags, db_timestamp, slice, entity_type) \
+             SELECT '{pid}', 2, 'w', 0, 1, '', x'02', '[]', max(db_timestamp) + 1, {}, '{}' \
+             FROM journal",
+            slice_for_persistence_id(pid),
+            entity_type_of(pid)
+        ))
+        .await;
+        db.execute(&format!(
+            "UPDATE journal SET tags = CAST('[\"t\"]' AS BLOB), \
+             manifest = CAST('M' AS BLOB), writer_uuid = CAST('w2' AS BLOB) \
+             WHERE persistence_id = '{pid}' AND seq_nr = 2"
+        ))
+        .await;
+        let replayed: Vec<(u64, Vec<String>, String, String)> = journal
+            .replay_messages(pid, 1, MAX, MAX)
+            .map(|e| {
+                let e = e.expect("replayed");
+                (e.seq_nr, e.tags, e.manifest, e.writer_uuid.to_string())
+            })
+            .collect()
+            .await;
+        let want = vec![
+            (1, Vec::new(), "Event".to_owned(), "writer-1".to_owned()),
+            (2, vec!["t".to_owned()], "M".to_owned(), "w2".to_owned()),
+        ];
+        assert_eq!(replayed, want, "by replay");
+        let query = ReadJournal::from_arc(journal, QuerySettings::default());
+        let queried: Vec<_> = query
+            .current_events_by_slices(entity_type_of(pid), 0, 1023, Offset::NoOffset)
+            .map(|e| {
+                let e = e.expect("queried");
+                (
+                    e.seq_nr,
+                    e.tags,
+                    e.event.manifest,
+                    e.writer_uuid.to_string(),
+                )
+            })
+            .collect()
+            .await;
+        assert_eq!(queried, want, "by query");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn corrupt_row_ends_the_replay_with_a_storage_error() {
     common::run(|db: SqliteDb| async move {
