@@ -485,9 +485,14 @@ enum ReplayColumn {
 }
 
 /// The error of a stored event that does not read back (a row this crate never writes).
-fn corrupt_row(persistence_id: String, seq_nr: i64, reason: String) -> JournalError {
+fn corrupt_row(
+    operation: &'static str,
+    persistence_id: String,
+    seq_nr: i64,
+    reason: String,
+) -> JournalError {
     JournalError::storage(
-        "replay",
+        operation,
         SqlStoreError::CorruptRow {
             persistence_id,
             seq_nr,
@@ -937,7 +942,7 @@ where
         };
         for row in &rows {
             let pid = Arc::clone(&cursor.persistence_id);
-            match Self::decode_event(pid, &mut cursor.writer_uuids, row) {
+            match Self::decode_event("replay", pid, &mut cursor.writer_uuids, row) {
                 Ok((seq_nr, event)) => {
                     read.last_seq_nr = Some(seq_nr);
                     read.events.push(Ok(event));
@@ -976,7 +981,7 @@ where
             last_seq_nr: rows.last().map(|(row, _)| row.0),
         };
         for (row, payload) in rows {
-            match Self::event_from_json(readers, pid, writer_uuids, row, payload).await {
+            match Self::event_from_json("replay", readers, pid, writer_uuids, row, payload).await {
                 Ok(Some(event)) => read.events.push(Ok(event)),
                 Ok(None) => {}
                 Err(JsonRowError::NotAPage) => return None,
@@ -992,8 +997,9 @@ where
     /// The event of a JSON page's row (of `pid`, shared) with `payload` from the page's blob,
     /// reading its payload when the page does not carry it (`None`): `None` when the event
     /// was deleted meanwhile. Its writer uuid comes from `writer_uuids` (shared with the
-    /// previous row's when equal).
+    /// previous row's when equal). Errors name `operation` (`"replay"`, `"query"`).
     async fn event_from_json(
+        operation: &'static str,
         readers: &Pool<D::Db>,
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
@@ -1002,7 +1008,12 @@ where
     ) -> Result<Option<PersistentRepr>, JsonRowError> {
         let stored_seq_nr = row.0;
         let corrupt = |reason: String| {
-            JsonRowError::Journal(corrupt_row(pid.to_string(), stored_seq_nr, reason))
+            JsonRowError::Journal(corrupt_row(
+                operation,
+                pid.to_string(),
+                stored_seq_nr,
+                reason,
+            ))
         };
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
@@ -1018,7 +1029,7 @@ where
                 .bind(stored_seq_nr)
                 .fetch_optional(readers)
                 .await
-                .map_err(|e| JsonRowError::Journal(JournalError::storage("replay", e)))?;
+                .map_err(|e| JsonRowError::Journal(JournalError::storage(operation, e)))?;
                 match payload {
                     Some(payload) => payload,
                     None => return Ok(None),
@@ -1051,19 +1062,22 @@ where
     ///
     /// `persistence_id` becomes the event's (shared: a replay has one for all its events, a
     /// query page one per run of rows of an id); the writer uuid is read borrowed from the row
-    /// and shared through `writer_uuids` (a run of rows of one writer: one allocation).
+    /// and shared through `writer_uuids` (a run of rows of one writer: one allocation). Errors
+    /// name `operation` (`"replay"`, `"query"`).
     fn decode_event(
+        operation: &'static str,
         persistence_id: Arc<str>,
         writer_uuids: &mut RunInterner,
         row: &<D::Db as Database>::Row,
     ) -> Result<(i64, PersistentRepr), JournalError> {
-        let column_error = |e| JournalError::storage("replay", e);
+        let column_error = |e| JournalError::storage(operation, e);
         let get = |column: ReplayColumn| column as usize;
         let stored_seq_nr: i64 = row
             .try_get_unchecked(get(ReplayColumn::SeqNr))
             .map_err(column_error)?;
-        let corrupt =
-            |reason: String| corrupt_row(persistence_id.to_string(), stored_seq_nr, reason);
+        let corrupt = |reason: String| {
+            corrupt_row(operation, persistence_id.to_string(), stored_seq_nr, reason)
+        };
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id: D::SerializerId = row
@@ -1169,7 +1183,8 @@ where
                     .map_err(storage)?,
             )
             .map_err(|e| JournalError::storage("query", sqlx::Error::Decode(Box::new(e))))?;
-        let (_, repr) = Self::decode_event(persistence_id, &mut decoder.writer_uuids, row)?;
+        let (_, repr) =
+            Self::decode_event("query", persistence_id, &mut decoder.writer_uuids, row)?;
         let (previous_timestamp, previous_seq_nr) = if with_previous {
             (
                 row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
@@ -1218,6 +1233,7 @@ where
                 return None;
             };
             let repr = match Self::event_from_json(
+                "query",
                 self.readers,
                 &persistence_id,
                 &mut writer_uuids,

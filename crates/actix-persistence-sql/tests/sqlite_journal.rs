@@ -153,6 +153,10 @@ async fn corrupt_row_ends_a_query_by_slices_with_a_storage_error() {
                     message.contains("Corrupt|1") && message.contains("3"),
                     "the error names the row: {message}"
                 );
+                assert!(
+                    message.contains("during query") && !message.contains("replay"),
+                    "the error names the query, not a replay: {message}"
+                );
             }
             other => panic!("expected the query to end with an error, got {other:?}"),
         }
