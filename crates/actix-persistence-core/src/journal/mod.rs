@@ -10,6 +10,8 @@
 
 mod actor;
 mod breaker;
+#[cfg(test)]
+mod counting_waker;
 mod protocol;
 mod resequencer;
 mod routing;

@@ -413,24 +413,14 @@ impl Message for TakeOwnership {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
+    use std::task::{Context, Poll};
 
     use futures::FutureExt;
 
     use super::{ReplyDropped, ReplySlot, SlotReply, WriteMessagesReply};
     use crate::error::JournalError;
-
-    /// Counts its wake-ups.
-    #[derive(Default)]
-    struct Counting(AtomicUsize);
-
-    impl Wake for Counting {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
+    use crate::journal::counting_waker::counting_waker;
 
     fn stored(n: usize) -> WriteMessagesReply {
         WriteMessagesReply::Completed(vec![Ok(()); n].into())
@@ -439,14 +429,13 @@ mod tests {
     #[test]
     fn a_slot_hands_each_reply_over_once_and_wakes_the_waiting_task() {
         let slot = Arc::new(ReplySlot::default());
-        let wakes = Arc::new(Counting::default());
-        let waker = Waker::from(Arc::clone(&wakes));
+        let (wakes, waker) = counting_waker();
         let task = Context::from_waker(&waker);
         for writes in 1..=3 {
             let reply_to = slot.reply_to();
             assert!(slot.poll(&task).is_pending());
             assert!(reply_to.send(stored(writes)).is_ok());
-            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
+            assert_eq!(wakes.count(), writes);
             match slot.poll(&task) {
                 Poll::Ready(SlotReply {
                     reply: Ok(WriteMessagesReply::Completed(results)),
@@ -463,15 +452,14 @@ mod tests {
     #[test]
     fn a_task_registered_once_is_woken_by_every_later_reply() {
         let slot = Arc::new(ReplySlot::default());
-        let wakes = Arc::new(Counting::default());
-        let waker = Waker::from(Arc::clone(&wakes));
+        let (wakes, waker) = counting_waker();
         let task = Context::from_waker(&waker);
         assert!(slot.poll(&task).is_pending());
         for writes in 1..=3 {
             // Sent without polling the slot first: the reply still wakes the task.
             let reply_to = slot.reply_to();
             assert!(reply_to.send(stored(writes)).is_ok());
-            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), writes);
+            assert_eq!(wakes.count(), writes);
             assert!(matches!(
                 slot.poll(&task),
                 Poll::Ready(SlotReply { reply: Ok(_), .. })
@@ -479,19 +467,18 @@ mod tests {
         }
         // A reply dropped unsent wakes it as well.
         drop(slot.reply_to());
-        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(wakes.count(), 4);
     }
 
     #[test]
     fn a_reply_dropped_unsent_tells_the_waiting_task() {
         let slot = Arc::new(ReplySlot::default());
-        let wakes = Arc::new(Counting::default());
-        let waker = Waker::from(Arc::clone(&wakes));
+        let (wakes, waker) = counting_waker();
         let task = Context::from_waker(&waker);
         let reply_to = slot.reply_to();
         assert!(slot.poll(&task).is_pending());
         drop(reply_to);
-        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(wakes.count(), 1);
         assert!(matches!(
             slot.poll(&task),
             Poll::Ready(SlotReply {
@@ -513,7 +500,7 @@ mod tests {
     #[test]
     fn the_write_channel_is_offered_once_and_handed_over_with_the_reply() {
         let slot = Arc::new(ReplySlot::default());
-        let waker = Waker::from(Arc::new(Counting::default()));
+        let (_, waker) = counting_waker();
         let task = Context::from_waker(&waker);
         let (sender, mut receiver) = crate::journal::write_queue::channel();
         let reply_to = slot.reply_to();

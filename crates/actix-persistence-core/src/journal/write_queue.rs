@@ -213,23 +213,13 @@ impl Drop for WriteReceiver {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
+    use std::task::{Context, Poll};
 
     use futures::Stream;
 
     use super::{channel, WriteReceiver, BUDGET};
+    use crate::journal::counting_waker::counting_waker;
     use crate::journal::{Incarnation, WriteMessages, WriteMessagesReply};
-
-    #[derive(Default)]
-    struct Counting(AtomicUsize);
-
-    impl Wake for Counting {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
 
     fn write(
         id: u64,
@@ -254,8 +244,7 @@ mod tests {
 
     #[test]
     fn writes_come_out_in_order_and_a_push_wakes_a_waiting_receiver() {
-        let wakes = Arc::new(Counting::default());
-        let waker = Waker::from(Arc::clone(&wakes));
+        let (wakes, waker) = counting_waker();
         let mut task = Context::from_waker(&waker);
         let (sender, mut receiver) = channel();
         assert_eq!(poll(&mut receiver, &mut task), Poll::Pending);
@@ -265,11 +254,7 @@ mod tests {
             assert!(sender.send(msg).is_ok());
             replies.push(reply);
         }
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            1,
-            "one wake-up for the first push"
-        );
+        assert_eq!(wakes.count(), 1, "one wake-up for the first push");
         for id in 1..=3 {
             assert_eq!(poll(&mut receiver, &mut task), Poll::Ready(Some(id)));
         }
@@ -282,14 +267,13 @@ mod tests {
         })
         .join()
         .expect("the sending thread");
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
+        assert_eq!(wakes.count(), 2);
         assert_eq!(poll(&mut receiver, &mut task), Poll::Ready(Some(4)));
     }
 
     #[test]
     fn the_receiver_yields_after_its_budget() {
-        let wakes = Arc::new(Counting::default());
-        let waker = Waker::from(Arc::clone(&wakes));
+        let (wakes, waker) = counting_waker();
         let mut task = Context::from_waker(&waker);
         let (sender, mut receiver) = channel();
         let count = BUDGET as u64 + 10;
@@ -310,18 +294,13 @@ mod tests {
             Poll::Pending,
             "budget used up"
         );
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            1,
-            "it asks to be polled again"
-        );
+        assert_eq!(wakes.count(), 1, "it asks to be polled again");
         assert_eq!(poll(&mut receiver, &mut task), Poll::Ready(Some(count)));
     }
 
     #[test]
     fn the_receiver_ends_when_every_sender_is_gone_and_the_queue_is_drained() {
-        let wakes = Arc::new(Counting::default());
-        let waker = Waker::from(Arc::clone(&wakes));
+        let (wakes, waker) = counting_waker();
         let mut task = Context::from_waker(&waker);
         let (sender, mut receiver) = channel();
         let weak = sender.downgrade();
@@ -331,11 +310,7 @@ mod tests {
         assert_eq!(poll(&mut receiver, &mut task), Poll::Ready(Some(1)));
         assert_eq!(poll(&mut receiver, &mut task), Poll::Pending);
         drop(second);
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            1,
-            "the last sender wakes it"
-        );
+        assert_eq!(wakes.count(), 1, "the last sender wakes it");
         assert_eq!(poll(&mut receiver, &mut task), Poll::Ready(None));
         assert!(weak.upgrade().is_none(), "never reopened");
     }
