@@ -966,14 +966,7 @@ where
         page: &<D::Db as Database>::Row,
     ) -> Option<Result<ReplayRows, JournalError>> {
         let (text, blob) = json_page_values::<D>(page)?;
-        let rows = json_page::parse(text).ok()?;
-        // The payloads in the page's order, then the rows in sequence order.
-        let mut payloads = json_page::Payloads::new(&rows, blob).ok()?;
-        let mut rows = rows
-            .into_iter()
-            .map(|row| payloads.next(&row).map(|payload| (row, payload)))
-            .collect::<Result<Vec<_>, _>>()
-            .ok()?;
+        let mut rows = json_page::parse_with_payloads(text, blob).ok()?;
         rows.sort_by_key(|(row, _)| row.0);
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
@@ -1212,26 +1205,18 @@ where
         page: &<D::Db as Database>::Row,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
         let (text, blob) = json_page_values::<D>(page)?;
-        let rows = json_page::parse(text).ok()?;
-        let mut payloads = json_page::Payloads::new(&rows, blob).ok()?;
+        let rows = json_page::parse_with_payloads(text, blob).ok()?;
         // A run of rows of one id (or one writer) shares one `Arc`; the JSON's text is read
         // borrowed (no copy unless it holds escapes).
         let mut ids = RunInterner::new();
         let mut writer_uuids = RunInterner::new();
-        let mut events = Vec::with_capacity(rows.len());
-        for row in &rows {
+        let mut stored = Vec::with_capacity(rows.len());
+        for (row, payload) in rows {
             let (Some(persistence_id), Some(timestamp)) = (row.7.as_deref(), row.8) else {
                 return None;
             };
-            events.push((ids.intern(persistence_id), timestamp, row.9, row.10));
-        }
-        let mut stored = Vec::with_capacity(rows.len());
-        for (row, (persistence_id, timestamp, previous_timestamp, previous_seq_nr)) in
-            rows.into_iter().zip(events)
-        {
-            let Ok(payload) = payloads.next(&row) else {
-                return None;
-            };
+            let persistence_id = ids.intern(persistence_id);
+            let (previous_timestamp, previous_seq_nr) = (row.9, row.10);
             let repr = match Self::event_from_json(
                 "query",
                 self.readers,

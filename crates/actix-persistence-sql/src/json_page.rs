@@ -109,7 +109,7 @@ impl JsonRow<'_> {
 
 /// The inline payloads of a page ([`page_sql`]'s blob), taken in the rows' order.
 #[derive(Debug)]
-pub(crate) struct Payloads<'a> {
+struct Payloads<'a> {
     rest: &'a [u8],
 }
 
@@ -123,7 +123,7 @@ impl<'a> Payloads<'a> {
     ///
     /// # Errors
     /// [`NotAPage`] when they do not add up.
-    pub(crate) fn new(rows: &[JsonRow<'_>], blob: Option<&'a [u8]>) -> Result<Self, NotAPage> {
+    fn new(rows: &[JsonRow<'_>], blob: Option<&'a [u8]>) -> Result<Self, NotAPage> {
         let rest = blob.unwrap_or_default();
         let named = rows
             .iter()
@@ -141,7 +141,7 @@ impl<'a> Payloads<'a> {
     /// # Errors
     /// [`NotAPage`] when the blob holds fewer bytes than the row names (rows taken out of
     /// order, or not those the blob was checked against).
-    pub(crate) fn next(&mut self, row: &JsonRow<'_>) -> Result<Option<Vec<u8>>, NotAPage> {
+    fn next(&mut self, row: &JsonRow<'_>) -> Result<Option<Vec<u8>>, NotAPage> {
         let Some(len) = row.5 else {
             return Ok(None);
         };
@@ -168,6 +168,27 @@ fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
         return Ok(Vec::new());
     }
     serde_json::from_str(tags).map_err(|e| format!("tags are not a JSON array of strings: {e}"))
+}
+
+/// An event of a page and its payload, when the page carries it ([`parse_with_payloads`]).
+pub(crate) type RowWithPayload<'a> = (JsonRow<'a>, Option<Vec<u8>>);
+
+/// The events of a page ([`page_sql`]'s row: `text`, the JSON, and `blob`, the inline
+/// payloads), each with its payload when the page carries it (`None`: read it on its own), in
+/// the page's order.
+///
+/// # Errors
+/// [`NotAPage`] when the JSON is not such a page or the blob does not hold the payloads its
+/// rows name.
+pub(crate) fn parse_with_payloads<'a>(
+    text: &'a str,
+    blob: Option<&[u8]>,
+) -> Result<Vec<RowWithPayload<'a>>, NotAPage> {
+    let rows = parse(text).map_err(|_| NotAPage)?;
+    let mut payloads = Payloads::new(&rows, blob)?;
+    rows.into_iter()
+        .map(|row| payloads.next(&row).map(|payload| (row, payload)))
+        .collect()
 }
 
 /// The events of a JSON page (`text`: the page's one value).
