@@ -45,7 +45,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
-use crate::json_page;
+use crate::page_row::{PageArg, PageRow, RawPage, RowWithPayload};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -161,10 +161,24 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// key's `tag = ?` and sorts every row of the tag per event otherwise).
     const TAG_BY_EVENT_HINT: &'static str = "";
 
-    /// Whether pages (a replay's, a query's) are read as one row each, a JSON value and a blob
-    /// of payloads ([`json_page`](crate::json_page)), rather than row by row (SQLite: a row
-    /// costs a thread hand-off and a copy of each value).
-    const JSON_PAGES: bool = false;
+    /// Reads a page (a replay's or a query's: `sql` with `args` bound to `$1`, `$2`, ...; see
+    /// [`RawPage`]) in one piece, rather than row by row through sqlx (SQLite: a row costs a
+    /// thread hand-off and a copy of each value; [`sqlite_page`](crate::sqlite_page)).
+    /// `query_columns`: the statement also selects `persistence_id, db_timestamp`, and maybe
+    /// `previous_timestamp, previous_seq_nr`.
+    ///
+    /// `None` when the dialect does not (PostgreSQL streams a statement's rows on one
+    /// connection already), or could not: the caller reads the page row by row, which reports
+    /// what is wrong.
+    fn read_page(
+        readers: &Pool<Self::Db>,
+        sql: String,
+        args: Vec<PageArg>,
+        query_columns: bool,
+    ) -> BoxFuture<'_, Option<RawPage>> {
+        let _ = (readers, sql, args, query_columns);
+        Box::pin(async { None })
+    }
 
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
@@ -509,22 +523,6 @@ const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serialize
                           ORDER BY seq_nr \
                           LIMIT $4";
 
-/// The two values of a JSON page's row ([`json_page::page_sql`]), borrowed: the JSON text and
-/// the inline payloads. `None` when the row does not hold them (the caller reads the page row
-/// by row).
-fn json_page_values<D: Dialect>(page: &<D::Db as Database>::Row) -> Option<(&str, Option<&[u8]>)>
-where
-    usize: ColumnIndex<<D::Db as Database>::Row>,
-    for<'r> &'r str: Decode<'r, D::Db> + Type<D::Db>,
-    for<'r> &'r [u8]: Decode<'r, D::Db>,
-{
-    // Unchecked, as the rows of a replay (see `decode_event`): the page's own columns; a value
-    // of another shape still fails to decode.
-    let text = page.try_get_unchecked::<&str, _>(0).ok()?;
-    let blob = page.try_get_unchecked::<Option<&[u8]>, _>(1).ok()?;
-    Some((text, blob))
-}
-
 /// The events of one replay page as read.
 struct ReplayRows {
     /// In sequence order; a row that did not decode ends them with its error.
@@ -536,8 +534,8 @@ struct ReplayRows {
     last_seq_nr: Option<i64>,
 }
 
-/// Why a row of a JSON page gives no event.
-enum JsonRowError {
+/// Why a row of a page read in one piece ([`Dialect::read_page`]) gives no event.
+enum PageRowError {
     /// The page is not of the expected shape: read it row by row.
     NotAPage,
     /// The row is corrupt, or reading its payload failed.
@@ -762,7 +760,7 @@ where
         Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db> + ColumnIndex<<D::Db as Database>::Row>,
     usize: ColumnIndex<<D::Db as Database>::Row>,
     for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
-    for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> String: Encode<'r, D::Db> + Decode<'r, D::Db> + Type<D::Db>,
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> &'r [u8]: Decode<'r, D::Db>,
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
@@ -899,30 +897,28 @@ where
         // At most `page_size`, a u32.
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let pid = &*cursor.persistence_id;
-        let mut conn = cursor.readers.acquire().await.map_err(storage)?;
-        if D::JSON_PAGES {
-            let page = sqlx::query::<D::Db>(&json_page::page_sql(REPLAY_SQL, false))
-                .bind(pid)
-                .bind(cursor.next_from)
-                .bind(upper)
-                .bind(limit)
-                .fetch_one(&mut *conn)
-                .await;
-            conn.return_to_pool().await;
-            let page = page.map_err(storage)?;
-            if let Some(rows) = Self::replay_rows_from_json(
+        let args = vec![
+            PageArg::Text(pid.to_owned()),
+            PageArg::Int(cursor.next_from),
+            PageArg::Int(upper),
+            PageArg::Int(limit),
+        ];
+        if let Some(mut page) =
+            D::read_page(&cursor.readers, REPLAY_SQL.to_owned(), args, false).await
+        {
+            if let Some(rows) = Self::replay_rows_from_page(
                 &cursor.readers,
                 &cursor.persistence_id,
                 &mut cursor.writer_uuids,
-                &page,
+                page.rows(),
             )
             .await
             {
                 return rows;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
-            conn = cursor.readers.acquire().await.map_err(storage)?;
         }
+        let mut conn = cursor.readers.acquire().await.map_err(storage)?;
         let rows = sqlx::query::<D::Db>(REPLAY_SQL)
             .bind(pid)
             .bind(cursor.next_from)
@@ -956,29 +952,27 @@ where
         Ok(read)
     }
 
-    /// The events of a replay page read as JSON ([`json_page`]), with the payloads it does not
-    /// carry read one by one (an event deleted meanwhile is left out). `None` when the row
-    /// is not such a page: the caller reads the page row by row.
-    async fn replay_rows_from_json(
+    /// The events of a replay page read in one piece ([`Dialect::read_page`], in sequence
+    /// order), with the payloads it does not carry read one by one (an event deleted meanwhile
+    /// is left out). `None` when a row is not of the expected shape: the caller reads the page
+    /// row by row.
+    async fn replay_rows_from_page(
         readers: &Pool<D::Db>,
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
-        page: &<D::Db as Database>::Row,
+        rows: Vec<RowWithPayload<'_>>,
     ) -> Option<Result<ReplayRows, JournalError>> {
-        let (text, blob) = json_page_values::<D>(page)?;
-        let mut rows = json_page::parse_with_payloads(text, blob).ok()?;
-        rows.sort_by_key(|(row, _)| row.0);
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
             rows: rows.len() as u64,
-            last_seq_nr: rows.last().map(|(row, _)| row.0),
+            last_seq_nr: rows.last().map(|(row, _)| row.seq_nr),
         };
         for (row, payload) in rows {
-            match Self::event_from_json("replay", readers, pid, writer_uuids, row, payload).await {
+            match Self::event_from_row("replay", readers, pid, writer_uuids, row, payload).await {
                 Ok(Some(event)) => read.events.push(Ok(event)),
                 Ok(None) => {}
-                Err(JsonRowError::NotAPage) => return None,
-                Err(JsonRowError::Journal(error)) => {
+                Err(PageRowError::NotAPage) => return None,
+                Err(PageRowError::Journal(error)) => {
                     read.events.push(Err(error));
                     break;
                 }
@@ -987,21 +981,21 @@ where
         Some(Ok(read))
     }
 
-    /// The event of a JSON page's row (of `pid`, shared) with `payload` from the page's blob,
+    /// The event of a page's row (of `pid`, shared) with `payload` as the page carried it,
     /// reading its payload when the page does not carry it (`None`): `None` when the event
     /// was deleted meanwhile. Its writer uuid comes from `writer_uuids` (shared with the
     /// previous row's when equal). Errors name `operation` (`"replay"`, `"query"`).
-    async fn event_from_json(
+    async fn event_from_row(
         operation: &'static str,
         readers: &Pool<D::Db>,
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
-        row: json_page::JsonRow<'_>,
+        row: PageRow<'_>,
         payload: Option<Vec<u8>>,
-    ) -> Result<Option<PersistentRepr>, JsonRowError> {
-        let stored_seq_nr = row.0;
+    ) -> Result<Option<PersistentRepr>, PageRowError> {
+        let stored_seq_nr = row.seq_nr;
         let corrupt = |reason: String| {
-            JsonRowError::Journal(corrupt_row(
+            PageRowError::Journal(corrupt_row(
                 operation,
                 pid.to_string(),
                 stored_seq_nr,
@@ -1010,8 +1004,12 @@ where
         };
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
-        let serializer_id = u32::try_from(row.3)
-            .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.3)))?;
+        let serializer_id = u32::try_from(row.serializer_id).map_err(|_| {
+            corrupt(format!(
+                "serializer id {} is not a u32",
+                row.serializer_id
+            ))
+        })?;
         let payload = match payload {
             Some(payload) => payload,
             None => {
@@ -1022,7 +1020,7 @@ where
                 .bind(stored_seq_nr)
                 .fetch_optional(readers)
                 .await
-                .map_err(|e| JsonRowError::Journal(JournalError::storage(operation, e)))?;
+                .map_err(|e| PageRowError::Journal(JournalError::storage(operation, e)))?;
                 match payload {
                     Some(payload) => payload,
                     None => return Ok(None),
@@ -1031,16 +1029,16 @@ where
         };
         // Text that is not JSON: read row by row, which names it.
         let Some(tags) = row.tags() else {
-            return Err(JsonRowError::NotAPage);
+            return Err(PageRowError::NotAPage);
         };
         Ok(Some(PersistentRepr {
             persistence_id: Arc::clone(pid),
             seq_nr,
             payload,
             serializer_id,
-            manifest: row.4,
-            writer_uuid: writer_uuids.intern(&row.1),
-            timestamp: row.2,
+            manifest: row.manifest.to_owned(),
+            writer_uuid: writer_uuids.intern(row.writer_uuid),
+            timestamp: row.write_timestamp,
             tags,
         }))
     }
@@ -1125,15 +1123,10 @@ where
     ) -> Result<Vec<StoredEvent>, JournalError> {
         let storage = |e| JournalError::storage("query", e);
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
-        if D::JSON_PAGES {
-            let page = sqlx::query_with::<D::Db, _>(
-                &json_page::page_sql(&sql, true),
-                page_arguments::<D>(&request)?,
-            )
-            .fetch_one(self.readers)
-            .await
-            .map_err(storage)?;
-            if let Some(events) = self.stored_events_from_json(&page).await {
+        let values = page_values(&request);
+        if let Some(mut page) = D::read_page(self.readers, sql.clone(), values.clone(), true).await
+        {
+            if let Some(events) = self.stored_events_from_page(page.rows()).await {
                 return events;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
@@ -1142,7 +1135,7 @@ where
         // it: decoding the page after its last row arrived left the database idle meanwhile
         // (the next page's query starts from this page's last event).
         let mut rows =
-            sqlx::query_with::<D::Db, _>(&sql, page_arguments::<D>(&request)?).fetch(self.readers);
+            sqlx::query_with::<D::Db, _>(&sql, page_arguments::<D>(values)?).fetch(self.readers);
         let mut decoder = PageDecoder::default();
         let mut events = Vec::with_capacity(request.limit.min(100_000) as usize);
         while let Some(row) = rows.try_next().await.map_err(storage)? {
@@ -1196,28 +1189,26 @@ where
         })
     }
 
-    /// The events of a query page read as JSON ([`json_page`]), in query order, with the
-    /// payloads it does not carry read one by one. `None` when the row is not such a page, or
-    /// when an event was deleted before its payload was read: the caller reads the page row
-    /// by row.
-    async fn stored_events_from_json(
+    /// The events of a query page read in one piece ([`Dialect::read_page`], in query order),
+    /// with the payloads it does not carry read one by one. `None` when a row is not of the
+    /// expected shape, or when an event was deleted before its payload was read: the caller
+    /// reads the page row by row.
+    async fn stored_events_from_page(
         &self,
-        page: &<D::Db as Database>::Row,
+        rows: Vec<RowWithPayload<'_>>,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
-        let (text, blob) = json_page_values::<D>(page)?;
-        let rows = json_page::parse_with_payloads(text, blob).ok()?;
-        // A run of rows of one id (or one writer) shares one `Arc`; the JSON's text is read
-        // borrowed (no copy unless it holds escapes).
+        // A run of rows of one id (or one writer) shares one `Arc`.
         let mut ids = RunInterner::new();
         let mut writer_uuids = RunInterner::new();
         let mut stored = Vec::with_capacity(rows.len());
         for (row, payload) in rows {
-            let (Some(persistence_id), Some(timestamp)) = (row.7.as_deref(), row.8) else {
+            let (Some(persistence_id), Some(timestamp)) = (row.persistence_id, row.db_timestamp)
+            else {
                 return None;
             };
             let persistence_id = ids.intern(persistence_id);
-            let (previous_timestamp, previous_seq_nr) = (row.9, row.10);
-            let repr = match Self::event_from_json(
+            let (previous_timestamp, previous_seq_nr) = (row.previous_timestamp, row.previous_seq_nr);
+            let repr = match Self::event_from_row(
                 "query",
                 self.readers,
                 &persistence_id,
@@ -1232,8 +1223,8 @@ where
                 // than what its query found, and the caller could take a full page for the end
                 // of its window. The page is read again row by row, in one statement.
                 Ok(None) => return None,
-                Err(JsonRowError::NotAPage) => return None,
-                Err(JsonRowError::Journal(error)) => return Some(Err(error)),
+                Err(PageRowError::NotAPage) => return None,
+                Err(PageRowError::Journal(error)) => return Some(Err(error)),
             };
             stored.push(StoredEvent {
                 timestamp,
@@ -1242,14 +1233,6 @@ where
                 repr,
             });
         }
-        // In query order (as the page query's `ORDER BY`; `json_group_array` promises none).
-        stored.sort_by(|a, b| {
-            (a.timestamp, a.repr.persistence_id.as_bytes(), a.repr.seq_nr).cmp(&(
-                b.timestamp,
-                b.repr.persistence_id.as_bytes(),
-                b.repr.seq_nr,
-            ))
-        });
         Some(Ok(stored))
     }
 
@@ -1457,42 +1440,48 @@ fn record_batch_size<D: Dialect>(atomic_writes: usize) {
 }
 
 /// The values of [`page_query_sql`]'s placeholders for `request`, in order.
-///
-/// # Errors
-/// [`JournalError::Storage`] when a value cannot be encoded.
-fn page_arguments<'q, D: Dialect>(
-    request: &EventsRequest<'q>,
-) -> Result<<D::Db as Database>::Arguments<'q>, JournalError>
-where
-    for<'a> &'a str: Encode<'a, D::Db> + Type<D::Db>,
-    for<'a> i64: Encode<'a, D::Db> + Type<D::Db>,
-{
-    fn add<'q, DB: Database, T: Encode<'q, DB> + Type<DB> + 'q>(
-        arguments: &mut DB::Arguments<'q>,
-        value: T,
-    ) -> Result<(), JournalError> {
-        arguments
-            .add(value)
-            .map_err(|e| JournalError::storage("query", sqlx::Error::Encode(e)))
-    }
-    let mut arguments = <D::Db as Database>::Arguments::default();
-    match request.filter {
+fn page_values(request: &EventsRequest<'_>) -> Vec<PageArg> {
+    let mut values = match request.filter {
         EventFilter::Slices {
             entity_type,
             min_slice,
             max_slice,
-        } => {
-            add::<D::Db, _>(&mut arguments, entity_type.as_str())?;
-            add::<D::Db, _>(&mut arguments, i64::from(*min_slice))?;
-            add::<D::Db, _>(&mut arguments, i64::from(*max_slice))?;
+        } => vec![
+            PageArg::Text(entity_type.clone()),
+            PageArg::Int(i64::from(*min_slice)),
+            PageArg::Int(i64::from(*max_slice)),
+        ],
+        EventFilter::Tag(tag) => vec![PageArg::Text(tag.clone())],
+    };
+    values.extend([
+        PageArg::Int(request.after.timestamp),
+        PageArg::Text(request.after.persistence_id.to_string()),
+        PageArg::Int(clamp_seq_nr(request.after.seq_nr)),
+        PageArg::Int(request.before_timestamp),
+        PageArg::Int(i64::from(request.limit)),
+    ]);
+    values
+}
+
+/// `values` ([`page_values`]) as the database's arguments.
+///
+/// # Errors
+/// [`JournalError::Storage`] when a value cannot be encoded.
+fn page_arguments<'q, D: Dialect>(
+    values: Vec<PageArg>,
+) -> Result<<D::Db as Database>::Arguments<'q>, JournalError>
+where
+    String: Encode<'q, D::Db> + Type<D::Db>,
+    i64: Encode<'q, D::Db> + Type<D::Db>,
+{
+    let mut arguments = <D::Db as Database>::Arguments::default();
+    for value in values {
+        match value {
+            PageArg::Int(value) => arguments.add(value),
+            PageArg::Text(value) => arguments.add(value),
         }
-        EventFilter::Tag(tag) => add::<D::Db, _>(&mut arguments, tag.as_str())?,
+        .map_err(|e| JournalError::storage("query", sqlx::Error::Encode(e)))?;
     }
-    add::<D::Db, _>(&mut arguments, request.after.timestamp)?;
-    add::<D::Db, _>(&mut arguments, &*request.after.persistence_id)?;
-    add::<D::Db, _>(&mut arguments, clamp_seq_nr(request.after.seq_nr))?;
-    add::<D::Db, _>(&mut arguments, request.before_timestamp)?;
-    add::<D::Db, _>(&mut arguments, i64::from(request.limit))?;
     Ok(arguments)
 }
 
@@ -1548,9 +1537,6 @@ pub(crate) fn page_query_sql<D: Dialect>(
             previous("db_timestamp"),
             previous("seq_nr")
         )
-    } else if D::JSON_PAGES {
-        // The JSON page names every column (`json_page::page_sql`).
-        ", NULL AS previous_timestamp, NULL AS previous_seq_nr".to_owned()
     } else {
         // Nothing to send (or decode) for the settled pass.
         String::new()

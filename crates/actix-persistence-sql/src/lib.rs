@@ -75,8 +75,8 @@
 mod error;
 mod group_commit;
 mod journal_common;
-mod json_page;
 mod migrate;
+mod page_row;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
@@ -84,6 +84,8 @@ mod postgres_snapshot;
 mod snapshot_sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite_page;
 #[cfg(feature = "sqlite")]
 mod sqlite_snapshot;
 

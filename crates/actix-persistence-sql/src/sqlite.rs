@@ -29,7 +29,8 @@ use crate::journal_common::{
     ownership_from_row, ownerships_in_order, rejection, token_to_sql, ConnectionsInUse, Dialect,
     JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
-use crate::json_page;
+use crate::page_row::{self, PageArg, RawPage};
+use crate::sqlite_page;
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
@@ -433,7 +434,16 @@ impl Dialect for SqliteDialect {
     const SEQ_NR_COLUMN: &'static str = "SQLite";
     const NAME: &'static str = "SQLite";
     const TAG_BY_EVENT_HINT: &'static str = " INDEXED BY event_tag_by_event";
-    const JSON_PAGES: bool = true;
+
+    /// Through SQLite's C interface on a blocking thread ([`sqlite_page`]).
+    fn read_page(
+        readers: &SqlitePool,
+        sql: String,
+        args: Vec<PageArg>,
+        query_columns: bool,
+    ) -> BoxFuture<'_, Option<RawPage>> {
+        Box::pin(sqlite_page::read_page(readers, sql, args, query_columns))
+    }
 
     /// Encodes the tags of each event as JSON.
     fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<PreparedWrite, WriteRejection> {
@@ -492,7 +502,7 @@ impl Dialect for SqliteDialect {
     }
 
     fn tags_from_sql(tags: String) -> Result<Vec<String>, String> {
-        json_page::tags_from_json(tags)
+        page_row::tags_from_json(tags)
     }
 
     fn stores_text(_text: &str) -> bool {

@@ -1,0 +1,152 @@
+//! A journal row of a page read in one piece ([`sqlite_page`](crate::sqlite_page), SQLite),
+//! as the code both SQL journals share decodes it into an event.
+
+use std::ops::Range;
+
+/// The largest payload a page carries (bytes); larger ones are read one by one, so that a
+/// page's memory is bounded by its size, not by its payloads.
+pub(crate) const INLINE_PAYLOAD_BYTES: usize = 4096;
+
+/// One event of a page, its text borrowed from the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageRow<'a> {
+    /// `seq_nr` as stored.
+    pub seq_nr: i64,
+    /// `writer_uuid`: the caller shares one `Arc` per run of rows of one writer.
+    pub writer_uuid: &'a str,
+    /// `write_timestamp`, ms since the Unix epoch.
+    pub write_timestamp: i64,
+    /// `serializer_id` as stored.
+    pub serializer_id: i64,
+    /// `manifest`.
+    pub manifest: &'a str,
+    /// `tags` as stored: the text of a JSON array of strings, read by [`PageRow::tags`].
+    pub tags: &'a str,
+    /// `persistence_id` (queries only).
+    pub persistence_id: Option<&'a str>,
+    /// `db_timestamp`, µs since the Unix epoch (queries only).
+    pub db_timestamp: Option<i64>,
+    /// `previous_timestamp`, µs (the fast pass only).
+    pub previous_timestamp: Option<i64>,
+    /// `previous_seq_nr` (the fast pass only).
+    pub previous_seq_nr: Option<i64>,
+}
+
+impl PageRow<'_> {
+    /// The event's tags: `None` when the stored text is not a JSON array of strings (a row
+    /// this crate never writes: the caller reads the page row by row, which names it).
+    pub(crate) fn tags(&self) -> Option<Vec<String>> {
+        tags_from_json_text(self.tags).ok()
+    }
+}
+
+/// An event of a page and its payload, when the page carries it (`None`: read it on its own).
+pub(crate) type RowWithPayload<'a> = (PageRow<'a>, Option<Vec<u8>>);
+
+/// An event's tags stored as a JSON array of strings (SQLite's `tags` column) back, or why
+/// they are corrupt.
+#[cfg(feature = "sqlite")]
+pub(crate) fn tags_from_json(tags: String) -> Result<Vec<String>, String> {
+    tags_from_json_text(&tags)
+}
+
+/// [`tags_from_json`] of borrowed text.
+fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
+    // Most events have no tags: no JSON parse for those.
+    if tags == "[]" {
+        return Ok(Vec::new());
+    }
+    serde_json::from_str(tags).map_err(|e| format!("tags are not a JSON array of strings: {e}"))
+}
+
+/// A value bound to one of a page statement's `$N` placeholders.
+#[derive(Debug, Clone)]
+pub(crate) enum PageArg {
+    /// An integer.
+    Int(i64),
+    /// A text.
+    Text(String),
+}
+
+/// The rows of a page as read: their text columns in one string ([`RawPage::rows`] borrows
+/// them), their payloads each in its own buffer.
+#[derive(Debug, Default)]
+pub(crate) struct RawPage {
+    pub(crate) text: String,
+    pub(crate) rows: Vec<RawRow>,
+}
+
+/// One row of a [`RawPage`]; text columns are ranges of the page's text.
+#[derive(Debug)]
+pub(crate) struct RawRow {
+    pub(crate) seq_nr: i64,
+    pub(crate) writer_uuid: Range<usize>,
+    pub(crate) write_timestamp: i64,
+    pub(crate) serializer_id: i64,
+    pub(crate) manifest: Range<usize>,
+    pub(crate) payload: Option<Vec<u8>>,
+    pub(crate) tags: Range<usize>,
+    pub(crate) persistence_id: Option<Range<usize>>,
+    pub(crate) db_timestamp: Option<i64>,
+    pub(crate) previous_timestamp: Option<i64>,
+    pub(crate) previous_seq_nr: Option<i64>,
+}
+
+impl RawPage {
+    /// The page's rows in the statement's order, each with its payload when the page carries
+    /// it (`None`: larger than [`INLINE_PAYLOAD_BYTES`], or NULL: read it on its own).
+    pub(crate) fn rows(&mut self) -> Vec<RowWithPayload<'_>> {
+        let text = self.text.as_str();
+        std::mem::take(&mut self.rows)
+            .into_iter()
+            .map(|row| {
+                let page_row = PageRow {
+                    seq_nr: row.seq_nr,
+                    writer_uuid: &text[row.writer_uuid],
+                    write_timestamp: row.write_timestamp,
+                    serializer_id: row.serializer_id,
+                    manifest: &text[row.manifest],
+                    tags: &text[row.tags],
+                    persistence_id: row.persistence_id.map(|range| &text[range]),
+                    db_timestamp: row.db_timestamp,
+                    previous_timestamp: row.previous_timestamp,
+                    previous_seq_nr: row.previous_seq_nr,
+                };
+                (page_row, row.payload)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tags: &str) -> PageRow<'_> {
+        PageRow {
+            seq_nr: 1,
+            writer_uuid: "w",
+            write_timestamp: 0,
+            serializer_id: 1,
+            manifest: "",
+            tags,
+            persistence_id: None,
+            db_timestamp: None,
+            previous_timestamp: None,
+            previous_seq_nr: None,
+        }
+    }
+
+    #[test]
+    fn tags_read_back_from_their_json_text() {
+        assert_eq!(row("[]").tags(), Some(Vec::new()));
+        assert_eq!(
+            row(r#"["t","a\"b"]"#).tags(),
+            Some(vec!["t".to_owned(), r#"a"b"#.to_owned()])
+        );
+        // Text that is not a JSON array of strings: the row gives none (read row by row).
+        for tags in ["oops", "[7]", "{}", ""] {
+            assert_eq!(row(tags).tags(), None, "{tags}");
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! A page of journal rows read through SQLite's own C interface, on a blocking thread (SQLite).
+//!
+//! sqlx runs each SQLite connection on a worker thread of its own and hands every row to the
+//! reading task through a channel, copying each value (`sqlite3_value_dup`) into an `Arc` on
+//! the way: a thread wake-up per event, plus one allocation per column. A profile of a
+//! catch-up query showed a third of its time in those hand-offs and a fifth in the copies
+//! (docs/benchmarks.md, issue 8). Pages were then read as one JSON value built by SQLite (and
+//! parsed here), which took most of SQLite's thread for building the JSON and growing its
+//! buffers (docs/benchmarks.md, "Session 9").
+//!
+//! So a page is read here: the pool's connection is taken to a blocking thread
+//! ([`tokio::task::spawn_blocking`]), its handle is locked there from sqlx's worker
+//! ([`LockedSqliteHandle`](sqlx::sqlite::LockedSqliteHandle)), and the page's statement is
+//! stepped through with `libsqlite3-sys`, each value copied once into the page: the text
+//! columns into one string, each payload of at most [`INLINE_PAYLOAD_BYTES`] into its own
+//! buffer (a larger one is read on its own afterwards: a page stays within `page size x (that
+//! + the other columns)`, however large the payloads). A few hand-offs per page, none per
+//! event; pages of several readers (read-ahead, a replay's next page) are read on threads of
+//! their own, in parallel.
+//!
+//! Anything unexpected (a value of another type, text that is not UTF-8, an error from
+//! SQLite) gives no page ([`read_page`] returns `None`): the caller reads the page through
+//! sqlx, row by row, which names a corrupt row and reports the database's error as sqlx does.
+
+use std::ffi::{c_int, CStr};
+use std::ops::Range;
+use std::ptr::{self, NonNull};
+
+use libsqlite3_sys as ffi;
+use sqlx::sqlite::Sqlite;
+use sqlx::Pool;
+
+use crate::page_row::{PageArg, RawPage, RawRow, INLINE_PAYLOAD_BYTES};
+
+/// Reads the page of `sql` (a replay's or a query's page statement, whose columns are
+/// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
+/// `query_columns`, then `persistence_id, db_timestamp` and optionally `previous_timestamp,
+/// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on a connection of `readers`.
+///
+/// `None` when the page could not be read this way: a value of an unexpected type or text
+/// that is not UTF-8 (a row this crate never writes), an error of SQLite or of the pool.
+/// The caller reads it again through sqlx, which reports what is wrong.
+pub(crate) async fn read_page(
+    readers: &Pool<Sqlite>,
+    sql: String,
+    args: Vec<PageArg>,
+    query_columns: bool,
+) -> Option<RawPage> {
+    let mut conn = readers.acquire().await.ok()?;
+    let (mut conn, page) = tokio::task::spawn_blocking(move || {
+        // The handle is locked from sqlx's worker thread, which waits meanwhile.
+        let page = futures::executor::block_on(conn.lock_handle())
+            .ok()
+            .and_then(|mut handle| {
+                // SAFETY: the handle is locked for this thread until `handle` drops, and
+                // `step_page` finalizes its statement before returning.
+                unsafe { step_page(handle.as_raw_handle(), &sql, &args, query_columns) }
+            });
+        (conn, page)
+    })
+    .await
+    .ok()?;
+    conn.return_to_pool().await;
+    page
+}
+
+/// A prepared statement, finalized on drop.
+struct Statement(NonNull<ffi::sqlite3_stmt>);
+
+impl Drop for Statement {
+    fn drop(&mut self) {
+        // SAFETY: the statement was prepared and is finalized once.
+        unsafe {
+            ffi::sqlite3_finalize(self.0.as_ptr());
+        }
+    }
+}
+
+/// Prepares `sql`, binds `args` and steps through its rows (see [`read_page`]).
+///
+/// # Safety
+/// `db` must be an open connection that no other thread uses until this returns.
+unsafe fn step_page(
+    db: NonNull<ffi::sqlite3>,
+    sql: &str,
+    args: &[PageArg],
+    query_columns: bool,
+) -> Option<RawPage> {
+    let mut stmt = ptr::null_mut();
+    let len = c_int::try_from(sql.len()).ok()?;
+    let rc = ffi::sqlite3_prepare_v2(
+        db.as_ptr(),
+        sql.as_ptr().cast(),
+        len,
+        &mut stmt,
+        ptr::null_mut(),
+    );
+    let stmt = Statement(NonNull::new(stmt)?);
+    if rc != ffi::SQLITE_OK {
+        return None;
+    }
+    bind_args(&stmt, args)?;
+    let columns = ffi::sqlite3_column_count(stmt.0.as_ptr());
+    if columns < if query_columns { 9 } else { 7 } {
+        return None;
+    }
+    let mut page = RawPage::default();
+    loop {
+        match ffi::sqlite3_step(stmt.0.as_ptr()) {
+            ffi::SQLITE_ROW => {
+                let row = read_row(&stmt, &mut page.text, query_columns, columns)?;
+                page.rows.push(row);
+            }
+            ffi::SQLITE_DONE => return Some(page),
+            _ => return None,
+        }
+    }
+}
+
+/// Binds `args` to the statement's `$N` placeholders (SQLite numbers each distinct name once).
+unsafe fn bind_args(stmt: &Statement, args: &[PageArg]) -> Option<()> {
+    let stmt = stmt.0.as_ptr();
+    for index in 1..=ffi::sqlite3_bind_parameter_count(stmt) {
+        let name = ffi::sqlite3_bind_parameter_name(stmt, index);
+        if name.is_null() {
+            return None;
+        }
+        let name = CStr::from_ptr(name).to_str().ok()?;
+        let number: usize = name.strip_prefix(['$', '?'])?.parse().ok()?;
+        let rc = match args.get(number.checked_sub(1)?)? {
+            PageArg::Int(value) => ffi::sqlite3_bind_int64(stmt, index, *value),
+            // The text outlives the statement (finalized before `step_page` returns).
+            PageArg::Text(text) => ffi::sqlite3_bind_text(
+                stmt,
+                index,
+                text.as_ptr().cast(),
+                c_int::try_from(text.len()).ok()?,
+                ffi::SQLITE_STATIC(),
+            ),
+        };
+        if rc != ffi::SQLITE_OK {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// The current row of `stmt`, its text columns appended to `text`.
+unsafe fn read_row(
+    stmt: &Statement,
+    text: &mut String,
+    query_columns: bool,
+    columns: c_int,
+) -> Option<RawRow> {
+    let stmt = stmt.0.as_ptr();
+    let payload = match ffi::sqlite3_column_type(stmt, 5) {
+        ffi::SQLITE_NULL => None,
+        _ => {
+            let payload = bytes(stmt, 5)?;
+            (payload.len() <= INLINE_PAYLOAD_BYTES).then(|| payload.to_vec())
+        }
+    };
+    Some(RawRow {
+        seq_nr: integer(stmt, 0)?,
+        writer_uuid: append_text(stmt, 1, text)?,
+        write_timestamp: integer(stmt, 2)?,
+        serializer_id: integer(stmt, 3)?,
+        manifest: append_text(stmt, 4, text)?,
+        payload,
+        tags: append_text(stmt, 6, text)?,
+        persistence_id: if query_columns {
+            Some(append_text(stmt, 7, text)?)
+        } else {
+            None
+        },
+        db_timestamp: if query_columns {
+            Some(integer(stmt, 8)?)
+        } else {
+            None
+        },
+        previous_timestamp: optional_integer(stmt, 9, columns)?,
+        previous_seq_nr: optional_integer(stmt, 10, columns)?,
+    })
+}
+
+/// An integer column's value; `None` for any other type.
+unsafe fn integer(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<i64> {
+    (ffi::sqlite3_column_type(stmt, column) == ffi::SQLITE_INTEGER)
+        .then(|| ffi::sqlite3_column_int64(stmt, column))
+}
+
+/// A column that may be absent or NULL: `Some(None)` then, `Some(Some(value))` for an integer,
+/// `None` for any other type.
+unsafe fn optional_integer(
+    stmt: *mut ffi::sqlite3_stmt,
+    column: c_int,
+    columns: c_int,
+) -> Option<Option<i64>> {
+    if column >= columns || ffi::sqlite3_column_type(stmt, column) == ffi::SQLITE_NULL {
+        return Some(None);
+    }
+    integer(stmt, column).map(Some)
+}
+
+/// Appends a text column (also one stored as a blob) to `text`, returning its range; `None`
+/// for NULL, a number or bytes that are not UTF-8.
+unsafe fn append_text(
+    stmt: *mut ffi::sqlite3_stmt,
+    column: c_int,
+    text: &mut String,
+) -> Option<Range<usize>> {
+    match ffi::sqlite3_column_type(stmt, column) {
+        ffi::SQLITE_TEXT | ffi::SQLITE_BLOB => {}
+        _ => return None,
+    }
+    let value = std::str::from_utf8(bytes(stmt, column)?).ok()?;
+    let start = text.len();
+    text.push_str(value);
+    Some(start..text.len())
+}
+
+/// The bytes of a column whose type is not NULL, as stored (a text's UTF-8 unconverted):
+/// `sqlite3_column_blob` first, then `sqlite3_column_bytes`, as SQLite's documentation asks.
+/// Valid until the statement steps on. `None` when SQLite fails to allocate.
+unsafe fn bytes<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<&'a [u8]> {
+    let data = ffi::sqlite3_column_blob(stmt, column);
+    let len = usize::try_from(ffi::sqlite3_column_bytes(stmt, column)).ok()?;
+    if len == 0 {
+        return Some(&[]);
+    }
+    if data.is_null() {
+        return None;
+    }
+    Some(std::slice::from_raw_parts(data.cast::<u8>(), len))
+}
