@@ -1004,12 +1004,8 @@ where
         };
         let seq_nr = u64::try_from(stored_seq_nr)
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
-        let serializer_id = u32::try_from(row.serializer_id).map_err(|_| {
-            corrupt(format!(
-                "serializer id {} is not a u32",
-                row.serializer_id
-            ))
-        })?;
+        let serializer_id = u32::try_from(row.serializer_id)
+            .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.serializer_id)))?;
         let payload = match payload {
             Some(payload) => payload,
             None => {
@@ -1207,7 +1203,8 @@ where
                 return None;
             };
             let persistence_id = ids.intern(persistence_id);
-            let (previous_timestamp, previous_seq_nr) = (row.previous_timestamp, row.previous_seq_nr);
+            let (previous_timestamp, previous_seq_nr) =
+                (row.previous_timestamp, row.previous_seq_nr);
             let repr = match Self::event_from_row(
                 "query",
                 self.readers,

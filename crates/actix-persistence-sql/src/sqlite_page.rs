@@ -233,3 +233,127 @@ unsafe fn bytes<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<&'a [
     }
     Some(std::slice::from_raw_parts(data.cast::<u8>(), len))
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    use super::*;
+    use crate::page_row::PageRow;
+
+    /// A pool over a database of its own (in memory, one connection) holding a `journal`
+    /// table of the page's columns, with `rows` inserted as given (SQL values).
+    async fn pool_with(rows: &[&str]) -> Pool<Sqlite> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("an in-memory database");
+        sqlx::query(
+            "CREATE TABLE journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                                   serializer_id, manifest, payload, tags, db_timestamp)",
+        )
+        .execute(&pool)
+        .await
+        .expect("the table");
+        for row in rows {
+            sqlx::query(&format!("INSERT INTO journal VALUES ({row})"))
+                .execute(&pool)
+                .await
+                .expect("a row");
+        }
+        pool
+    }
+
+    const QUERY: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+                                payload, tags, persistence_id, db_timestamp \
+                         FROM journal WHERE persistence_id = $1 AND seq_nr >= $2 \
+                         ORDER BY seq_nr LIMIT $3";
+
+    fn args(from: i64) -> Vec<PageArg> {
+        vec![
+            PageArg::Text("A|1".to_owned()),
+            PageArg::Int(from),
+            PageArg::Int(10),
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_page_reads_back_every_column_in_order() {
+        let big = "x".repeat(INLINE_PAYLOAD_BYTES + 1);
+        let pool = pool_with(&[
+            "'A|1', 2, 'w', 17, 3, 'm', X'00FF41', '[\"t\"]', 99",
+            "'A|1', 1, 'w', 16, 3, '', X'', '[]', 98",
+            // A payload stored as text comes back as its bytes; one above the limit is left.
+            "'A|1', 3, 'w2', 18, 3, 'é', 'é', '[]', 100",
+            &format!("'A|1', 4, 'w2', 19, 3, '', '{big}', '[]', 101"),
+            "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
+        ])
+        .await;
+        let mut page = read_page(&pool, QUERY.to_owned(), args(0), true)
+            .await
+            .expect("a page");
+        let rows = page.rows();
+        let seq_nrs: Vec<i64> = rows.iter().map(|(row, _)| row.seq_nr).collect();
+        assert_eq!(seq_nrs, [1, 2, 3, 4]);
+        let (second, payload) = &rows[1];
+        assert_eq!(
+            *second,
+            PageRow {
+                seq_nr: 2,
+                writer_uuid: "w",
+                write_timestamp: 17,
+                serializer_id: 3,
+                manifest: "m",
+                tags: "[\"t\"]",
+                persistence_id: Some("A|1"),
+                db_timestamp: Some(99),
+                previous_timestamp: None,
+                previous_seq_nr: None,
+            }
+        );
+        assert_eq!(payload.as_deref(), Some(&[0x00, 0xff, 0x41][..]));
+        assert_eq!(rows[0].1.as_deref(), Some(&[][..]), "an empty payload");
+        assert_eq!(rows[2].1.as_deref(), Some("é".as_bytes()));
+        assert_eq!(rows[2].0.manifest, "é");
+        assert_eq!(rows[3].1, None, "read on its own");
+        drop(rows);
+        let mut page = read_page(&pool, QUERY.to_owned(), args(4), true)
+            .await
+            .expect("a page");
+        assert_eq!(page.rows().len(), 1, "bound to $2");
+    }
+
+    #[tokio::test]
+    async fn a_row_of_another_shape_gives_no_page() {
+        for row in [
+            // A sequence number stored as text, a NULL manifest, a writer that is not UTF-8.
+            "'A|1', 'one', 'w', 17, 3, 'm', X'00', '[]', 99",
+            "'A|1', 1, 'w', 17, 3, NULL, X'00', '[]', 99",
+            "'A|1', 1, X'FF', 17, 3, 'm', X'00', '[]', 99",
+            "'A|1', 1, 'w', 17, 3, 'm', X'00', '[]', 'late'",
+        ] {
+            let pool = pool_with(&[row]).await;
+            assert!(
+                read_page(&pool, QUERY.to_owned(), args(0), true)
+                    .await
+                    .is_none(),
+                "{row}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_statement_that_fails_gives_no_page() {
+        let pool = pool_with(&[]).await;
+        for sql in ["SELECT nonsense FROM nowhere", "SELECT 1, 2, 3"] {
+            assert!(read_page(&pool, sql.to_owned(), args(0), false)
+                .await
+                .is_none());
+        }
+        // A placeholder without a value.
+        assert!(read_page(&pool, QUERY.to_owned(), Vec::new(), true)
+            .await
+            .is_none());
+    }
+}
