@@ -13,10 +13,10 @@
 //! ([`LockedSqliteHandle`](sqlx::sqlite::LockedSqliteHandle)), and the page's statement is
 //! stepped through with `libsqlite3-sys`, each value copied once into the page: the text
 //! columns into one string, each payload of at most [`INLINE_PAYLOAD_BYTES`] into its own
-//! buffer (a larger one is read on its own afterwards: a page stays within `page size x (that
-//! + the other columns)`, however large the payloads). A few hand-offs per page, none per
-//! event; pages of several readers (read-ahead, a replay's next page) are read on threads of
-//! their own, in parallel.
+//! buffer (a larger one is read on its own afterwards, so a page's memory stays within the
+//! page size times that limit and the other columns, however large the payloads). A few
+//! hand-offs per page, none per event; pages of several readers (read-ahead, a replay's next
+//! page) are read on threads of their own, in parallel.
 //!
 //! Anything unexpected (a value of another type, text that is not UTF-8, an error from
 //! SQLite) gives no page ([`read_page`] returns `None`): the caller reads the page through

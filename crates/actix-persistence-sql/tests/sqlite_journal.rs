@@ -108,7 +108,7 @@ async fn two_journals_on_one_file_write_concurrently_without_busy_errors() {
     .await;
 }
 
-/// Pages are read as one JSON value (json_page.rs); a page holding a row that does not fit it
+/// Pages are read in one piece (sqlite_page.rs); a page holding a row that does not fit it
 /// is read again row by row, so the query ends with an error naming the row. (A query's page
 /// fails as a whole: the good events of the same page are not delivered before the error.)
 #[tokio::test]
@@ -164,12 +164,12 @@ async fn corrupt_row_ends_a_query_by_slices_with_a_storage_error() {
     .await;
 }
 
-/// A page carries its payloads in one blob, cut by the lengths its JSON gives: payloads of every
-/// byte value and of sizes around the inline limit (4 KiB), and one that another program stored
-/// as text (its length in characters is not its length in bytes), come back byte for byte by
-/// replay and by query, in order.
+/// A page read in one piece (sqlite_page.rs) carries its payloads up to the inline limit (4 KiB):
+/// payloads of every byte value and of sizes around that limit, and one that another program
+/// stored as text (its length in characters is not its length in bytes), come back byte for
+/// byte by replay and by query, in order.
 #[tokio::test]
-async fn payloads_come_back_byte_for_byte_from_a_page_blob() {
+async fn payloads_come_back_byte_for_byte_from_a_page() {
     use actix_persistence_core::query::{
         entity_type_of, slice_for_persistence_id, Offset, QuerySettings, ReadJournal,
     };
