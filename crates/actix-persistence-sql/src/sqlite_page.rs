@@ -105,10 +105,11 @@ unsafe fn step_page(
         return None;
     }
     let mut page = RawPage::default();
+    let mut shared = SharedText::default();
     loop {
         match ffi::sqlite3_step(stmt.0.as_ptr()) {
             ffi::SQLITE_ROW => {
-                let row = read_row(&stmt, &mut page.text, query_columns, columns)?;
+                let row = read_row(&stmt, &mut page.text, &mut shared, query_columns, columns)?;
                 page.rows.push(row);
             }
             ffi::SQLITE_DONE => return Some(page),
@@ -145,10 +146,20 @@ unsafe fn bind_args(stmt: &Statement, args: &[PageArg]) -> Option<()> {
     Some(())
 }
 
-/// The current row of `stmt`, its text columns appended to `text`.
+/// The text of the previous row's writer uuid and persistence id: a run of rows of one writer
+/// (of one id) shares it in the page's text, copied and checked once.
+#[derive(Default)]
+struct SharedText {
+    writer_uuid: Option<Range<usize>>,
+    persistence_id: Option<Range<usize>>,
+}
+
+/// The current row of `stmt`, its text columns appended to `text` (the writer uuid and the
+/// persistence id only when they differ from the previous row's, `shared`).
 unsafe fn read_row(
     stmt: &Statement,
     text: &mut String,
+    shared: &mut SharedText,
     query_columns: bool,
     columns: c_int,
 ) -> Option<RawRow> {
@@ -162,14 +173,19 @@ unsafe fn read_row(
     };
     Some(RawRow {
         seq_nr: integer(stmt, 0)?,
-        writer_uuid: append_text(stmt, 1, text)?,
+        writer_uuid: append_shared_text(stmt, 1, text, &mut shared.writer_uuid)?,
         write_timestamp: integer(stmt, 2)?,
         serializer_id: integer(stmt, 3)?,
         manifest: append_text(stmt, 4, text)?,
         payload,
         tags: append_text(stmt, 6, text)?,
         persistence_id: if query_columns {
-            Some(append_text(stmt, 7, text)?)
+            Some(append_shared_text(
+                stmt,
+                7,
+                text,
+                &mut shared.persistence_id,
+            )?)
         } else {
             None
         },
@@ -217,6 +233,26 @@ unsafe fn append_text(
     let start = text.len();
     text.push_str(value);
     Some(start..text.len())
+}
+
+/// As [`append_text`], but the range of `previous` when the column holds the same text (then
+/// nothing is appended); `previous` becomes the column's range.
+unsafe fn append_shared_text(
+    stmt: *mut ffi::sqlite3_stmt,
+    column: c_int,
+    text: &mut String,
+    previous: &mut Option<Range<usize>>,
+) -> Option<Range<usize>> {
+    if let Some(range) = previous.clone() {
+        if ffi::sqlite3_column_type(stmt, column) == ffi::SQLITE_TEXT
+            && bytes(stmt, column)? == text.as_bytes().get(range.clone())?
+        {
+            return Some(range);
+        }
+    }
+    let range = append_text(stmt, column, text)?;
+    *previous = Some(range.clone());
+    Some(range)
 }
 
 /// The bytes of a column whose type is not NULL, as stored (a text's UTF-8 unconverted):
@@ -317,6 +353,8 @@ mod tests {
         assert_eq!(rows[2].1.as_deref(), Some("é".as_bytes()));
         assert_eq!(rows[2].0.manifest, "é");
         assert_eq!(rows[3].1, None, "read on its own");
+        let writers: Vec<&str> = rows.iter().map(|(row, _)| row.writer_uuid).collect();
+        assert_eq!(writers, ["w", "w", "w2", "w2"], "runs of one writer share their text");
         drop(rows);
         let mut page = read_page(&pool, QUERY.to_owned(), args(4), true)
             .await
