@@ -354,7 +354,11 @@ mod tests {
         assert_eq!(rows[2].0.manifest, "é");
         assert_eq!(rows[3].1, None, "read on its own");
         let writers: Vec<&str> = rows.iter().map(|(row, _)| row.writer_uuid).collect();
-        assert_eq!(writers, ["w", "w", "w2", "w2"], "runs of one writer share their text");
+        assert_eq!(
+            writers,
+            ["w", "w", "w2", "w2"],
+            "runs of one writer share their text"
+        );
         drop(rows);
         let mut page = read_page(&pool, QUERY.to_owned(), args(4), true)
             .await
