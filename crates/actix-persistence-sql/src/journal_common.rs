@@ -1024,7 +1024,7 @@ where
             }
         };
         // Text that is not JSON: read row by row, which names it.
-        let Some(tags) = row.tags() else {
+        let Some(tags) = row.tags else {
             return Err(PageRowError::NotAPage);
         };
         Ok(Some(PersistentRepr {
@@ -1032,7 +1032,7 @@ where
             seq_nr,
             payload,
             serializer_id,
-            manifest: row.manifest.to_owned(),
+            manifest: row.manifest,
             writer_uuid: writer_uuids.intern(row.writer_uuid),
             timestamp: row.write_timestamp,
             tags,

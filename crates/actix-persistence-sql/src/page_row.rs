@@ -7,8 +7,10 @@ use std::ops::Range;
 /// page's memory is bounded by its size, not by its payloads.
 pub(crate) const INLINE_PAYLOAD_BYTES: usize = 4096;
 
-/// One event of a page, its text borrowed from the page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One event of a page, its writer uuid and persistence id borrowed from the page (the
+/// caller shares one `Arc` per run of rows), the rest as the event takes it: the reader
+/// builds those, off the thread that consumes the page.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PageRow<'a> {
     /// `seq_nr` as stored.
     pub seq_nr: i64,
@@ -19,9 +21,10 @@ pub(crate) struct PageRow<'a> {
     /// `serializer_id` as stored.
     pub serializer_id: i64,
     /// `manifest`.
-    pub manifest: &'a str,
-    /// `tags` as stored: the text of a JSON array of strings, read by [`PageRow::tags`].
-    pub tags: &'a str,
+    pub manifest: String,
+    /// `tags`, stored as the text of a JSON array of strings: `None` when it is not one (a
+    /// row this crate never writes: the caller reads the page row by row, which names it).
+    pub tags: Option<Vec<String>>,
     /// `persistence_id` (queries only).
     pub persistence_id: Option<&'a str>,
     /// `db_timestamp`, µs since the Unix epoch (queries only).
@@ -30,14 +33,6 @@ pub(crate) struct PageRow<'a> {
     pub previous_timestamp: Option<i64>,
     /// `previous_seq_nr` (the fast pass only).
     pub previous_seq_nr: Option<i64>,
-}
-
-impl PageRow<'_> {
-    /// The event's tags: `None` when the stored text is not a JSON array of strings (a row
-    /// this crate never writes: the caller reads the page row by row, which names it).
-    pub(crate) fn tags(&self) -> Option<Vec<String>> {
-        tags_from_json_text(self.tags).ok()
-    }
 }
 
 /// An event of a page and its payload, when the page carries it (`None`: read it on its own).
@@ -51,7 +46,7 @@ pub(crate) fn tags_from_json(tags: String) -> Result<Vec<String>, String> {
 }
 
 /// [`tags_from_json`] of borrowed text.
-fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
+pub(crate) fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
     // Most events have no tags: no JSON parse for those.
     if tags == "[]" {
         return Ok(Vec::new());
@@ -83,9 +78,9 @@ pub(crate) struct RawRow {
     pub(crate) writer_uuid: Range<usize>,
     pub(crate) write_timestamp: i64,
     pub(crate) serializer_id: i64,
-    pub(crate) manifest: Range<usize>,
+    pub(crate) manifest: String,
     pub(crate) payload: Option<Vec<u8>>,
-    pub(crate) tags: Range<usize>,
+    pub(crate) tags: Option<Vec<String>>,
     pub(crate) persistence_id: Option<Range<usize>>,
     pub(crate) db_timestamp: Option<i64>,
     pub(crate) previous_timestamp: Option<i64>,
@@ -105,8 +100,8 @@ impl RawPage {
                     writer_uuid: &text[row.writer_uuid],
                     write_timestamp: row.write_timestamp,
                     serializer_id: row.serializer_id,
-                    manifest: &text[row.manifest],
-                    tags: &text[row.tags],
+                    manifest: row.manifest,
+                    tags: row.tags,
                     persistence_id: row.persistence_id.map(|range| &text[range]),
                     db_timestamp: row.db_timestamp,
                     previous_timestamp: row.previous_timestamp,
@@ -122,31 +117,16 @@ impl RawPage {
 mod tests {
     use super::*;
 
-    fn row(tags: &str) -> PageRow<'_> {
-        PageRow {
-            seq_nr: 1,
-            writer_uuid: "w",
-            write_timestamp: 0,
-            serializer_id: 1,
-            manifest: "",
-            tags,
-            persistence_id: None,
-            db_timestamp: None,
-            previous_timestamp: None,
-            previous_seq_nr: None,
-        }
-    }
-
     #[test]
     fn tags_read_back_from_their_json_text() {
-        assert_eq!(row("[]").tags(), Some(Vec::new()));
+        assert_eq!(tags_from_json_text("[]"), Ok(Vec::new()));
         assert_eq!(
-            row(r#"["t","a\"b"]"#).tags(),
-            Some(vec!["t".to_owned(), r#"a"b"#.to_owned()])
+            tags_from_json_text(r#"["t","a\"b"]"#),
+            Ok(vec!["t".to_owned(), r#"a"b"#.to_owned()])
         );
-        // Text that is not a JSON array of strings: the row gives none (read row by row).
+        // Text that is not a JSON array of strings: an error (the row is read row by row).
         for tags in ["oops", "[7]", "{}", ""] {
-            assert_eq!(row(tags).tags(), None, "{tags}");
+            assert!(tags_from_json_text(tags).is_err(), "{tags}");
         }
     }
 }

@@ -30,7 +30,7 @@ use libsqlite3_sys as ffi;
 use sqlx::sqlite::Sqlite;
 use sqlx::Pool;
 
-use crate::page_row::{PageArg, RawPage, RawRow, INLINE_PAYLOAD_BYTES};
+use crate::page_row::{self, PageArg, RawPage, RawRow, INLINE_PAYLOAD_BYTES};
 
 /// Reads the page of `sql` (a replay's or a query's page statement, whose columns are
 /// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
@@ -176,9 +176,10 @@ unsafe fn read_row(
         writer_uuid: append_shared_text(stmt, 1, text, &mut shared.writer_uuid)?,
         write_timestamp: integer(stmt, 2)?,
         serializer_id: integer(stmt, 3)?,
-        manifest: append_text(stmt, 4, text)?,
+        manifest: read_text(stmt, 4)?.to_owned(),
         payload,
-        tags: append_text(stmt, 6, text)?,
+        // Parsed here, on the reading thread: `None` when not a JSON array of strings.
+        tags: page_row::tags_from_json_text(read_text(stmt, 6)?).ok(),
         persistence_id: if query_columns {
             Some(append_shared_text(
                 stmt,
@@ -225,14 +226,20 @@ unsafe fn append_text(
     column: c_int,
     text: &mut String,
 ) -> Option<Range<usize>> {
+    let value = read_text(stmt, column)?;
+    let start = text.len();
+    text.push_str(value);
+    Some(start..text.len())
+}
+
+/// A text column's value (also of one stored as a blob), borrowed until the statement steps
+/// on; `None` for NULL, a number or bytes that are not UTF-8.
+unsafe fn read_text<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<&'a str> {
     match ffi::sqlite3_column_type(stmt, column) {
         ffi::SQLITE_TEXT | ffi::SQLITE_BLOB => {}
         _ => return None,
     }
-    let value = std::str::from_utf8(bytes(stmt, column)?).ok()?;
-    let start = text.len();
-    text.push_str(value);
-    Some(start..text.len())
+    std::str::from_utf8(bytes(stmt, column)?).ok()
 }
 
 /// As [`append_text`], but the range of `previous` when the column holds the same text (then
@@ -340,8 +347,8 @@ mod tests {
                 writer_uuid: "w",
                 write_timestamp: 17,
                 serializer_id: 3,
-                manifest: "m",
-                tags: "[\"t\"]",
+                manifest: "m".to_owned(),
+                tags: Some(vec!["t".to_owned()]),
                 persistence_id: Some("A|1"),
                 db_timestamp: Some(99),
                 previous_timestamp: None,
