@@ -67,6 +67,20 @@ pub(crate) async fn read_page(
 /// A prepared statement, finalized on drop.
 struct Statement(NonNull<ffi::sqlite3_stmt>);
 
+impl Statement {
+    /// Steps to the next row (`SQLITE_ROW`, `SQLITE_DONE` or an error code). Takes `&mut`:
+    /// no value borrowed from the current row (through `&self`) outlives it.
+    fn step(&mut self) -> c_int {
+        // SAFETY: the statement is prepared and not finalized.
+        unsafe { ffi::sqlite3_step(self.0.as_ptr()) }
+    }
+
+    /// The raw statement, for the column functions.
+    fn raw(&self) -> *mut ffi::sqlite3_stmt {
+        self.0.as_ptr()
+    }
+}
+
 impl Drop for Statement {
     fn drop(&mut self) {
         // SAFETY: the statement was prepared and is finalized once.
@@ -95,19 +109,19 @@ unsafe fn step_page(
         &mut stmt,
         ptr::null_mut(),
     );
-    let stmt = Statement(NonNull::new(stmt)?);
+    let mut stmt = Statement(NonNull::new(stmt)?);
     if rc != ffi::SQLITE_OK {
         return None;
     }
     bind_args(&stmt, args)?;
-    let columns = ffi::sqlite3_column_count(stmt.0.as_ptr());
+    let columns = ffi::sqlite3_column_count(stmt.raw());
     if columns < if query_columns { 9 } else { 7 } {
         return None;
     }
     let mut page = RawPage::default();
     let mut shared = SharedText::default();
     loop {
-        match ffi::sqlite3_step(stmt.0.as_ptr()) {
+        match stmt.step() {
             ffi::SQLITE_ROW => {
                 let row = read_row(&stmt, &mut page.text, &mut shared, query_columns, columns)?;
                 page.rows.push(row);
@@ -120,7 +134,7 @@ unsafe fn step_page(
 
 /// Binds `args` to the statement's `$N` placeholders (SQLite numbers each distinct name once).
 unsafe fn bind_args(stmt: &Statement, args: &[PageArg]) -> Option<()> {
-    let stmt = stmt.0.as_ptr();
+    let stmt = stmt.raw();
     for index in 1..=ffi::sqlite3_bind_parameter_count(stmt) {
         let name = ffi::sqlite3_bind_parameter_name(stmt, index);
         if name.is_null() {
@@ -130,13 +144,13 @@ unsafe fn bind_args(stmt: &Statement, args: &[PageArg]) -> Option<()> {
         let number: usize = name.strip_prefix(['$', '?'])?.parse().ok()?;
         let rc = match args.get(number.checked_sub(1)?)? {
             PageArg::Int(value) => ffi::sqlite3_bind_int64(stmt, index, *value),
-            // The text outlives the statement (finalized before `step_page` returns).
+            // Copied by SQLite (as sqlx binds text): an empty `String`'s pointer is dangling.
             PageArg::Text(text) => ffi::sqlite3_bind_text(
                 stmt,
                 index,
                 text.as_ptr().cast(),
                 c_int::try_from(text.len()).ok()?,
-                ffi::SQLITE_STATIC(),
+                ffi::SQLITE_TRANSIENT(),
             ),
         };
         if rc != ffi::SQLITE_OK {
@@ -163,8 +177,7 @@ unsafe fn read_row(
     query_columns: bool,
     columns: c_int,
 ) -> Option<RawRow> {
-    let stmt = stmt.0.as_ptr();
-    let payload = match ffi::sqlite3_column_type(stmt, 5) {
+    let payload = match ffi::sqlite3_column_type(stmt.raw(), 5) {
         ffi::SQLITE_NULL => None,
         _ => {
             let payload = bytes(stmt, 5)?;
@@ -201,19 +214,16 @@ unsafe fn read_row(
 }
 
 /// An integer column's value; `None` for any other type.
-unsafe fn integer(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<i64> {
-    (ffi::sqlite3_column_type(stmt, column) == ffi::SQLITE_INTEGER)
-        .then(|| ffi::sqlite3_column_int64(stmt, column))
+unsafe fn integer(stmt: &Statement, column: c_int) -> Option<i64> {
+    let raw = stmt.raw();
+    (ffi::sqlite3_column_type(raw, column) == ffi::SQLITE_INTEGER)
+        .then(|| ffi::sqlite3_column_int64(raw, column))
 }
 
 /// A column that may be absent or NULL: `Some(None)` then, `Some(Some(value))` for an integer,
 /// `None` for any other type.
-unsafe fn optional_integer(
-    stmt: *mut ffi::sqlite3_stmt,
-    column: c_int,
-    columns: c_int,
-) -> Option<Option<i64>> {
-    if column >= columns || ffi::sqlite3_column_type(stmt, column) == ffi::SQLITE_NULL {
+unsafe fn optional_integer(stmt: &Statement, column: c_int, columns: c_int) -> Option<Option<i64>> {
+    if column >= columns || ffi::sqlite3_column_type(stmt.raw(), column) == ffi::SQLITE_NULL {
         return Some(None);
     }
     integer(stmt, column).map(Some)
@@ -221,38 +231,35 @@ unsafe fn optional_integer(
 
 /// Appends a text column (also one stored as a blob) to `text`, returning its range; `None`
 /// for NULL, a number or bytes that are not UTF-8.
-unsafe fn append_text(
-    stmt: *mut ffi::sqlite3_stmt,
-    column: c_int,
-    text: &mut String,
-) -> Option<Range<usize>> {
+unsafe fn append_text(stmt: &Statement, column: c_int, text: &mut String) -> Option<Range<usize>> {
     let value = read_text(stmt, column)?;
     let start = text.len();
     text.push_str(value);
     Some(start..text.len())
 }
 
-/// A text column's value (also of one stored as a blob), borrowed until the statement steps
-/// on; `None` for NULL, a number or bytes that are not UTF-8.
-unsafe fn read_text<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<&'a str> {
-    match ffi::sqlite3_column_type(stmt, column) {
+/// A text column's value (also of one stored as a blob), as UTF-8 (`sqlite3_column_text`
+/// converts a UTF-16 database's text), borrowed until the statement steps on; `None` for
+/// NULL, a number or bytes that are not UTF-8.
+unsafe fn read_text(stmt: &Statement, column: c_int) -> Option<&str> {
+    match ffi::sqlite3_column_type(stmt.raw(), column) {
         ffi::SQLITE_TEXT | ffi::SQLITE_BLOB => {}
         _ => return None,
     }
-    std::str::from_utf8(bytes(stmt, column)?).ok()
+    std::str::from_utf8(text_bytes(stmt, column)?).ok()
 }
 
 /// As [`append_text`], but the range of `previous` when the column holds the same text (then
 /// nothing is appended); `previous` becomes the column's range.
 unsafe fn append_shared_text(
-    stmt: *mut ffi::sqlite3_stmt,
+    stmt: &Statement,
     column: c_int,
     text: &mut String,
     previous: &mut Option<Range<usize>>,
 ) -> Option<Range<usize>> {
     if let Some(range) = previous.clone() {
-        if ffi::sqlite3_column_type(stmt, column) == ffi::SQLITE_TEXT
-            && bytes(stmt, column)? == text.as_bytes().get(range.clone())?
+        if ffi::sqlite3_column_type(stmt.raw(), column) == ffi::SQLITE_TEXT
+            && text_bytes(stmt, column)? == text.as_bytes().get(range.clone())?
         {
             return Some(range);
         }
@@ -262,19 +269,32 @@ unsafe fn append_shared_text(
     Some(range)
 }
 
-/// The bytes of a column whose type is not NULL, as stored (a text's UTF-8 unconverted):
+/// The bytes of a column whose type is not NULL, as stored (a text's encoding unconverted):
 /// `sqlite3_column_blob` first, then `sqlite3_column_bytes`, as SQLite's documentation asks.
-/// Valid until the statement steps on. `None` when SQLite fails to allocate.
-unsafe fn bytes<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> Option<&'a [u8]> {
-    let data = ffi::sqlite3_column_blob(stmt, column);
-    let len = usize::try_from(ffi::sqlite3_column_bytes(stmt, column)).ok()?;
+/// Borrowed until the statement steps on. `None` when SQLite fails to allocate.
+unsafe fn bytes(stmt: &Statement, column: c_int) -> Option<&[u8]> {
+    let data = ffi::sqlite3_column_blob(stmt.raw(), column);
+    column_slice(stmt, column, data.cast())
+}
+
+/// The UTF-8 bytes of a text column (or a blob's bytes, unconverted): `sqlite3_column_text`
+/// first, then `sqlite3_column_bytes`. Borrowed until the statement steps on. `None` when
+/// SQLite fails to allocate.
+unsafe fn text_bytes(stmt: &Statement, column: c_int) -> Option<&[u8]> {
+    let data = ffi::sqlite3_column_text(stmt.raw(), column);
+    column_slice(stmt, column, data.cast())
+}
+
+/// The `sqlite3_column_bytes` bytes at `data`, the column's value just read.
+unsafe fn column_slice(stmt: &Statement, column: c_int, data: *const u8) -> Option<&[u8]> {
+    let len = usize::try_from(ffi::sqlite3_column_bytes(stmt.raw(), column)).ok()?;
     if len == 0 {
         return Some(&[]);
     }
     if data.is_null() {
         return None;
     }
-    Some(std::slice::from_raw_parts(data.cast::<u8>(), len))
+    Some(std::slice::from_raw_parts(data, len))
 }
 
 #[cfg(test)]
@@ -287,11 +307,20 @@ mod tests {
     /// A pool over a database of its own (in memory, one connection) holding a `journal`
     /// table of the page's columns, with `rows` inserted as given (SQL values).
     async fn pool_with(rows: &[&str]) -> Pool<Sqlite> {
+        pool_encoded(rows, "UTF-8").await
+    }
+
+    /// [`pool_with`] on a database whose text is stored in `encoding`.
+    async fn pool_encoded(rows: &[&str], encoding: &str) -> Pool<Sqlite> {
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .connect("sqlite::memory:")
             .await
             .expect("an in-memory database");
+        sqlx::query(&format!("PRAGMA encoding = '{encoding}'"))
+            .execute(&pool)
+            .await
+            .expect("the encoding");
         sqlx::query(
             "CREATE TABLE journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
                                    serializer_id, manifest, payload, tags, db_timestamp)",
@@ -371,6 +400,28 @@ mod tests {
             .await
             .expect("a page");
         assert_eq!(page.rows().len(), 1, "bound to $2");
+    }
+
+    #[tokio::test]
+    async fn text_of_a_utf16_database_reads_back_as_utf8() {
+        let pool = pool_encoded(
+            &[
+                "'A|1', 1, 'w', 16, 3, 'é', X'01', '[\"t\"]', 98",
+                "'A|1', 2, 'w', 17, 3, 'm', 'é', '[]', 99",
+            ],
+            "UTF-16le",
+        )
+        .await;
+        let mut page = read_page(&pool, QUERY.to_owned(), args(0), true)
+            .await
+            .expect("a page");
+        let rows = page.rows();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].0.manifest, "é");
+        assert_eq!(rows[0].0.writer_uuid, "w");
+        assert_eq!(rows[1].0.writer_uuid, "w", "shared with the row before");
+        assert_eq!(rows[0].0.persistence_id, Some("A|1"));
+        assert_eq!(rows[0].0.tags, Some(vec!["t".to_owned()]));
     }
 
     #[tokio::test]
