@@ -170,12 +170,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// `None` when the dialect does not (PostgreSQL streams a statement's rows on one
     /// connection already), or could not: the caller reads the page row by row, which reports
     /// what is wrong.
-    fn read_page(
-        readers: &Pool<Self::Db>,
-        sql: String,
-        args: Vec<PageArg>,
+    fn read_page<'a>(
+        readers: &'a Pool<Self::Db>,
+        sql: &str,
+        args: &[PageArg<&str>],
         query_columns: bool,
-    ) -> BoxFuture<'_, Option<RawPage>> {
+    ) -> BoxFuture<'a, Option<RawPage>> {
         let _ = (readers, sql, args, query_columns);
         Box::pin(async { None })
     }
@@ -760,7 +760,7 @@ where
         Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db> + ColumnIndex<<D::Db as Database>::Row>,
     usize: ColumnIndex<<D::Db as Database>::Row>,
     for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
-    for<'r> String: Encode<'r, D::Db> + Decode<'r, D::Db> + Type<D::Db>,
+    for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> Vec<u8>: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> &'r [u8]: Decode<'r, D::Db>,
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
@@ -897,15 +897,13 @@ where
         // At most `page_size`, a u32.
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let pid = &*cursor.persistence_id;
-        let args = vec![
-            PageArg::Text(pid.to_owned()),
+        let args = [
+            PageArg::Text(pid),
             PageArg::Int(cursor.next_from),
             PageArg::Int(upper),
             PageArg::Int(limit),
         ];
-        if let Some(mut page) =
-            D::read_page(&cursor.readers, REPLAY_SQL.to_owned(), args, false).await
-        {
+        if let Some(mut page) = D::read_page(&cursor.readers, REPLAY_SQL, &args, false).await {
             if let Some(rows) = Self::replay_rows_from_page(
                 &cursor.readers,
                 &cursor.persistence_id,
@@ -1120,8 +1118,7 @@ where
         let storage = |e| JournalError::storage("query", e);
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         let values = page_values(&request);
-        if let Some(mut page) = D::read_page(self.readers, sql.clone(), values.clone(), true).await
-        {
+        if let Some(mut page) = D::read_page(self.readers, &sql, &values, true).await {
             if let Some(events) = self.stored_events_from_page(page.rows()).await {
                 return events;
             }
@@ -1437,22 +1434,22 @@ fn record_batch_size<D: Dialect>(atomic_writes: usize) {
 }
 
 /// The values of [`page_query_sql`]'s placeholders for `request`, in order.
-fn page_values(request: &EventsRequest<'_>) -> Vec<PageArg> {
+fn page_values<'q>(request: &EventsRequest<'q>) -> Vec<PageArg<&'q str>> {
     let mut values = match request.filter {
         EventFilter::Slices {
             entity_type,
             min_slice,
             max_slice,
         } => vec![
-            PageArg::Text(entity_type.clone()),
+            PageArg::Text(entity_type.as_str()),
             PageArg::Int(i64::from(*min_slice)),
             PageArg::Int(i64::from(*max_slice)),
         ],
-        EventFilter::Tag(tag) => vec![PageArg::Text(tag.clone())],
+        EventFilter::Tag(tag) => vec![PageArg::Text(tag.as_str())],
     };
     values.extend([
         PageArg::Int(request.after.timestamp),
-        PageArg::Text(request.after.persistence_id.to_string()),
+        PageArg::Text(&*request.after.persistence_id),
         PageArg::Int(clamp_seq_nr(request.after.seq_nr)),
         PageArg::Int(request.before_timestamp),
         PageArg::Int(i64::from(request.limit)),
@@ -1465,10 +1462,10 @@ fn page_values(request: &EventsRequest<'_>) -> Vec<PageArg> {
 /// # Errors
 /// [`JournalError::Storage`] when a value cannot be encoded.
 fn page_arguments<'q, D: Dialect>(
-    values: Vec<PageArg>,
+    values: Vec<PageArg<&'q str>>,
 ) -> Result<<D::Db as Database>::Arguments<'q>, JournalError>
 where
-    String: Encode<'q, D::Db> + Type<D::Db>,
+    &'q str: Encode<'q, D::Db> + Type<D::Db>,
     i64: Encode<'q, D::Db> + Type<D::Db>,
 {
     let mut arguments = <D::Db as Database>::Arguments::default();

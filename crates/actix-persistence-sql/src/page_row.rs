@@ -54,13 +54,24 @@ pub(crate) fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
     serde_json::from_str(tags).map_err(|e| format!("tags are not a JSON array of strings: {e}"))
 }
 
-/// A value bound to one of a page statement's `$N` placeholders.
-#[derive(Debug, Clone)]
-pub(crate) enum PageArg {
+/// A value bound to one of a page statement's `$N` placeholders: its text borrowed (`T` =
+/// `&str`, as the caller has it) or owned (`String`, to take to another thread).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PageArg<T> {
     /// An integer.
     Int(i64),
     /// A text.
-    Text(String),
+    Text(T),
+}
+
+impl PageArg<&str> {
+    /// The value with its text copied.
+    pub(crate) fn to_owned_text(self) -> PageArg<String> {
+        match self {
+            PageArg::Int(value) => PageArg::Int(value),
+            PageArg::Text(text) => PageArg::Text(text.to_owned()),
+        }
+    }
 }
 
 /// The rows of a page as read: their text columns in one string ([`RawPage::rows`] borrows

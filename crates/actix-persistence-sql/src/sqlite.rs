@@ -436,12 +436,12 @@ impl Dialect for SqliteDialect {
     const TAG_BY_EVENT_HINT: &'static str = " INDEXED BY event_tag_by_event";
 
     /// Through SQLite's C interface on a blocking thread ([`sqlite_page`]).
-    fn read_page(
-        readers: &SqlitePool,
-        sql: String,
-        args: Vec<PageArg>,
+    fn read_page<'a>(
+        readers: &'a SqlitePool,
+        sql: &str,
+        args: &[PageArg<&str>],
         query_columns: bool,
-    ) -> BoxFuture<'_, Option<RawPage>> {
+    ) -> BoxFuture<'a, Option<RawPage>> {
         Box::pin(sqlite_page::read_page(readers, sql, args, query_columns))
     }
 

@@ -23,6 +23,7 @@
 //! sqlx, row by row, which names a corrupt row and reports the database's error as sqlx does.
 
 use std::ffi::{c_int, CStr};
+use std::future::Future;
 use std::ops::Range;
 use std::ptr::{self, NonNull};
 
@@ -40,10 +41,23 @@ use crate::page_row::{self, PageArg, RawPage, RawRow, INLINE_PAYLOAD_BYTES};
 /// `None` when the page could not be read this way: a value of an unexpected type or text
 /// that is not UTF-8 (a row this crate never writes), an error of SQLite or of the pool.
 /// The caller reads it again through sqlx, which reports what is wrong.
-pub(crate) async fn read_page(
+pub(crate) fn read_page<'a>(
+    readers: &'a Pool<Sqlite>,
+    sql: &str,
+    args: &[PageArg<&str>],
+    query_columns: bool,
+) -> impl Future<Output = Option<RawPage>> + Send + 'a {
+    // Owned now: the statement runs on another thread.
+    let sql = sql.to_owned();
+    let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
+    read_owned_page(readers, sql, args, query_columns)
+}
+
+/// [`read_page`] of owned SQL and values.
+async fn read_owned_page(
     readers: &Pool<Sqlite>,
     sql: String,
-    args: Vec<PageArg>,
+    args: Vec<PageArg<String>>,
     query_columns: bool,
 ) -> Option<RawPage> {
     let mut conn = readers.acquire().await.ok()?;
@@ -97,7 +111,7 @@ impl Drop for Statement {
 unsafe fn step_page(
     db: NonNull<ffi::sqlite3>,
     sql: &str,
-    args: &[PageArg],
+    args: &[PageArg<String>],
     query_columns: bool,
 ) -> Option<RawPage> {
     let mut stmt = ptr::null_mut();
@@ -133,7 +147,7 @@ unsafe fn step_page(
 }
 
 /// Binds `args` to the statement's `$N` placeholders (SQLite numbers each distinct name once).
-unsafe fn bind_args(stmt: &Statement, args: &[PageArg]) -> Option<()> {
+unsafe fn bind_args(stmt: &Statement, args: &[PageArg<String>]) -> Option<()> {
     let stmt = stmt.raw();
     for index in 1..=ffi::sqlite3_bind_parameter_count(stmt) {
         let name = ffi::sqlite3_bind_parameter_name(stmt, index);
@@ -342,12 +356,8 @@ mod tests {
                          FROM journal WHERE persistence_id = $1 AND seq_nr >= $2 \
                          ORDER BY seq_nr LIMIT $3";
 
-    fn args(from: i64) -> Vec<PageArg> {
-        vec![
-            PageArg::Text("A|1".to_owned()),
-            PageArg::Int(from),
-            PageArg::Int(10),
-        ]
+    fn args(from: i64) -> [PageArg<&'static str>; 3] {
+        [PageArg::Text("A|1"), PageArg::Int(from), PageArg::Int(10)]
     }
 
     #[tokio::test]
@@ -362,7 +372,7 @@ mod tests {
             "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
         ])
         .await;
-        let mut page = read_page(&pool, QUERY.to_owned(), args(0), true)
+        let mut page = read_page(&pool, QUERY, &args(0), true)
             .await
             .expect("a page");
         let rows = page.rows();
@@ -396,7 +406,7 @@ mod tests {
             "runs of one writer share their text"
         );
         drop(rows);
-        let mut page = read_page(&pool, QUERY.to_owned(), args(4), true)
+        let mut page = read_page(&pool, QUERY, &args(4), true)
             .await
             .expect("a page");
         assert_eq!(page.rows().len(), 1, "bound to $2");
@@ -412,7 +422,7 @@ mod tests {
             "UTF-16le",
         )
         .await;
-        let mut page = read_page(&pool, QUERY.to_owned(), args(0), true)
+        let mut page = read_page(&pool, QUERY, &args(0), true)
             .await
             .expect("a page");
         let rows = page.rows();
@@ -435,9 +445,7 @@ mod tests {
         ] {
             let pool = pool_with(&[row]).await;
             assert!(
-                read_page(&pool, QUERY.to_owned(), args(0), true)
-                    .await
-                    .is_none(),
+                read_page(&pool, QUERY, &args(0), true).await.is_none(),
                 "{row}"
             );
         }
@@ -447,13 +455,9 @@ mod tests {
     async fn a_statement_that_fails_gives_no_page() {
         let pool = pool_with(&[]).await;
         for sql in ["SELECT nonsense FROM nowhere", "SELECT 1, 2, 3"] {
-            assert!(read_page(&pool, sql.to_owned(), args(0), false)
-                .await
-                .is_none());
+            assert!(read_page(&pool, sql, &args(0), false).await.is_none());
         }
         // A placeholder without a value.
-        assert!(read_page(&pool, QUERY.to_owned(), Vec::new(), true)
-            .await
-            .is_none());
+        assert!(read_page(&pool, QUERY, &[], true).await.is_none());
     }
 }
