@@ -149,7 +149,7 @@ pub struct JournalSettings {
     /// created at startup. Never raised silently. Default: 10000.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS`.
     pub max_write_reply_ordering_groups: NonZeroUsize,
-    /// `journal.replay-batch-size`: events fetched per round trip during recovery. Default: 500.
+    /// `journal.replay-batch-size`: events fetched per round trip during recovery. Default: 1000.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__REPLAY_BATCH_SIZE`.
     pub replay_batch_size: NonZeroUsize,
     /// `journal.max-batch-size`: group commit of the SQL journals; at most this many atomic

@@ -136,7 +136,7 @@ fn reference_parses_into_the_documented_defaults() {
             plugin: JournalPlugin::Sqlite,
             write_reply_ordering_groups: NonZeroUsize::MIN,
             max_write_reply_ordering_groups: NonZeroUsize::new(10_000).expect("non-zero"),
-            replay_batch_size: NonZeroUsize::new(500).expect("non-zero"),
+            replay_batch_size: NonZeroUsize::new(1000).expect("non-zero"),
             circuit_breaker: CircuitBreakerSettings {
                 max_failures: 10,
                 call_timeout: Duration::from_secs(10),

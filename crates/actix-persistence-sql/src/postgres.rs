@@ -102,7 +102,7 @@ pub struct PostgresJournalOptions {
     /// (the one being applied and the next two, read ahead meanwhile), however many events it
     /// returns. Must be at least 1.
     ///
-    /// Default: 500 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
+    /// Default: 1,000 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
     pub replay_batch_size: u32,
     /// The PostgreSQL schema that holds the journal's tables (and its migration records,
     /// [`MIGRATIONS_TABLE`](crate::MIGRATIONS_TABLE)): created when missing, and the

@@ -112,7 +112,7 @@ pub struct SqliteJournalOptions {
     /// (the one being applied and the next two, read ahead meanwhile), however many events it
     /// returns. Must be at least 1.
     ///
-    /// Default: 500 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
+    /// Default: 1,000 ([`DEFAULT_REPLAY_BATCH_SIZE`]).
     pub replay_batch_size: u32,
     /// Group commit: at most this many atomic writes, from any number of concurrent
     /// [`write_messages`](JournalStore::write_messages) calls, share one transaction (see

@@ -49,7 +49,7 @@ fn default_options_are_documented_values() {
     assert_eq!(options.acquire_timeout, Duration::from_secs(5));
     assert_eq!(options.statement_timeout, Duration::from_secs(10));
     assert_eq!(options.max_batch_size, 512);
-    assert_eq!(options.replay_batch_size, 500);
+    assert_eq!(options.replay_batch_size, 1000);
     assert_eq!(
         PostgresJournalOptions::new("postgres://h/d").url,
         "postgres://h/d"

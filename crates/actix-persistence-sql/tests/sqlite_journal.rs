@@ -24,7 +24,7 @@ fn default_options_are_documented_values() {
     assert_eq!(options.url, "sqlite:actix-persistence.db");
     assert_eq!(options.max_connections, 4);
     assert_eq!(options.busy_timeout, Duration::from_secs(5));
-    assert_eq!(options.replay_batch_size, 500);
+    assert_eq!(options.replay_batch_size, 1000);
     assert_eq!(options.max_batch_size, 512);
     assert_eq!(actix_persistence_sql::DEFAULT_MAX_BATCH_SIZE, 512);
     assert_eq!(SqliteJournalOptions::new("sqlite:x.db").url, "sqlite:x.db");
