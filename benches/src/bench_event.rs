@@ -44,10 +44,29 @@ pub fn payload(pid: &str, seq_nr: u64) -> Vec<u8> {
 /// Event `seq_nr` of `pid` as stored: [`payload`] with the JSON serializer, tagged [`TAG`],
 /// written by `writer_uuid`.
 pub fn repr(pid: &str, seq_nr: u64, writer_uuid: &str) -> PersistentRepr {
+    repr_padded(pid, seq_nr, writer_uuid, 0)
+}
+
+/// As [`repr`], its [`Deposited::reference`] padded so that the JSON is about `payload_bytes`
+/// long (bytes; unpadded when that is below [`payload`]'s length).
+pub fn repr_padded(
+    pid: &str,
+    seq_nr: u64,
+    writer_uuid: &str,
+    payload_bytes: usize,
+) -> PersistentRepr {
+    let mut event = Deposited::new(pid, seq_nr);
+    let unpadded = payload(pid, seq_nr).len();
+    if payload_bytes > unpadded {
+        event
+            .reference
+            .push_str(&"x".repeat(payload_bytes - unpadded));
+    }
     PersistentRepr {
         persistence_id: pid.into(),
         seq_nr,
-        payload: payload(pid, seq_nr),
+        // A struct of strings and a number always serializes.
+        payload: serde_json::to_vec(&event).unwrap_or_default(),
         serializer_id: JSON_SERIALIZER_ID,
         manifest: String::new(),
         writer_uuid: writer_uuid.into(),
@@ -77,5 +96,16 @@ mod tests {
             let event: Deposited = serde_json::from_slice(&bytes).expect("JSON");
             assert_eq!(event, Deposited::new(pid, seq_nr));
         }
+    }
+
+    #[test]
+    fn a_padded_event_is_as_long_as_asked_and_reads_back() {
+        let unpadded = repr_padded("Bench|1", 7, "w", 0);
+        assert_eq!(unpadded.payload, payload("Bench|1", 7));
+        let padded = repr_padded("Bench|1", 7, "w", 8192);
+        assert_eq!(padded.payload.len(), 8192);
+        let event: Deposited = serde_json::from_slice(&padded.payload).expect("JSON");
+        assert_eq!(event.account, "Bench|1");
+        assert_eq!(event.amount, 1);
     }
 }

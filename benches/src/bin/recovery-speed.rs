@@ -3,9 +3,10 @@
 //! 1,000 events before the end. The events are the catch-up benchmark's
 //! ([`bench_event`]: about 100 bytes of JSON, tagged), decoded into the actor's event type.
 //!
-//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events] [sqlite|postgres|both] [replay-batch-size] [rounds]`
+//! `cargo run --release -p actix-persistence-bench --bin recovery-speed -- [events] [sqlite|postgres|both] [replay-batch-size] [rounds] [payload-bytes]`
 //! (PostgreSQL through DATABASE_URL; a throwaway database is created and dropped; `rounds`
-//! recoveries of the full history per store, default 1, on PostgreSQL after `ANALYZE`). Each
+//! recoveries of the full history per store, default 1, on PostgreSQL after `ANALYZE`;
+//! `payload-bytes`: each event's JSON padded to about that many bytes, default 0: unpadded). Each
 //! store prints `<store>: ... written` on stderr before its replay starts (for profiling
 //! the replay alone, e.g. `perf record -p` from that moment).
 
@@ -84,14 +85,15 @@ impl Handler<Recovered> for Counter {
 }
 
 /// Fills the journal with `events` deposits of 1 ([`bench_event`]: about 100 bytes of JSON,
-/// tagged, as the catch-up benchmark's), `EVENTS_PER_WRITE` per atomic write.
-async fn fill(store: &dyn JournalStore, events: u64) -> Duration {
+/// tagged, as the catch-up benchmark's; padded to about `payload_bytes` when larger),
+/// `EVENTS_PER_WRITE` per atomic write.
+async fn fill(store: &dyn JournalStore, events: u64, payload_bytes: usize) -> Duration {
     let started = Instant::now();
     let mut next = 1;
     while next <= events {
         let last = (next + EVENTS_PER_WRITE - 1).min(events);
         let reprs = (next..=last)
-            .map(|seq_nr| bench_event::repr(PID, seq_nr, "recovery-speed"))
+            .map(|seq_nr| bench_event::repr_padded(PID, seq_nr, "recovery-speed", payload_bytes))
             .collect();
         let write = AtomicWrite::new(reprs).expect("consecutive events");
         let results = store
@@ -155,8 +157,9 @@ async fn measure(
     events: u64,
     analyze: Option<&str>,
     rounds: u32,
+    payload_bytes: usize,
 ) {
-    let filled = fill(&*store, events).await;
+    let filled = fill(&*store, events, payload_bytes).await;
     eprintln!(
         "{name}: {events} events written in {:.1} s",
         filled.as_secs_f64()
@@ -225,6 +228,10 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1)
         .max(1);
+    let payload_bytes: usize = std::env::args()
+        .nth(5)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     let (sqlite, postgres) = (stores != "postgres", stores != "sqlite");
     System::new().block_on(async move {
         println!(
@@ -242,7 +249,16 @@ fn main() {
                 .await
                 .expect("open SQLite");
             let snapshots = Arc::new(sqlite.snapshot_store());
-            measure("SQLite", Arc::new(sqlite), snapshots, events, None, rounds).await;
+            measure(
+                "SQLite",
+                Arc::new(sqlite),
+                snapshots,
+                events,
+                None,
+                rounds,
+                payload_bytes,
+            )
+            .await;
         }
         let db = if postgres {
             TestDatabase::create().await
@@ -265,6 +281,7 @@ fn main() {
                 events,
                 Some(db.url()),
                 rounds,
+                payload_bytes,
             )
             .await;
         }

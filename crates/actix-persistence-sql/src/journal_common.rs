@@ -905,13 +905,10 @@ where
         ];
         if let Some(mut page) = D::read_page(&cursor.readers, REPLAY_SQL, &args, false).await {
             if let Some(rows) = Self::replay_rows_from_page(
-                &cursor.readers,
                 &cursor.persistence_id,
                 &mut cursor.writer_uuids,
                 page.rows(),
-            )
-            .await
-            {
+            ) {
                 return rows;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
@@ -951,11 +948,9 @@ where
     }
 
     /// The events of a replay page read in one piece ([`Dialect::read_page`], in sequence
-    /// order), with the payloads it does not carry read one by one (an event deleted meanwhile
-    /// is left out). `None` when a row is not of the expected shape: the caller reads the page
-    /// row by row.
-    async fn replay_rows_from_page(
-        readers: &Pool<D::Db>,
+    /// order). `None` when a row is not of the expected shape: the caller reads the page row
+    /// by row.
+    fn replay_rows_from_page(
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
         rows: Vec<RowWithPayload<'_>>,
@@ -966,9 +961,8 @@ where
             last_seq_nr: rows.last().map(|(row, _)| row.seq_nr),
         };
         for (row, payload) in rows {
-            match Self::event_from_row("replay", readers, pid, writer_uuids, row, payload).await {
-                Ok(Some(event)) => read.events.push(Ok(event)),
-                Ok(None) => {}
+            match Self::event_from_row("replay", pid, writer_uuids, row, payload) {
+                Ok(event) => read.events.push(Ok(event)),
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => {
                     read.events.push(Err(error));
@@ -979,18 +973,17 @@ where
         Some(Ok(read))
     }
 
-    /// The event of a page's row (of `pid`, shared) with `payload` as the page carried it,
-    /// reading its payload when the page does not carry it (`None`): `None` when the event
-    /// was deleted meanwhile. Its writer uuid comes from `writer_uuids` (shared with the
+    /// The event of a page's row (of `pid`, shared) with `payload` as the page carried it
+    /// (`None`, a NULL the journal never writes, is not a page: the caller reads the page row
+    /// by row, which names the row). Its writer uuid comes from `writer_uuids` (shared with the
     /// previous row's when equal). Errors name `operation` (`"replay"`, `"query"`).
-    async fn event_from_row(
+    fn event_from_row(
         operation: &'static str,
-        readers: &Pool<D::Db>,
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
         row: PageRow<'_>,
         payload: Option<Vec<u8>>,
-    ) -> Result<Option<PersistentRepr>, PageRowError> {
+    ) -> Result<PersistentRepr, PageRowError> {
         let stored_seq_nr = row.seq_nr;
         let corrupt = |reason: String| {
             PageRowError::Journal(corrupt_row(
@@ -1004,28 +997,14 @@ where
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id = u32::try_from(row.serializer_id)
             .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.serializer_id)))?;
-        let payload = match payload {
-            Some(payload) => payload,
-            None => {
-                let payload = sqlx::query_scalar::<D::Db, Vec<u8>>(
-                    "SELECT payload FROM journal WHERE persistence_id = $1 AND seq_nr = $2",
-                )
-                .bind(&**pid)
-                .bind(stored_seq_nr)
-                .fetch_optional(readers)
-                .await
-                .map_err(|e| PageRowError::Journal(JournalError::storage(operation, e)))?;
-                match payload {
-                    Some(payload) => payload,
-                    None => return Ok(None),
-                }
-            }
+        let Some(payload) = payload else {
+            return Err(PageRowError::NotAPage);
         };
         // Text that is not JSON: read row by row, which names it.
         let Some(tags) = row.tags else {
             return Err(PageRowError::NotAPage);
         };
-        Ok(Some(PersistentRepr {
+        Ok(PersistentRepr {
             persistence_id: Arc::clone(pid),
             seq_nr,
             payload,
@@ -1034,7 +1013,7 @@ where
             writer_uuid: writer_uuids.intern(row.writer_uuid),
             timestamp: row.write_timestamp,
             tags,
-        }))
+        })
     }
 
     /// Reads one journal row back into an event; also returns its sequence number as stored.
@@ -1119,7 +1098,7 @@ where
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         let values = page_values(&request);
         if let Some(mut page) = D::read_page(self.readers, &sql, &values, true).await {
-            if let Some(events) = self.stored_events_from_page(page.rows()).await {
+            if let Some(events) = Self::stored_events_from_page(page.rows()) {
                 return events;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
@@ -1182,12 +1161,9 @@ where
         })
     }
 
-    /// The events of a query page read in one piece ([`Dialect::read_page`], in query order),
-    /// with the payloads it does not carry read one by one. `None` when a row is not of the
-    /// expected shape, or when an event was deleted before its payload was read: the caller
-    /// reads the page row by row.
-    async fn stored_events_from_page(
-        &self,
+    /// The events of a query page read in one piece ([`Dialect::read_page`], in query order).
+    /// `None` when a row is not of the expected shape: the caller reads the page row by row.
+    fn stored_events_from_page(
         rows: Vec<RowWithPayload<'_>>,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
         // A run of rows of one id (or one writer) shares one `Arc`.
@@ -1204,19 +1180,12 @@ where
                 (row.previous_timestamp, row.previous_seq_nr);
             let repr = match Self::event_from_row(
                 "query",
-                self.readers,
                 &persistence_id,
                 &mut writer_uuids,
                 row,
                 payload,
-            )
-            .await
-            {
-                Ok(Some(repr)) => repr,
-                // Deleted since the page was read: leaving it out would make the page shorter
-                // than what its query found, and the caller could take a full page for the end
-                // of its window. The page is read again row by row, in one statement.
-                Ok(None) => return None,
+            ) {
+                Ok(repr) => repr,
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => return Some(Err(error)),
             };

@@ -107,7 +107,8 @@ pub use sqlite_snapshot::SqliteSnapshotStore;
 
 /// Default of the `replay_batch_size` option of both SQL journals: events read per query.
 ///
-/// 1,000, as Akka's r2dbc plugin reads its queries (`buffer-size`): pages of 1,000 replayed
-/// 1.2-1.4x the events/s of pages of 500 on both stores (a page's fixed cost, about 0.15 ms,
-/// is paid half as often), and 2,000 to 8,000 no faster (`docs/benchmarks.md`, "Session 10").
+/// 1,000, as Akka's r2dbc plugin reads its queries (`buffer-size`): one actor replaying
+/// 1,000,000 events with pages of 1,000 ran 1.25-1.6x the events/s of pages of 500 on both
+/// stores (what every page costs, whatever its rows, is paid half as often), and 2,000 to 8,000
+/// no faster (`docs/benchmarks.md`, "Session 10"). A replay holds at most three pages.
 pub const DEFAULT_REPLAY_BATCH_SIZE: u32 = 1000;

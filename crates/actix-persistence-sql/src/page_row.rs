@@ -3,10 +3,6 @@
 
 use std::ops::Range;
 
-/// The largest payload a page carries (bytes); larger ones are read one by one, so that a
-/// page's memory is bounded by its size, not by its payloads.
-pub(crate) const INLINE_PAYLOAD_BYTES: usize = 4096;
-
 /// One event of a page, its writer uuid and persistence id borrowed from the page (the
 /// caller shares one `Arc` per run of rows), the rest as the event takes it: the reader
 /// builds those, off the thread that consumes the page.
@@ -100,7 +96,7 @@ pub(crate) struct RawRow {
 
 impl RawPage {
     /// The page's rows in the statement's order, each with its payload when the page carries
-    /// it (`None`: larger than [`INLINE_PAYLOAD_BYTES`], or NULL: read it on its own).
+    /// it (`None`: NULL, which the journal never writes: read it on its own).
     pub(crate) fn rows(&mut self) -> Vec<RowWithPayload<'_>> {
         let text = self.text.as_str();
         std::mem::take(&mut self.rows)

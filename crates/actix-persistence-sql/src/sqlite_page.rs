@@ -12,9 +12,9 @@
 //! ([`tokio::task::spawn_blocking`]), its handle is locked there from sqlx's worker
 //! ([`LockedSqliteHandle`](sqlx::sqlite::LockedSqliteHandle)), and the page's statement is
 //! stepped through with `libsqlite3-sys`, each value copied once into the page: the text
-//! columns into one string, each payload of at most [`INLINE_PAYLOAD_BYTES`] into its own
-//! buffer (a larger one is read on its own afterwards, so a page's memory stays within the
-//! page size times that limit and the other columns, however large the payloads). A few
+//! columns into one string, each payload into its own buffer, whatever its size (the events of
+//! the page hold their payloads in the end either way; reading the larger ones apart, as
+//! sessions 9 and before did above 4 KiB, cost a query per event). A few
 //! hand-offs per page, none per event; pages of several readers (read-ahead, a replay's next
 //! page) are read on threads of their own, in parallel.
 //!
@@ -31,7 +31,7 @@ use libsqlite3_sys as ffi;
 use sqlx::sqlite::Sqlite;
 use sqlx::Pool;
 
-use crate::page_row::{self, PageArg, RawPage, RawRow, INLINE_PAYLOAD_BYTES};
+use crate::page_row::{self, PageArg, RawPage, RawRow};
 
 /// Reads the page of `sql` (a replay's or a query's page statement, whose columns are
 /// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
@@ -191,12 +191,10 @@ unsafe fn read_row(
     query_columns: bool,
     columns: c_int,
 ) -> Option<RawRow> {
+    // NULL (never written by the journal) is left to the caller, which reads the row apart.
     let payload = match ffi::sqlite3_column_type(stmt.raw(), 5) {
         ffi::SQLITE_NULL => None,
-        _ => {
-            let payload = bytes(stmt, 5)?;
-            (payload.len() <= INLINE_PAYLOAD_BYTES).then(|| payload.to_vec())
-        }
+        _ => Some(bytes(stmt, 5)?.to_vec()),
     };
     Some(RawRow {
         seq_nr: integer(stmt, 0)?,
@@ -362,11 +360,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_page_reads_back_every_column_in_order() {
-        let big = "x".repeat(INLINE_PAYLOAD_BYTES + 1);
+        let big = "x".repeat(300_000);
         let pool = pool_with(&[
             "'A|1', 2, 'w', 17, 3, 'm', X'00FF41', '[\"t\"]', 99",
             "'A|1', 1, 'w', 16, 3, '', X'', '[]', 98",
-            // A payload stored as text comes back as its bytes; one above the limit is left.
+            // A payload stored as text comes back as its bytes, a large one as well.
             "'A|1', 3, 'w2', 18, 3, 'é', 'é', '[]', 100",
             &format!("'A|1', 4, 'w2', 19, 3, '', '{big}', '[]', 101"),
             "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
@@ -398,7 +396,11 @@ mod tests {
         assert_eq!(rows[0].1.as_deref(), Some(&[][..]), "an empty payload");
         assert_eq!(rows[2].1.as_deref(), Some("é".as_bytes()));
         assert_eq!(rows[2].0.manifest, "é");
-        assert_eq!(rows[3].1, None, "read on its own");
+        assert_eq!(
+            rows[3].1.as_deref(),
+            Some(big.as_bytes()),
+            "carried in the page"
+        );
         let writers: Vec<&str> = rows.iter().map(|(row, _)| row.writer_uuid).collect();
         assert_eq!(
             writers,

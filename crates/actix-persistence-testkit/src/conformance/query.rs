@@ -757,7 +757,8 @@ pub async fn q14_settled_pass_delivers_what_the_fast_pass_passed(store: Arc<dyn 
 /// Q16: events of every payload size, with every byte value, a manifest, tags and a writer id
 /// of several scripts, come back byte for byte, in order, by slices, by tag, by persistence id
 /// and live, with pages holding large and small payloads together (a store that reads large
-/// payloads apart from a page, as SQLite's does above 4 KiB, must put them back in place).
+/// payloads apart from a page, as SQLite's did above 4 KiB until session 10, must put them back
+/// in place).
 pub async fn q16_payloads_of_every_size_come_back_byte_for_byte(store: Arc<dyn QueryStore>) {
     let t = QueryUnderTest::new(store);
     let entity_type = fresh("Q16");
