@@ -56,17 +56,17 @@ pub fn repr_padded(
     payload_bytes: usize,
 ) -> PersistentRepr {
     let mut event = Deposited::new(pid, seq_nr);
-    let unpadded = payload(pid, seq_nr).len();
-    if payload_bytes > unpadded {
-        event
-            .reference
-            .push_str(&"x".repeat(payload_bytes - unpadded));
+    // A struct of strings and a number always serializes.
+    let mut payload = serde_json::to_vec(&event).unwrap_or_default();
+    if payload_bytes > payload.len() {
+        let padding = "x".repeat(payload_bytes - payload.len());
+        event.reference.push_str(&padding);
+        payload = serde_json::to_vec(&event).unwrap_or_default();
     }
     PersistentRepr {
         persistence_id: pid.into(),
         seq_nr,
-        // A struct of strings and a number always serializes.
-        payload: serde_json::to_vec(&event).unwrap_or_default(),
+        payload,
         serializer_id: JSON_SERIALIZER_ID,
         manifest: String::new(),
         writer_uuid: writer_uuid.into(),

@@ -20,7 +20,7 @@ use crate::stores::TimedStore;
 /// How the journal commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitMode {
-    /// The journal's default: group commit (max batch size 64).
+    /// The journal's default: group commit (max batch size 512, `DEFAULT_MAX_BATCH_SIZE`).
     GroupCommit,
     /// `max_batch_size` 1: every atomic write its own transaction, concurrent on the pool.
     PerWrite,

@@ -974,9 +974,9 @@ where
     }
 
     /// The event of a page's row (of `pid`, shared) with `payload` as the page carried it
-    /// (`None`, a NULL the journal never writes, is not a page: the caller reads the page row
-    /// by row, which names the row). Its writer uuid comes from `writer_uuids` (shared with the
-    /// previous row's when equal). Errors name `operation` (`"replay"`, `"query"`).
+    /// (`None`, a NULL the journal never writes, is a corrupt row). Its writer uuid comes from
+    /// `writer_uuids` (shared with the previous row's when equal). Errors name `operation`
+    /// (`"replay"`, `"query"`).
     fn event_from_row(
         operation: &'static str,
         pid: &Arc<str>,
@@ -997,9 +997,7 @@ where
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id = u32::try_from(row.serializer_id)
             .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.serializer_id)))?;
-        let Some(payload) = payload else {
-            return Err(PageRowError::NotAPage);
-        };
+        let payload = payload.ok_or_else(|| corrupt("payload is NULL".to_owned()))?;
         // Text that is not JSON: read row by row, which names it.
         let Some(tags) = row.tags else {
             return Err(PageRowError::NotAPage);
@@ -1053,11 +1051,13 @@ where
             .try_get_unchecked(get(ReplayColumn::Tags))
             .map_err(column_error)?;
         let tags = D::tags_from_sql(tags).map_err(corrupt)?;
+        // `Option`: sqlx decodes a NULL blob as empty bytes, which would pass for an event.
+        let payload: Option<Vec<u8>> = row
+            .try_get_unchecked(get(ReplayColumn::Payload))
+            .map_err(column_error)?;
         let event = PersistentRepr {
             seq_nr,
-            payload: row
-                .try_get_unchecked(get(ReplayColumn::Payload))
-                .map_err(column_error)?,
+            payload: payload.ok_or_else(|| corrupt("payload is NULL".to_owned()))?,
             serializer_id,
             manifest: row
                 .try_get_unchecked(get(ReplayColumn::Manifest))
@@ -1538,4 +1538,49 @@ pub(crate) fn page_query_sql<D: Dialect>(
         p + 4,
         p + 5,
     )
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use crate::sqlite::SqliteDialect;
+
+    fn row(seq_nr: i64) -> PageRow<'static> {
+        PageRow {
+            seq_nr,
+            writer_uuid: "w",
+            write_timestamp: 5,
+            serializer_id: 1,
+            manifest: String::new(),
+            tags: Some(vec!["t".to_owned()]),
+            persistence_id: None,
+            db_timestamp: None,
+            previous_timestamp: None,
+            previous_seq_nr: None,
+        }
+    }
+
+    #[test]
+    fn a_page_row_without_its_payload_is_a_corrupt_row_named_by_id_and_seq_nr() {
+        let pid: Arc<str> = Arc::from("Acc|1");
+        let mut writers = RunInterner::new();
+        let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
+        match event_from_row("replay", &pid, &mut writers, row(7), None) {
+            Err(PageRowError::Journal(error)) => {
+                let message = error.to_string();
+                assert!(
+                    message.contains("Acc|1") && message.contains('7'),
+                    "{message}"
+                );
+                assert!(message.contains("payload is NULL"), "{message}");
+            }
+            Err(PageRowError::NotAPage) => panic!("a NULL payload must name its row"),
+            Ok(event) => panic!("a NULL payload became an event: {event:?}"),
+        }
+        let event = event_from_row("replay", &pid, &mut writers, row(8), Some(vec![1, 2]))
+            .map_err(|_| "a well-shaped row")
+            .expect("an event");
+        assert_eq!((event.seq_nr, event.payload), (8, vec![1, 2]));
+        assert_eq!(event.tags, ["t"]);
+    }
 }

@@ -31,7 +31,8 @@ pub(crate) struct PageRow<'a> {
     pub previous_seq_nr: Option<i64>,
 }
 
-/// An event of a page and its payload, when the page carries it (`None`: read it on its own).
+/// An event of a page and its payload (`None`: NULL, which the journal never writes: the
+/// event is a corrupt row).
 pub(crate) type RowWithPayload<'a> = (PageRow<'a>, Option<Vec<u8>>);
 
 /// An event's tags stored as a JSON array of strings (SQLite's `tags` column) back, or why
@@ -128,7 +129,7 @@ pub(crate) struct RawRow {
 
 impl RawPage {
     /// The page's rows in the statement's order, each with its payload when the page carries
-    /// it (`None`: NULL, which the journal never writes: read it on its own).
+    /// it (`None`: NULL, which the journal never writes: a corrupt row).
     pub(crate) fn rows(&mut self) -> Vec<RowWithPayload<'_>> {
         let text = self.text.as_str();
         std::mem::take(&mut self.rows)

@@ -191,7 +191,7 @@ unsafe fn read_row(
     query_columns: bool,
     columns: c_int,
 ) -> Option<RawRow> {
-    // NULL (never written by the journal) is left to the caller, which reads the row apart.
+    // NULL (never written by the journal) is left to the caller, which names the row.
     let payload = match ffi::sqlite3_column_type(stmt.raw(), 5) {
         ffi::SQLITE_NULL => None,
         _ => Some(bytes(stmt, 5)?.to_vec()),

@@ -26,7 +26,10 @@ backend_tests! {
 }
 
 async fn replay_of_2000_events_crosses_page_boundaries<B: TestBackend>(db: B) {
-    let journal = db.journal().await; // default page size: 500
+    // Pages of 500 (the boundaries below are the pages'), whatever the default.
+    let journal = db
+        .journal_with(&[common::Setting::ReplayBatchSize(500)])
+        .await;
     let writes = (0..20)
         .map(|i| atomic("big", i * 100 + 1..=i * 100 + 100))
         .collect();
