@@ -45,7 +45,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
-use crate::page_row::{PageArg, PageRow, RawPage, RowWithPayload};
+use crate::page_row::{PageArg, PageRow, RawPage};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -953,15 +953,15 @@ where
     fn replay_rows_from_page(
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
-        rows: Vec<RowWithPayload<'_>>,
+        rows: Vec<PageRow<'_>>,
     ) -> Option<Result<ReplayRows, JournalError>> {
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
             rows: rows.len() as u64,
-            last_seq_nr: rows.last().map(|(row, _)| row.seq_nr),
+            last_seq_nr: rows.last().map(|row| row.seq_nr),
         };
-        for (row, payload) in rows {
-            match Self::event_from_row("replay", pid, writer_uuids, row, payload) {
+        for row in rows {
+            match Self::event_from_row("replay", pid, writer_uuids, row) {
                 Ok(event) => read.events.push(Ok(event)),
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => {
@@ -973,8 +973,8 @@ where
         Some(Ok(read))
     }
 
-    /// The event of a page's row (of `pid`, shared) with `payload` as the page carried it
-    /// (`None`, a NULL the journal never writes, is a corrupt row). Its writer uuid comes from
+    /// The event of a page's row (of `pid`, shared); a NULL payload, which the journal never
+    /// writes, is a corrupt row. Its writer uuid comes from
     /// `writer_uuids` (shared with the previous row's when equal). Errors name `operation`
     /// (`"replay"`, `"query"`).
     fn event_from_row(
@@ -982,7 +982,6 @@ where
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
         row: PageRow<'_>,
-        payload: Option<Vec<u8>>,
     ) -> Result<PersistentRepr, PageRowError> {
         let stored_seq_nr = row.seq_nr;
         let corrupt = |reason: String| {
@@ -997,7 +996,9 @@ where
             .map_err(|_| corrupt("negative sequence number".to_owned()))?;
         let serializer_id = u32::try_from(row.serializer_id)
             .map_err(|_| corrupt(format!("serializer id {} is not a u32", row.serializer_id)))?;
-        let payload = payload.ok_or_else(|| corrupt("payload is NULL".to_owned()))?;
+        let payload = row
+            .payload
+            .ok_or_else(|| corrupt("payload is NULL".to_owned()))?;
         // Text that is not JSON: read row by row, which names it.
         let Some(tags) = row.tags else {
             return Err(PageRowError::NotAPage);
@@ -1164,13 +1165,13 @@ where
     /// The events of a query page read in one piece ([`Dialect::read_page`], in query order).
     /// `None` when a row is not of the expected shape: the caller reads the page row by row.
     fn stored_events_from_page(
-        rows: Vec<RowWithPayload<'_>>,
+        rows: Vec<PageRow<'_>>,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
         // A run of rows of one id (or one writer) shares one `Arc`.
         let mut ids = RunInterner::new();
         let mut writer_uuids = RunInterner::new();
         let mut stored = Vec::with_capacity(rows.len());
-        for (row, payload) in rows {
+        for row in rows {
             let (Some(persistence_id), Some(timestamp)) = (row.persistence_id, row.db_timestamp)
             else {
                 return None;
@@ -1178,13 +1179,8 @@ where
             let persistence_id = ids.intern(persistence_id);
             let (previous_timestamp, previous_seq_nr) =
                 (row.previous_timestamp, row.previous_seq_nr);
-            let repr = match Self::event_from_row(
-                "query",
-                &persistence_id,
-                &mut writer_uuids,
-                row,
-                payload,
-            ) {
+            let repr = match Self::event_from_row("query", &persistence_id, &mut writer_uuids, row)
+            {
                 Ok(repr) => repr,
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => return Some(Err(error)),
@@ -1545,13 +1541,14 @@ mod tests {
     use super::*;
     use crate::sqlite::SqliteDialect;
 
-    fn row(seq_nr: i64) -> PageRow<'static> {
+    fn row(seq_nr: i64, payload: Option<Vec<u8>>) -> PageRow<'static> {
         PageRow {
             seq_nr,
             writer_uuid: "w",
             write_timestamp: 5,
             serializer_id: 1,
             manifest: String::new(),
+            payload,
             tags: Some(vec!["t".to_owned()]),
             persistence_id: None,
             db_timestamp: None,
@@ -1565,7 +1562,7 @@ mod tests {
         let pid: Arc<str> = Arc::from("Acc|1");
         let mut writers = RunInterner::new();
         let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
-        match event_from_row("replay", &pid, &mut writers, row(7), None) {
+        match event_from_row("replay", &pid, &mut writers, row(7, None)) {
             Err(PageRowError::Journal(error)) => {
                 let message = error.to_string();
                 assert!(
@@ -1577,7 +1574,7 @@ mod tests {
             Err(PageRowError::NotAPage) => panic!("a NULL payload must name its row"),
             Ok(event) => panic!("a NULL payload became an event: {event:?}"),
         }
-        let event = event_from_row("replay", &pid, &mut writers, row(8), Some(vec![1, 2]))
+        let event = event_from_row("replay", &pid, &mut writers, row(8, Some(vec![1, 2])))
             .map_err(|_| "a well-shaped row")
             .expect("an event");
         assert_eq!((event.seq_nr, event.payload), (8, vec![1, 2]));

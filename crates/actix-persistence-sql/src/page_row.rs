@@ -18,6 +18,8 @@ pub(crate) struct PageRow<'a> {
     pub serializer_id: i64,
     /// `manifest`.
     pub manifest: String,
+    /// `payload`: `None` for NULL, which the journal never writes (a corrupt row).
+    pub payload: Option<Vec<u8>>,
     /// `tags`, stored as the text of a JSON array of strings: `None` when it is not one (a
     /// row this crate never writes: the caller reads the page row by row, which names it).
     pub tags: Option<Vec<String>>,
@@ -30,10 +32,6 @@ pub(crate) struct PageRow<'a> {
     /// `previous_seq_nr` (the fast pass only).
     pub previous_seq_nr: Option<i64>,
 }
-
-/// An event of a page and its payload (`None`: NULL, which the journal never writes: the
-/// event is a corrupt row).
-pub(crate) type RowWithPayload<'a> = (PageRow<'a>, Option<Vec<u8>>);
 
 /// An event's tags stored as a JSON array of strings (SQLite's `tags` column) back, or why
 /// they are corrupt.
@@ -128,26 +126,23 @@ pub(crate) struct RawRow {
 }
 
 impl RawPage {
-    /// The page's rows in the statement's order, each with its payload when the page carries
-    /// it (`None`: NULL, which the journal never writes: a corrupt row).
-    pub(crate) fn rows(&mut self) -> Vec<RowWithPayload<'_>> {
+    /// The page's rows in the statement's order.
+    pub(crate) fn rows(&mut self) -> Vec<PageRow<'_>> {
         let text = self.text.as_str();
         std::mem::take(&mut self.rows)
             .into_iter()
-            .map(|row| {
-                let page_row = PageRow {
-                    seq_nr: row.seq_nr,
-                    writer_uuid: &text[row.writer_uuid],
-                    write_timestamp: row.write_timestamp,
-                    serializer_id: row.serializer_id,
-                    manifest: row.manifest,
-                    tags: row.tags,
-                    persistence_id: row.persistence_id.map(|range| &text[range]),
-                    db_timestamp: row.db_timestamp,
-                    previous_timestamp: row.previous_timestamp,
-                    previous_seq_nr: row.previous_seq_nr,
-                };
-                (page_row, row.payload)
+            .map(|row| PageRow {
+                seq_nr: row.seq_nr,
+                writer_uuid: &text[row.writer_uuid],
+                write_timestamp: row.write_timestamp,
+                serializer_id: row.serializer_id,
+                manifest: row.manifest,
+                payload: row.payload,
+                tags: row.tags,
+                persistence_id: row.persistence_id.map(|range| &text[range]),
+                db_timestamp: row.db_timestamp,
+                previous_timestamp: row.previous_timestamp,
+                previous_seq_nr: row.previous_seq_nr,
             })
             .collect()
     }

@@ -374,17 +374,17 @@ mod tests {
             .await
             .expect("a page");
         let rows = page.rows();
-        let seq_nrs: Vec<i64> = rows.iter().map(|(row, _)| row.seq_nr).collect();
+        let seq_nrs: Vec<i64> = rows.iter().map(|row| row.seq_nr).collect();
         assert_eq!(seq_nrs, [1, 2, 3, 4]);
-        let (second, payload) = &rows[1];
         assert_eq!(
-            *second,
+            rows[1],
             PageRow {
                 seq_nr: 2,
                 writer_uuid: "w",
                 write_timestamp: 17,
                 serializer_id: 3,
                 manifest: "m".to_owned(),
+                payload: Some(vec![0x00, 0xff, 0x41]),
                 tags: Some(vec!["t".to_owned()]),
                 persistence_id: Some("A|1"),
                 db_timestamp: Some(99),
@@ -392,16 +392,19 @@ mod tests {
                 previous_seq_nr: None,
             }
         );
-        assert_eq!(payload.as_deref(), Some(&[0x00, 0xff, 0x41][..]));
-        assert_eq!(rows[0].1.as_deref(), Some(&[][..]), "an empty payload");
-        assert_eq!(rows[2].1.as_deref(), Some("é".as_bytes()));
-        assert_eq!(rows[2].0.manifest, "é");
         assert_eq!(
-            rows[3].1.as_deref(),
+            rows[0].payload.as_deref(),
+            Some(&[][..]),
+            "an empty payload"
+        );
+        assert_eq!(rows[2].payload.as_deref(), Some("é".as_bytes()));
+        assert_eq!(rows[2].manifest, "é");
+        assert_eq!(
+            rows[3].payload.as_deref(),
             Some(big.as_bytes()),
             "carried in the page"
         );
-        let writers: Vec<&str> = rows.iter().map(|(row, _)| row.writer_uuid).collect();
+        let writers: Vec<&str> = rows.iter().map(|row| row.writer_uuid).collect();
         assert_eq!(
             writers,
             ["w", "w", "w2", "w2"],
@@ -429,11 +432,11 @@ mod tests {
             .expect("a page");
         let rows = page.rows();
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].0.manifest, "é");
-        assert_eq!(rows[0].0.writer_uuid, "w");
-        assert_eq!(rows[1].0.writer_uuid, "w", "shared with the row before");
-        assert_eq!(rows[0].0.persistence_id, Some("A|1"));
-        assert_eq!(rows[0].0.tags, Some(vec!["t".to_owned()]));
+        assert_eq!(rows[0].manifest, "é");
+        assert_eq!(rows[0].writer_uuid, "w");
+        assert_eq!(rows[1].writer_uuid, "w", "shared with the row before");
+        assert_eq!(rows[0].persistence_id, Some("A|1"));
+        assert_eq!(rows[0].tags, Some(vec!["t".to_owned()]));
     }
 
     #[tokio::test]
