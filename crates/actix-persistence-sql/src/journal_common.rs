@@ -6,13 +6,14 @@
 //! The statements of the reading side are the same for both databases: they use `$n`
 //! placeholders, which SQLite reads as PostgreSQL does.
 
+use std::borrow::Cow;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 
 use actix_persistence_core::query::{
     entity_type_of, slice_for_persistence_id, wall_clock_micros, EventFilter, EventsRequest,
-    StoredEvent,
+    StoredEvent, NUMBER_OF_SLICES,
 };
 use actix_persistence_core::{
     AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream, RunInterner,
@@ -45,7 +46,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
-use crate::page_row::{PageArg, PageRow, RawPage};
+use crate::page_row::{self, PageArg, PageRow, RawPage};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
 /// stores) share: how values are stored, how a batch's transaction begins, and how the events
@@ -161,11 +162,26 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// key's `tag = ?` and sorts every row of the tag per event otherwise).
     const TAG_BY_EVENT_HINT: &'static str = "";
 
+    /// Whether a page's start is told by its timestamp first, `(db_timestamp > $t OR
+    /// (db_timestamp = $t AND (persistence_id, seq_nr) > ($p, $s)))`, beside the range on the
+    /// timestamp that the index scan starts at, rather than by one row comparison led by the
+    /// filter's index column (see [`page_query_sql`]). SQLite evaluates a row comparison in full
+    /// on every row the scan reads; the timestamp-first form stops at its first comparison for
+    /// every row after the page's first timestamp.
+    const POSITION_BY_TIMESTAMP_FIRST: bool = false;
+
+    /// What follows `FROM journal` in a page of a query by slices: the index it reads
+    /// (SQLite: `INDEXED BY journal_by_entity_type`, which spares the planner weighing the
+    /// journal's other indexes each time a page's statement is prepared, a sixth of the
+    /// prepare).
+    const SLICES_INDEX_HINT: &'static str = "";
+
     /// Reads a page (a replay's or a query's: `sql` with `args` bound to `$1`, `$2`, ...; see
     /// [`RawPage`]) in one piece, rather than row by row through sqlx (SQLite: a row costs a
     /// thread hand-off and a copy of each value; [`sqlite_page`](crate::sqlite_page)).
     /// `query_columns`: the statement also selects `persistence_id, db_timestamp`, and maybe
-    /// `previous_timestamp, previous_seq_nr`.
+    /// `previous_timestamp, previous_seq_nr`. `limit`: the most rows the statement returns
+    /// (its `LIMIT`), room for which the page takes at once.
     ///
     /// `None` when the dialect does not (PostgreSQL streams a statement's rows on one
     /// connection already), or could not: the caller reads the page row by row, which reports
@@ -175,8 +191,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         sql: &str,
         args: &[PageArg<&str>],
         query_columns: bool,
+        limit: usize,
     ) -> BoxFuture<'a, Option<RawPage>> {
-        let _ = (readers, sql, args, query_columns);
+        let _ = (readers, sql, args, query_columns, limit);
         Box::pin(async { None })
     }
 
@@ -903,7 +920,15 @@ where
             PageArg::Int(upper),
             PageArg::Int(limit),
         ];
-        if let Some(mut page) = D::read_page(&cursor.readers, REPLAY_SQL, &args, false).await {
+        if let Some(page) = D::read_page(
+            &cursor.readers,
+            REPLAY_SQL,
+            &args,
+            false,
+            usize::try_from(limit).unwrap_or(0),
+        )
+        .await
+        {
             if let Some(rows) = Self::replay_rows_from_page(
                 &cursor.persistence_id,
                 &mut cursor.writer_uuids,
@@ -1000,15 +1025,15 @@ where
             .payload
             .ok_or_else(|| corrupt("payload is NULL".to_owned()))?;
         // Text that is not JSON: read row by row, which names it.
-        let Some(tags) = row.tags else {
+        let Ok(tags) = page_row::tags_from_json_text(row.tags) else {
             return Err(PageRowError::NotAPage);
         };
         Ok(PersistentRepr {
             persistence_id: Arc::clone(pid),
             seq_nr,
-            payload,
+            payload: payload.to_vec(),
             serializer_id,
-            manifest: row.manifest,
+            manifest: row.manifest.to_owned(),
             writer_uuid: writer_uuids.intern(row.writer_uuid),
             timestamp: row.write_timestamp,
             tags,
@@ -1098,7 +1123,15 @@ where
         let storage = |e| JournalError::storage("query", e);
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         let values = page_values(&request);
-        if let Some(mut page) = D::read_page(self.readers, &sql, &values, true).await {
+        if let Some(page) = D::read_page(
+            self.readers,
+            &sql,
+            &values,
+            true,
+            usize::try_from(request.limit).unwrap_or(usize::MAX),
+        )
+        .await
+        {
             if let Some(events) = Self::stored_events_from_page(page.rows()) {
                 return events;
             }
@@ -1457,16 +1490,34 @@ pub(crate) fn page_query_sql<D: Dialect>(
     // slice. By tag: the tag's rows of `event_tag` (migration 0007) in query order through
     // `event_tag_by_tag`, each joined to its event.
     let (from, condition, position, lead, filter_params) = match filter {
-        EventFilter::Slices { .. } => (
-            "journal",
-            "journal.slice >= $2 AND journal.slice <= $3 AND ",
+        EventFilter::Slices {
+            min_slice,
+            max_slice,
+            ..
+        } => (
+            if D::SLICES_INDEX_HINT.is_empty() {
+                Cow::Borrowed("journal")
+            } else {
+                Cow::Owned(format!("journal{}", D::SLICES_INDEX_HINT))
+            },
+            if *min_slice == 0 && *max_slice >= NUMBER_OF_SLICES - 1 {
+                // Every slice (one process projecting a whole entity type): a condition on the
+                // parameters alone, which the database evaluates once per statement, not once
+                // per row as it would the slice of each.
+                const _: () = assert!(NUMBER_OF_SLICES == 1024, "the text's last slice");
+                "$2 <= 0 AND $3 >= 1023 AND "
+            } else {
+                "journal.slice >= $2 AND journal.slice <= $3 AND "
+            },
             "journal",
             "journal.entity_type",
             3,
         ),
         EventFilter::Tag(_) => (
-            "event_tag JOIN journal ON journal.persistence_id = event_tag.persistence_id \
-                 AND journal.seq_nr = event_tag.seq_nr",
+            Cow::Borrowed(
+                "event_tag JOIN journal ON journal.persistence_id = event_tag.persistence_id \
+                     AND journal.seq_nr = event_tag.seq_nr",
+            ),
             "",
             "event_tag",
             "event_tag.tag",
@@ -1501,6 +1552,18 @@ pub(crate) fn page_query_sql<D: Dialect>(
         String::new()
     };
     let order = D::BYTE_ORDER;
+    let (ts, pid, seq) = (p + 1, p + 2, p + 3);
+    let after = if D::POSITION_BY_TIMESTAMP_FIRST {
+        format!(
+            "({position}.db_timestamp > ${ts} OR ({position}.db_timestamp = ${ts} \
+                AND ({position}.persistence_id{order}, {position}.seq_nr) > (${pid}, ${seq})))"
+        )
+    } else {
+        format!(
+            "({lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
+              {position}.seq_nr) > ($1, ${ts}, ${pid}, ${seq})"
+        )
+    };
     // The lower end is a row comparison led by the index's first column (the entity type, or
     // the tag: `$1`), which only the filter's own index can start its scan at; `lead = $1` and
     // the timestamp range beside it make the upper end stop the scan. Alone, `lead = $1` with a
@@ -1519,17 +1582,12 @@ pub(crate) fn page_query_sql<D: Dialect>(
                     journal.serializer_id, journal.manifest, journal.payload, journal.tags, \
                     journal.persistence_id, journal.db_timestamp{previous} \
              FROM {from} \
-             WHERE {condition}\
-                   ({lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
-                    {position}.seq_nr) > ($1, ${}, ${}, ${}) \
+             WHERE {condition}{after} \
                AND {lead} = $1 \
                AND {position}.db_timestamp >= ${} AND {position}.db_timestamp < ${} \
              ORDER BY {lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
                       {position}.seq_nr \
              LIMIT ${}",
-        p + 1,
-        p + 2,
-        p + 3,
         p + 1,
         p + 4,
         p + 5,
@@ -1541,15 +1599,15 @@ mod tests {
     use super::*;
     use crate::sqlite::SqliteDialect;
 
-    fn row(seq_nr: i64, payload: Option<Vec<u8>>) -> PageRow<'static> {
+    fn row(seq_nr: i64, payload: Option<&'static [u8]>) -> PageRow<'static> {
         PageRow {
             seq_nr,
             writer_uuid: "w",
             write_timestamp: 5,
             serializer_id: 1,
-            manifest: String::new(),
+            manifest: "",
             payload,
-            tags: Some(vec!["t".to_owned()]),
+            tags: r#"["t"]"#,
             persistence_id: None,
             db_timestamp: None,
             previous_timestamp: None,
@@ -1574,10 +1632,42 @@ mod tests {
             Err(PageRowError::NotAPage) => panic!("a NULL payload must name its row"),
             Ok(event) => panic!("a NULL payload became an event: {event:?}"),
         }
-        let event = event_from_row("replay", &pid, &mut writers, row(8, Some(vec![1, 2])))
+        let event = event_from_row("replay", &pid, &mut writers, row(8, Some(&[1, 2])))
             .map_err(|_| "a well-shaped row")
             .expect("an event");
         assert_eq!((event.seq_nr, event.payload), (8, vec![1, 2]));
         assert_eq!(event.tags, ["t"]);
+    }
+
+    /// Tags are read from their text by the page's consumer: text that is not a JSON array of
+    /// strings makes the page be read row by row (which names the row), not an event.
+    #[test]
+    fn a_page_row_whose_tags_are_not_a_json_array_is_not_read_from_the_page() {
+        let pid: Arc<str> = Arc::from("Acc|1");
+        let mut writers = RunInterner::new();
+        let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
+        for tags in ["oops", "[7]", r#"["a","#] {
+            let row = PageRow {
+                tags,
+                ..row(3, Some(&[1]))
+            };
+            assert!(
+                matches!(
+                    event_from_row("query", &pid, &mut writers, row),
+                    Err(PageRowError::NotAPage)
+                ),
+                "{tags}"
+            );
+        }
+        let row = PageRow {
+            tags: r#"["a","b c"]"#,
+            manifest: "M",
+            ..row(4, Some(&[9]))
+        };
+        let event = event_from_row("query", &pid, &mut writers, row)
+            .map_err(|_| "a well-shaped row")
+            .expect("an event");
+        assert_eq!(event.tags, ["a", "b c"]);
+        assert_eq!(event.manifest, "M");
     }
 }

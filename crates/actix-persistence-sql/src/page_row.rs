@@ -3,9 +3,10 @@
 
 use std::ops::Range;
 
-/// One event of a page, its writer uuid and persistence id borrowed from the page (the
-/// caller shares one `Arc` per run of rows), the rest as the event takes it: the reader
-/// builds those, off the thread that consumes the page.
+/// One event of a page, its values borrowed from the page: the thread that consumes the page
+/// builds the event's own (the caller shares one `Arc` per run of rows for the writer uuid and
+/// the persistence id), so that the event's buffers are allocated and, once the event is
+/// handled, freed on one thread (see [`RawPage`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PageRow<'a> {
     /// `seq_nr` as stored.
@@ -17,12 +18,13 @@ pub(crate) struct PageRow<'a> {
     /// `serializer_id` as stored.
     pub serializer_id: i64,
     /// `manifest`.
-    pub manifest: String,
+    pub manifest: &'a str,
     /// `payload`: `None` for NULL, which the journal never writes (a corrupt row).
-    pub payload: Option<Vec<u8>>,
-    /// `tags`, stored as the text of a JSON array of strings: `None` when it is not one (a
-    /// row this crate never writes: the caller reads the page row by row, which names it).
-    pub tags: Option<Vec<String>>,
+    pub payload: Option<&'a [u8]>,
+    /// `tags`, stored as the text of a JSON array of strings ([`tags_from_json_text`] reads
+    /// it; text that is not one is a row this crate never writes: the caller reads the page
+    /// row by row, which names it).
+    pub tags: &'a str,
     /// `persistence_id` (queries only).
     pub persistence_id: Option<&'a str>,
     /// `db_timestamp`, µs since the Unix epoch (queries only).
@@ -101,24 +103,34 @@ impl PageArg<&str> {
     }
 }
 
-/// The rows of a page as read: their text columns in one string ([`RawPage::rows`] borrows
-/// them), their payloads each in its own buffer.
+/// The rows of a page as read: their text columns in one string, their payloads in one
+/// buffer ([`RawPage::rows`] borrows them).
+///
+/// The reading thread only copies values into these two buffers; the events' own buffers
+/// (payload, tags, manifest) are built from them on the thread that consumes the page, which
+/// also frees them once the events are handled. Built on the reading thread, they were each
+/// freed on another thread's heap, and glibc's allocator then spent a sixth of a SQLite
+/// catch-up's instructions on those frees and on merging the freed chunks back into the
+/// reading thread's heap (`malloc_consolidate`, docs/benchmarks.md, issue 8, session 11); the
+/// reading thread, which bounds a catch-up, also parsed every event's tags.
 #[derive(Debug, Default)]
 pub(crate) struct RawPage {
     pub(crate) text: String,
+    pub(crate) payloads: Vec<u8>,
     pub(crate) rows: Vec<RawRow>,
 }
 
-/// One row of a [`RawPage`]; text columns are ranges of the page's text.
+/// One row of a [`RawPage`]; text columns are ranges of the page's text, the payload a range
+/// of its payloads.
 #[derive(Debug)]
 pub(crate) struct RawRow {
     pub(crate) seq_nr: i64,
     pub(crate) writer_uuid: Range<usize>,
     pub(crate) write_timestamp: i64,
     pub(crate) serializer_id: i64,
-    pub(crate) manifest: String,
-    pub(crate) payload: Option<Vec<u8>>,
-    pub(crate) tags: Option<Vec<String>>,
+    pub(crate) manifest: Range<usize>,
+    pub(crate) payload: Option<Range<usize>>,
+    pub(crate) tags: Range<usize>,
     pub(crate) persistence_id: Option<Range<usize>>,
     pub(crate) db_timestamp: Option<i64>,
     pub(crate) previous_timestamp: Option<i64>,
@@ -127,19 +139,19 @@ pub(crate) struct RawRow {
 
 impl RawPage {
     /// The page's rows in the statement's order.
-    pub(crate) fn rows(&mut self) -> Vec<PageRow<'_>> {
-        let text = self.text.as_str();
-        std::mem::take(&mut self.rows)
-            .into_iter()
+    pub(crate) fn rows(&self) -> Vec<PageRow<'_>> {
+        let (text, payloads) = (self.text.as_str(), self.payloads.as_slice());
+        self.rows
+            .iter()
             .map(|row| PageRow {
                 seq_nr: row.seq_nr,
-                writer_uuid: &text[row.writer_uuid],
+                writer_uuid: &text[row.writer_uuid.clone()],
                 write_timestamp: row.write_timestamp,
                 serializer_id: row.serializer_id,
-                manifest: row.manifest,
-                payload: row.payload,
-                tags: row.tags,
-                persistence_id: row.persistence_id.map(|range| &text[range]),
+                manifest: &text[row.manifest.clone()],
+                payload: row.payload.clone().map(|range| &payloads[range]),
+                tags: &text[row.tags.clone()],
+                persistence_id: row.persistence_id.clone().map(|range| &text[range]),
                 db_timestamp: row.db_timestamp,
                 previous_timestamp: row.previous_timestamp,
                 previous_seq_nr: row.previous_seq_nr,

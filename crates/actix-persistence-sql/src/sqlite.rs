@@ -434,6 +434,8 @@ impl Dialect for SqliteDialect {
     const SEQ_NR_COLUMN: &'static str = "SQLite";
     const NAME: &'static str = "SQLite";
     const TAG_BY_EVENT_HINT: &'static str = " INDEXED BY event_tag_by_event";
+    const POSITION_BY_TIMESTAMP_FIRST: bool = true;
+    const SLICES_INDEX_HINT: &'static str = " INDEXED BY journal_by_entity_type";
 
     /// Through SQLite's C interface on a blocking thread ([`sqlite_page`]).
     fn read_page<'a>(
@@ -441,8 +443,15 @@ impl Dialect for SqliteDialect {
         sql: &str,
         args: &[PageArg<&str>],
         query_columns: bool,
+        limit: usize,
     ) -> BoxFuture<'a, Option<RawPage>> {
-        Box::pin(sqlite_page::read_page(readers, sql, args, query_columns))
+        Box::pin(sqlite_page::read_page(
+            readers,
+            sql,
+            args,
+            query_columns,
+            limit,
+        ))
     }
 
     /// Encodes the tags of each event as JSON.

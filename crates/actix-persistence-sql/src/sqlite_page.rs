@@ -31,12 +31,13 @@ use libsqlite3_sys as ffi;
 use sqlx::sqlite::Sqlite;
 use sqlx::Pool;
 
-use crate::page_row::{self, PageArg, RawPage, RawRow};
+use crate::page_row::{PageArg, RawPage, RawRow};
 
 /// Reads the page of `sql` (a replay's or a query's page statement, whose columns are
 /// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
 /// `query_columns`, then `persistence_id, db_timestamp` and optionally `previous_timestamp,
-/// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on a connection of `readers`.
+/// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on a connection of `readers`; room
+/// for `limit` rows (the statement's `LIMIT`) is taken at once, not grown row by row.
 ///
 /// `None` when the page could not be read this way: a value of an unexpected type or text
 /// that is not UTF-8 (a row this crate never writes), an error of SQLite or of the pool.
@@ -46,11 +47,12 @@ pub(crate) fn read_page<'a>(
     sql: &str,
     args: &[PageArg<&str>],
     query_columns: bool,
+    limit: usize,
 ) -> impl Future<Output = Option<RawPage>> + Send + 'a {
     // Owned now: the statement runs on another thread.
     let sql = sql.to_owned();
     let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
-    read_owned_page(readers, sql, args, query_columns)
+    read_owned_page(readers, sql, args, query_columns, limit)
 }
 
 /// [`read_page`] of owned SQL and values.
@@ -59,6 +61,7 @@ async fn read_owned_page(
     sql: String,
     args: Vec<PageArg<String>>,
     query_columns: bool,
+    limit: usize,
 ) -> Option<RawPage> {
     let mut conn = readers.acquire().await.ok()?;
     let (mut conn, page) = tokio::task::spawn_blocking(move || {
@@ -68,7 +71,7 @@ async fn read_owned_page(
             .and_then(|mut handle| {
                 // SAFETY: the handle is locked for this thread until `handle` drops, and
                 // `step_page` finalizes its statement before returning.
-                unsafe { step_page(handle.as_raw_handle(), &sql, &args, query_columns) }
+                unsafe { step_page(handle.as_raw_handle(), &sql, &args, query_columns, limit) }
             });
         (conn, page)
     })
@@ -77,6 +80,9 @@ async fn read_owned_page(
     conn.return_to_pool().await;
     page
 }
+
+/// Rows a page takes room for before its first row, at most (a larger `LIMIT` grows it).
+const MAX_ROWS_RESERVED: usize = 10_000;
 
 /// A prepared statement, finalized on drop.
 struct Statement(NonNull<ffi::sqlite3_stmt>);
@@ -113,6 +119,7 @@ unsafe fn step_page(
     sql: &str,
     args: &[PageArg<String>],
     query_columns: bool,
+    limit: usize,
 ) -> Option<RawPage> {
     let mut stmt = ptr::null_mut();
     let len = c_int::try_from(sql.len()).ok()?;
@@ -132,12 +139,15 @@ unsafe fn step_page(
     if columns < if query_columns { 9 } else { 7 } {
         return None;
     }
-    let mut page = RawPage::default();
+    let mut page = RawPage {
+        rows: Vec::with_capacity(limit.min(MAX_ROWS_RESERVED)),
+        ..RawPage::default()
+    };
     let mut shared = SharedText::default();
     loop {
         match stmt.step() {
             ffi::SQLITE_ROW => {
-                let row = read_row(&stmt, &mut page.text, &mut shared, query_columns, columns)?;
+                let row = read_row(&stmt, &mut page, &mut shared, query_columns, columns)?;
                 page.rows.push(row);
             }
             ffi::SQLITE_DONE => return Some(page),
@@ -174,37 +184,44 @@ unsafe fn bind_args(stmt: &Statement, args: &[PageArg<String>]) -> Option<()> {
     Some(())
 }
 
-/// The text of the previous row's writer uuid and persistence id: a run of rows of one writer
-/// (of one id) shares it in the page's text, copied and checked once.
+/// The text of the previous row's writer uuid, tags and persistence id: a run of rows of one
+/// writer (of the same tags, of one id) shares it in the page's text, copied and checked once.
 #[derive(Default)]
 struct SharedText {
     writer_uuid: Option<Range<usize>>,
+    tags: Option<Range<usize>>,
     persistence_id: Option<Range<usize>>,
 }
 
-/// The current row of `stmt`, its text columns appended to `text` (the writer uuid and the
-/// persistence id only when they differ from the previous row's, `shared`).
+/// The current row of `stmt`, its text columns appended to the page's text (the writer uuid,
+/// the tags and the persistence id only when they differ from the previous row's, `shared`),
+/// its payload to the page's payloads.
 unsafe fn read_row(
     stmt: &Statement,
-    text: &mut String,
+    page: &mut RawPage,
     shared: &mut SharedText,
     query_columns: bool,
     columns: c_int,
 ) -> Option<RawRow> {
+    let text = &mut page.text;
     // NULL (never written by the journal) is left to the caller, which names the row.
     let payload = match ffi::sqlite3_column_type(stmt.raw(), 5) {
         ffi::SQLITE_NULL => None,
-        _ => Some(bytes(stmt, 5)?.to_vec()),
+        _ => {
+            let start = page.payloads.len();
+            page.payloads.extend_from_slice(bytes(stmt, 5)?);
+            Some(start..page.payloads.len())
+        }
     };
     Some(RawRow {
         seq_nr: integer(stmt, 0)?,
         writer_uuid: append_shared_text(stmt, 1, text, &mut shared.writer_uuid)?,
         write_timestamp: integer(stmt, 2)?,
         serializer_id: integer(stmt, 3)?,
-        manifest: read_text(stmt, 4)?.to_owned(),
+        manifest: append_text(stmt, 4, text)?,
         payload,
-        // Parsed here, on the reading thread: `None` when not a JSON array of strings.
-        tags: page_row::tags_from_json_text(read_text(stmt, 6)?).ok(),
+        // Read as JSON by the consumer.
+        tags: append_shared_text(stmt, 6, text, &mut shared.tags)?,
         persistence_id: if query_columns {
             Some(append_shared_text(
                 stmt,
@@ -370,7 +387,7 @@ mod tests {
             "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
         ])
         .await;
-        let mut page = read_page(&pool, QUERY, &args(0), true)
+        let page = read_page(&pool, QUERY, &args(0), true, 10)
             .await
             .expect("a page");
         let rows = page.rows();
@@ -383,35 +400,29 @@ mod tests {
                 writer_uuid: "w",
                 write_timestamp: 17,
                 serializer_id: 3,
-                manifest: "m".to_owned(),
-                payload: Some(vec![0x00, 0xff, 0x41]),
-                tags: Some(vec!["t".to_owned()]),
+                manifest: "m",
+                payload: Some(&[0x00, 0xff, 0x41][..]),
+                tags: r#"["t"]"#,
                 persistence_id: Some("A|1"),
                 db_timestamp: Some(99),
                 previous_timestamp: None,
                 previous_seq_nr: None,
             }
         );
-        assert_eq!(
-            rows[0].payload.as_deref(),
-            Some(&[][..]),
-            "an empty payload"
-        );
-        assert_eq!(rows[2].payload.as_deref(), Some("é".as_bytes()));
+        assert_eq!(rows[0].payload, Some(&[][..]), "an empty payload");
+        assert_eq!(rows[2].payload, Some("é".as_bytes()));
         assert_eq!(rows[2].manifest, "é");
-        assert_eq!(
-            rows[3].payload.as_deref(),
-            Some(big.as_bytes()),
-            "carried in the page"
-        );
+        assert_eq!(rows[3].payload, Some(big.as_bytes()), "carried in the page");
         let writers: Vec<&str> = rows.iter().map(|row| row.writer_uuid).collect();
         assert_eq!(
             writers,
             ["w", "w", "w2", "w2"],
             "runs of one writer share their text"
         );
+        let tags: Vec<&str> = rows.iter().map(|row| row.tags).collect();
+        assert_eq!(tags, ["[]", r#"["t"]"#, "[]", "[]"]);
         drop(rows);
-        let mut page = read_page(&pool, QUERY, &args(4), true)
+        let page = read_page(&pool, QUERY, &args(4), true, 10)
             .await
             .expect("a page");
         assert_eq!(page.rows().len(), 1, "bound to $2");
@@ -427,7 +438,7 @@ mod tests {
             "UTF-16le",
         )
         .await;
-        let mut page = read_page(&pool, QUERY, &args(0), true)
+        let page = read_page(&pool, QUERY, &args(0), true, 10)
             .await
             .expect("a page");
         let rows = page.rows();
@@ -436,7 +447,7 @@ mod tests {
         assert_eq!(rows[0].writer_uuid, "w");
         assert_eq!(rows[1].writer_uuid, "w", "shared with the row before");
         assert_eq!(rows[0].persistence_id, Some("A|1"));
-        assert_eq!(rows[0].tags, Some(vec!["t".to_owned()]));
+        assert_eq!(rows[0].tags, r#"["t"]"#);
     }
 
     #[tokio::test]
@@ -450,7 +461,7 @@ mod tests {
         ] {
             let pool = pool_with(&[row]).await;
             assert!(
-                read_page(&pool, QUERY, &args(0), true).await.is_none(),
+                read_page(&pool, QUERY, &args(0), true, 10).await.is_none(),
                 "{row}"
             );
         }
@@ -460,9 +471,9 @@ mod tests {
     async fn a_statement_that_fails_gives_no_page() {
         let pool = pool_with(&[]).await;
         for sql in ["SELECT nonsense FROM nowhere", "SELECT 1, 2, 3"] {
-            assert!(read_page(&pool, sql, &args(0), false).await.is_none());
+            assert!(read_page(&pool, sql, &args(0), false, 10).await.is_none());
         }
         // A placeholder without a value.
-        assert!(read_page(&pool, QUERY, &[], true).await.is_none());
+        assert!(read_page(&pool, QUERY, &[], true, 10).await.is_none());
     }
 }
