@@ -929,11 +929,9 @@ where
         )
         .await
         {
-            if let Some(rows) = Self::replay_rows_from_page(
-                &cursor.persistence_id,
-                &mut cursor.writer_uuids,
-                page.rows(),
-            ) {
+            if let Some(rows) =
+                Self::replay_rows_from_page(&cursor.persistence_id, &mut cursor.writer_uuids, &page)
+            {
                 return rows;
             }
             // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
@@ -978,12 +976,13 @@ where
     fn replay_rows_from_page(
         pid: &Arc<str>,
         writer_uuids: &mut RunInterner,
-        rows: Vec<PageRow<'_>>,
+        page: &RawPage,
     ) -> Option<Result<ReplayRows, JournalError>> {
+        let rows = page.rows();
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
             rows: rows.len() as u64,
-            last_seq_nr: rows.last().map(|row| row.seq_nr),
+            last_seq_nr: page.last_seq_nr(),
         };
         for row in rows {
             match Self::event_from_row("replay", pid, writer_uuids, row) {
@@ -1197,8 +1196,8 @@ where
 
     /// The events of a query page read in one piece ([`Dialect::read_page`], in query order).
     /// `None` when a row is not of the expected shape: the caller reads the page row by row.
-    fn stored_events_from_page(
-        rows: Vec<PageRow<'_>>,
+    fn stored_events_from_page<'a>(
+        rows: impl ExactSizeIterator<Item = PageRow<'a>>,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
         // A run of rows of one id (or one writer) shares one `Arc`.
         let mut ids = RunInterner::new();

@@ -108,11 +108,12 @@ impl PageArg<&str> {
 ///
 /// The reading thread only copies values into these two buffers; the events' own buffers
 /// (payload, tags, manifest) are built from them on the thread that consumes the page, which
-/// also frees them once the events are handled. Built on the reading thread, they were each
-/// freed on another thread's heap, and glibc's allocator then spent a sixth of a SQLite
-/// catch-up's instructions on those frees and on merging the freed chunks back into the
-/// reading thread's heap (`malloc_consolidate`, docs/benchmarks.md, issue 8, session 11); the
-/// reading thread, which bounds a catch-up, also parsed every event's tags.
+/// also frees them once the events are handled. Built on the reading thread (until session
+/// 11), each was freed on another thread's heap, where glibc's allocator merged the freed
+/// chunks back on the reading thread's next large allocation (`malloc_consolidate`, inside
+/// SQLite's prepare), and the reading thread, which bounds a catch-up, also parsed every
+/// event's tags: it now spends 4,750 instructions per event of a catch-up instead of 5,816
+/// (docs/benchmarks.md, issue 8, session 11).
 #[derive(Debug, Default)]
 pub(crate) struct RawPage {
     pub(crate) text: String,
@@ -138,25 +139,27 @@ pub(crate) struct RawRow {
 }
 
 impl RawPage {
-    /// The page's rows in the statement's order.
-    pub(crate) fn rows(&self) -> Vec<PageRow<'_>> {
+    /// The sequence number of the page's last row.
+    pub(crate) fn last_seq_nr(&self) -> Option<i64> {
+        self.rows.last().map(|row| row.seq_nr)
+    }
+
+    /// The page's rows in the statement's order, borrowed from it.
+    pub(crate) fn rows(&self) -> impl ExactSizeIterator<Item = PageRow<'_>> {
         let (text, payloads) = (self.text.as_str(), self.payloads.as_slice());
-        self.rows
-            .iter()
-            .map(|row| PageRow {
-                seq_nr: row.seq_nr,
-                writer_uuid: &text[row.writer_uuid.clone()],
-                write_timestamp: row.write_timestamp,
-                serializer_id: row.serializer_id,
-                manifest: &text[row.manifest.clone()],
-                payload: row.payload.clone().map(|range| &payloads[range]),
-                tags: &text[row.tags.clone()],
-                persistence_id: row.persistence_id.clone().map(|range| &text[range]),
-                db_timestamp: row.db_timestamp,
-                previous_timestamp: row.previous_timestamp,
-                previous_seq_nr: row.previous_seq_nr,
-            })
-            .collect()
+        self.rows.iter().map(move |row| PageRow {
+            seq_nr: row.seq_nr,
+            writer_uuid: &text[row.writer_uuid.clone()],
+            write_timestamp: row.write_timestamp,
+            serializer_id: row.serializer_id,
+            manifest: &text[row.manifest.clone()],
+            payload: row.payload.clone().map(|range| &payloads[range]),
+            tags: &text[row.tags.clone()],
+            persistence_id: row.persistence_id.clone().map(|range| &text[range]),
+            db_timestamp: row.db_timestamp,
+            previous_timestamp: row.previous_timestamp,
+            previous_seq_nr: row.previous_seq_nr,
+        })
     }
 }
 

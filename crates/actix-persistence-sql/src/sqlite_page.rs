@@ -390,7 +390,7 @@ mod tests {
         let page = read_page(&pool, QUERY, &args(0), true, 10)
             .await
             .expect("a page");
-        let rows = page.rows();
+        let rows: Vec<PageRow<'_>> = page.rows().collect();
         let seq_nrs: Vec<i64> = rows.iter().map(|row| row.seq_nr).collect();
         assert_eq!(seq_nrs, [1, 2, 3, 4]);
         assert_eq!(
@@ -441,7 +441,7 @@ mod tests {
         let page = read_page(&pool, QUERY, &args(0), true, 10)
             .await
             .expect("a page");
-        let rows = page.rows();
+        let rows: Vec<PageRow<'_>> = page.rows().collect();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].manifest, "é");
         assert_eq!(rows[0].writer_uuid, "w");

@@ -82,6 +82,18 @@ pub(crate) struct OffsetQuery {
     /// The entity type of the last envelope: envelopes of one entity type share it (a query
     /// by slices allocates it once).
     entity_types: RunInterner,
+    /// The slice and entity type of the last envelope's persistence id.
+    id_run: Option<IdRun>,
+}
+
+/// The slice and entity type of a persistence id, kept for the run of envelopes that share its
+/// `Arc` (a store's page gives a run of rows of one id one `Arc`): the run hashes the id
+/// ([`slice_for_persistence_id`](super::slice_for_persistence_id)) and finds its entity type
+/// once, not once per event.
+struct IdRun {
+    id: Arc<str>,
+    slice: u16,
+    entity_type: Arc<str>,
 }
 
 /// A page read ahead by the fast pass: the request it answers (position, bound) and the task
@@ -194,6 +206,7 @@ impl OffsetQuery {
             prefetch: None,
             settled_reads,
             entity_types: RunInterner::new(),
+            id_run: None,
         };
         // A page at a time through `unfold` (moving the state in and out of a future per
         // element cost more than the rest of a delivery), flattened into envelopes.
@@ -568,13 +581,26 @@ impl OffsetQuery {
             timestamp: self.settled.timestamp,
             seen: self.seen.clone(),
         });
-        let entity_type = self
-            .entity_types
-            .intern(super::entity_type_of(&event.repr.persistence_id));
-        self.buffer.push(RawEnvelope::from_repr_with_entity_type(
-            event.repr,
-            offset,
-            entity_type,
-        ));
+        let (slice, entity_type) = self.slice_and_entity_type(&event.repr.persistence_id);
+        self.buffer
+            .push(RawEnvelope::from_repr_in_slice(event.repr, offset, slice, entity_type));
+    }
+
+    /// The slice and entity type of `id`: those of the run it continues (the same `Arc`), or
+    /// found now and kept for the run it starts.
+    fn slice_and_entity_type(&mut self, id: &Arc<str>) -> (u16, Arc<str>) {
+        match &self.id_run {
+            Some(run) if Arc::ptr_eq(&run.id, id) => (run.slice, Arc::clone(&run.entity_type)),
+            _ => {
+                let run = IdRun {
+                    id: Arc::clone(id),
+                    slice: super::slice_for_persistence_id(id),
+                    entity_type: self.entity_types.intern(super::entity_type_of(id)),
+                };
+                let found = (run.slice, Arc::clone(&run.entity_type));
+                self.id_run = Some(run);
+                found
+            }
+        }
     }
 }

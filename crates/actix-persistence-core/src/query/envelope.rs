@@ -75,8 +75,23 @@ impl RawEnvelope {
         } else {
             Arc::from(own)
         };
+        let slice = slice_for_persistence_id(&repr.persistence_id);
+        Self::from_repr_in_slice(repr, offset, slice, entity_type)
+    }
+
+    /// The envelope of a stored event whose persistence id's slice and entity type the caller
+    /// knows (`slice_for_persistence_id`, `entity_type_of` of it: a run of one id's events
+    /// finds them once).
+    pub(crate) fn from_repr_in_slice(
+        repr: PersistentRepr,
+        offset: Offset,
+        slice: u16,
+        entity_type: Arc<str>,
+    ) -> Self {
+        debug_assert_eq!(slice, slice_for_persistence_id(&repr.persistence_id));
+        debug_assert_eq!(&*entity_type, entity_type_of(&repr.persistence_id));
         EventEnvelope {
-            slice: slice_for_persistence_id(&repr.persistence_id),
+            slice,
             entity_type,
             persistence_id: repr.persistence_id,
             seq_nr: repr.seq_nr,
