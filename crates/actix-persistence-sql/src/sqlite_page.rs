@@ -84,6 +84,10 @@ async fn read_owned_page(
 /// Rows a page takes room for before its first row, at most (a larger `LIMIT` grows it).
 const MAX_ROWS_RESERVED: usize = 10_000;
 
+/// Bytes of payloads a page takes room for after its first row, at most (4 MiB; more grows
+/// the buffer).
+const MAX_PAYLOAD_BYTES_RESERVED: usize = 4 << 20;
+
 /// A prepared statement, finalized on drop.
 struct Statement(NonNull<ffi::sqlite3_stmt>);
 
@@ -148,12 +152,27 @@ unsafe fn step_page(
         match stmt.step() {
             ffi::SQLITE_ROW => {
                 let row = read_row(&stmt, &mut page, &mut shared, query_columns, columns)?;
+                if page.rows.is_empty() {
+                    reserve_payloads(&mut page, &row, limit);
+                }
                 page.rows.push(row);
             }
             ffi::SQLITE_DONE => return Some(page),
             _ => return None,
         }
     }
+}
+
+/// Takes room in the page's payloads for `limit` payloads the size of the first row's (at
+/// most [`MAX_PAYLOAD_BYTES_RESERVED`]), rather than growing the buffer (and copying it) as
+/// the rows come.
+fn reserve_payloads(page: &mut RawPage, first: &RawRow, limit: usize) {
+    let first_len = first.payload.as_ref().map_or(0, ExactSizeIterator::len);
+    let bytes = first_len
+        .saturating_mul(limit)
+        .min(MAX_PAYLOAD_BYTES_RESERVED);
+    page.payloads
+        .reserve(bytes.saturating_sub(page.payloads.len()));
 }
 
 /// Binds `args` to the statement's `$N` placeholders (SQLite numbers each distinct name once).

@@ -582,8 +582,12 @@ impl OffsetQuery {
             seen: self.seen.clone(),
         });
         let (slice, entity_type) = self.slice_and_entity_type(&event.repr.persistence_id);
-        self.buffer
-            .push(RawEnvelope::from_repr_in_slice(event.repr, offset, slice, entity_type));
+        self.buffer.push(RawEnvelope::from_repr_in_slice(
+            event.repr,
+            offset,
+            slice,
+            entity_type,
+        ));
     }
 
     /// The slice and entity type of `id`: those of the run it continues (the same `Arc`), or
