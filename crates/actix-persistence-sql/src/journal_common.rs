@@ -181,19 +181,22 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// thread hand-off and a copy of each value; [`sqlite_page`](crate::sqlite_page)).
     /// `query_columns`: the statement also selects `persistence_id, db_timestamp`, and maybe
     /// `previous_timestamp, previous_seq_nr`. `limit`: the most rows the statement returns
-    /// (its `LIMIT`), room for which the page takes at once.
+    /// (its `LIMIT`), room for which the page takes at once. `build` turns the page into what
+    /// the caller wants (its events) on the thread that read it, so that the caller (the
+    /// actor's arbiter in a replay, a projection's handler in a query) gets finished events.
     ///
     /// `None` when the dialect does not (PostgreSQL streams a statement's rows on one
     /// connection already), or could not: the caller reads the page row by row, which reports
     /// what is wrong.
-    fn read_page<'a>(
+    fn read_page<'a, T: Send + 'static>(
         readers: &'a Pool<Self::Db>,
         sql: &str,
         args: &[PageArg<&str>],
         query_columns: bool,
         limit: usize,
-    ) -> BoxFuture<'a, Option<RawPage>> {
-        let _ = (readers, sql, args, query_columns, limit);
+        build: impl FnOnce(RawPage) -> T + Send + 'static,
+    ) -> BoxFuture<'a, Option<T>> {
+        let _ = (readers, sql, args, query_columns, limit, build);
         Box::pin(async { None })
     }
 
@@ -920,22 +923,31 @@ where
             PageArg::Int(upper),
             PageArg::Int(limit),
         ];
-        if let Some(page) = D::read_page(
+        // The events are built on the thread that read the page (see `RawPage`).
+        let events_of_page = {
+            let pid = Arc::clone(&cursor.persistence_id);
+            move |page: RawPage| {
+                JournalTables::<'static, D>::replay_rows_from_page(
+                    &pid,
+                    &mut RunInterner::new(),
+                    &page,
+                )
+            }
+        };
+        let page_limit = usize::try_from(limit).unwrap_or(0);
+        let page = D::read_page(
             &cursor.readers,
             REPLAY_SQL,
             &args,
             false,
-            usize::try_from(limit).unwrap_or(0),
-        )
-        .await
-        {
-            if let Some(rows) =
-                Self::replay_rows_from_page(&cursor.persistence_id, &mut cursor.writer_uuids, &page)
-            {
-                return rows;
-            }
-            // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
+            page_limit,
+            events_of_page,
+        );
+        if let Some(rows) = page.await.flatten() {
+            return rows;
         }
+        // Not read as a page, or not a page of well-shaped rows: read it row by row, which names
+        // the corrupt row.
         let mut conn = cursor.readers.acquire().await.map_err(storage)?;
         let rows = sqlx::query::<D::Db>(REPLAY_SQL)
             .bind(pid)
@@ -1122,20 +1134,20 @@ where
         let storage = |e| JournalError::storage("query", e);
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         let values = page_values(&request);
-        if let Some(page) = D::read_page(
+        // The events are built on the thread that read the page (see `RawPage`).
+        let page = D::read_page(
             self.readers,
             &sql,
             &values,
             true,
             usize::try_from(request.limit).unwrap_or(usize::MAX),
-        )
-        .await
-        {
-            if let Some(events) = Self::stored_events_from_page(page.rows()) {
-                return events;
-            }
-            // Not a page of well-shaped rows: read it row by row, which names the corrupt row.
+            |page: RawPage| JournalTables::<'static, D>::stored_events_from_page(page.rows()),
+        );
+        if let Some(events) = page.await.flatten() {
+            return events;
         }
+        // Not read as a page, or not a page of well-shaped rows: read it row by row, which names
+        // the corrupt row.
         // Each row is decoded as it arrives, while the database still produces the rows after
         // it: decoding the page after its last row arrived left the database idle meanwhile
         // (the next page's query starts from this page's last event).
@@ -1638,7 +1650,7 @@ mod tests {
         assert_eq!(event.tags, ["t"]);
     }
 
-    /// Tags are read from their text by the page's consumer: text that is not a JSON array of
+    /// Tags are read from their text when the page's events are built: text that is not a JSON array of
     /// strings makes the page be read row by row (which names the row), not an event.
     #[test]
     fn a_page_row_whose_tags_are_not_a_json_array_is_not_read_from_the_page() {

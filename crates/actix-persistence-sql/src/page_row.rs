@@ -3,10 +3,9 @@
 
 use std::ops::Range;
 
-/// One event of a page, its values borrowed from the page: the thread that consumes the page
-/// builds the event's own (the caller shares one `Arc` per run of rows for the writer uuid and
-/// the persistence id), so that the event's buffers are allocated and, once the event is
-/// handled, freed on one thread (see [`RawPage`]).
+/// One event of a page, its values borrowed from the page, from which the event's own are
+/// built (the caller shares one `Arc` per run of rows for the writer uuid and the persistence
+/// id; see [`RawPage`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PageRow<'a> {
     /// `seq_nr` as stored.
@@ -106,14 +105,13 @@ impl PageArg<&str> {
 /// The rows of a page as read: their text columns in one string, their payloads in one
 /// buffer ([`RawPage::rows`] borrows them).
 ///
-/// The reading thread only copies values into these two buffers; the events' own buffers
-/// (payload, tags, manifest) are built from them on the thread that consumes the page, which
-/// also frees them once the events are handled. Built on the reading thread (until session
-/// 11), each was freed on another thread's heap, where glibc's allocator merged the freed
-/// chunks back on the reading thread's next large allocation (`malloc_consolidate`, inside
-/// SQLite's prepare), and the reading thread, which bounds a catch-up, also parsed every
-/// event's tags: it now spends 4,750 instructions per event of a catch-up instead of 5,816
-/// (docs/benchmarks.md, issue 8, session 11).
+/// While the statement steps, each row's values are only copied into these two buffers (no
+/// allocation per row); once it is done and the connection is released, the page's events are
+/// built from them on the same thread (`Dialect::read_page`'s `build`), so that the thread
+/// that consumes them gets finished events. Built on the consumer's thread instead, a SQLite
+/// replay's actor (which also deserializes and applies each event) did 5,187 instructions per
+/// event against the reader's 3,445, and replayed more slowly; built here, 4,031 against
+/// 4,636 (callgrind, docs/benchmarks.md, issue 8, session 11).
 #[derive(Debug, Default)]
 pub(crate) struct RawPage {
     pub(crate) text: String,

@@ -438,19 +438,21 @@ impl Dialect for SqliteDialect {
     const SLICES_INDEX_HINT: &'static str = " INDEXED BY journal_by_entity_type";
 
     /// Through SQLite's C interface on a blocking thread ([`sqlite_page`]).
-    fn read_page<'a>(
+    fn read_page<'a, T: Send + 'static>(
         readers: &'a SqlitePool,
         sql: &str,
         args: &[PageArg<&str>],
         query_columns: bool,
         limit: usize,
-    ) -> BoxFuture<'a, Option<RawPage>> {
+        build: impl FnOnce(RawPage) -> T + Send + 'static,
+    ) -> BoxFuture<'a, Option<T>> {
         Box::pin(sqlite_page::read_page(
             readers,
             sql,
             args,
             query_columns,
             limit,
+            build,
         ))
     }
 

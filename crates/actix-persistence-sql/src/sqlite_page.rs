@@ -37,32 +37,36 @@ use crate::page_row::{PageArg, RawPage, RawRow};
 /// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
 /// `query_columns`, then `persistence_id, db_timestamp` and optionally `previous_timestamp,
 /// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on a connection of `readers`; room
-/// for `limit` rows (the statement's `LIMIT`) is taken at once, not grown row by row.
+/// for `limit` rows (the statement's `LIMIT`) is taken at once, not grown row by row. `build`
+/// turns the page into the caller's result on the blocking thread that read it, once the
+/// connection's handle is released.
 ///
 /// `None` when the page could not be read this way: a value of an unexpected type or text
 /// that is not UTF-8 (a row this crate never writes), an error of SQLite or of the pool.
 /// The caller reads it again through sqlx, which reports what is wrong.
-pub(crate) fn read_page<'a>(
+pub(crate) fn read_page<'a, T: Send + 'static>(
     readers: &'a Pool<Sqlite>,
     sql: &str,
     args: &[PageArg<&str>],
     query_columns: bool,
     limit: usize,
-) -> impl Future<Output = Option<RawPage>> + Send + 'a {
+    build: impl FnOnce(RawPage) -> T + Send + 'static,
+) -> impl Future<Output = Option<T>> + Send + 'a {
     // Owned now: the statement runs on another thread.
     let sql = sql.to_owned();
     let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
-    read_owned_page(readers, sql, args, query_columns, limit)
+    read_owned_page(readers, sql, args, query_columns, limit, build)
 }
 
 /// [`read_page`] of owned SQL and values.
-async fn read_owned_page(
+async fn read_owned_page<T: Send + 'static>(
     readers: &Pool<Sqlite>,
     sql: String,
     args: Vec<PageArg<String>>,
     query_columns: bool,
     limit: usize,
-) -> Option<RawPage> {
+    build: impl FnOnce(RawPage) -> T + Send + 'static,
+) -> Option<T> {
     let mut conn = readers.acquire().await.ok()?;
     let (mut conn, page) = tokio::task::spawn_blocking(move || {
         // The handle is locked from sqlx's worker thread, which waits meanwhile.
@@ -73,7 +77,7 @@ async fn read_owned_page(
                 // `step_page` finalizes its statement before returning.
                 unsafe { step_page(handle.as_raw_handle(), &sql, &args, query_columns, limit) }
             });
-        (conn, page)
+        (conn, page.map(build))
     })
     .await
     .ok()?;
@@ -239,7 +243,7 @@ unsafe fn read_row(
         serializer_id: integer(stmt, 3)?,
         manifest: append_text(stmt, 4, text)?,
         payload,
-        // Read as JSON by the consumer.
+        // Read as JSON when the page's events are built.
         tags: append_shared_text(stmt, 6, text, &mut shared.tags)?,
         persistence_id: if query_columns {
             Some(append_shared_text(
@@ -347,6 +351,8 @@ unsafe fn column_slice(stmt: &Statement, column: c_int, data: *const u8) -> Opti
 
 #[cfg(test)]
 mod tests {
+    use std::convert::identity;
+
     use sqlx::sqlite::SqlitePoolOptions;
 
     use super::*;
@@ -406,7 +412,7 @@ mod tests {
             "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
         ])
         .await;
-        let page = read_page(&pool, QUERY, &args(0), true, 10)
+        let page = read_page(&pool, QUERY, &args(0), true, 10, identity)
             .await
             .expect("a page");
         let rows: Vec<PageRow<'_>> = page.rows().collect();
@@ -441,7 +447,7 @@ mod tests {
         let tags: Vec<&str> = rows.iter().map(|row| row.tags).collect();
         assert_eq!(tags, ["[]", r#"["t"]"#, "[]", "[]"]);
         drop(rows);
-        let page = read_page(&pool, QUERY, &args(4), true, 10)
+        let page = read_page(&pool, QUERY, &args(4), true, 10, identity)
             .await
             .expect("a page");
         assert_eq!(page.rows().len(), 1, "bound to $2");
@@ -457,7 +463,7 @@ mod tests {
             "UTF-16le",
         )
         .await;
-        let page = read_page(&pool, QUERY, &args(0), true, 10)
+        let page = read_page(&pool, QUERY, &args(0), true, 10, identity)
             .await
             .expect("a page");
         let rows: Vec<PageRow<'_>> = page.rows().collect();
@@ -480,7 +486,9 @@ mod tests {
         ] {
             let pool = pool_with(&[row]).await;
             assert!(
-                read_page(&pool, QUERY, &args(0), true, 10).await.is_none(),
+                read_page(&pool, QUERY, &args(0), true, 10, identity)
+                    .await
+                    .is_none(),
                 "{row}"
             );
         }
@@ -490,9 +498,13 @@ mod tests {
     async fn a_statement_that_fails_gives_no_page() {
         let pool = pool_with(&[]).await;
         for sql in ["SELECT nonsense FROM nowhere", "SELECT 1, 2, 3"] {
-            assert!(read_page(&pool, sql, &args(0), false, 10).await.is_none());
+            assert!(read_page(&pool, sql, &args(0), false, 10, identity)
+                .await
+                .is_none());
         }
         // A placeholder without a value.
-        assert!(read_page(&pool, QUERY, &[], true, 10).await.is_none());
+        assert!(read_page(&pool, QUERY, &[], true, 10, identity)
+            .await
+            .is_none());
     }
 }
