@@ -106,7 +106,7 @@ impl PageArg<&str> {
 /// buffer ([`RawPage::rows`] borrows them).
 ///
 /// While the statement steps, each row's values are only copied into these two buffers (no
-/// allocation per row); once it is done and the connection is released, the page's events are
+/// allocation per row); once it is done and the connection's handle unlocked, the page's events are
 /// built from them on the same thread (`Dialect::read_page`'s `build`), so that the thread
 /// that consumes them gets finished events. Built on the consumer's thread instead, a SQLite
 /// replay's actor (which also deserializes and applies each event) did 5,187 instructions per

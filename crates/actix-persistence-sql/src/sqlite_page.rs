@@ -24,6 +24,7 @@
 
 use std::ffi::{c_int, CStr};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr::{self, NonNull};
 
@@ -39,7 +40,8 @@ use crate::page_row::{PageArg, RawPage, RawRow};
 /// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on a connection of `readers`; room
 /// for `limit` rows (the statement's `LIMIT`) is taken at once, not grown row by row. `build`
 /// turns the page into the caller's result on the blocking thread that read it, once the
-/// connection's handle is released.
+/// connection's handle is unlocked (the connection goes back to the pool after it: a page of
+/// 1,000 events holds it about a millisecond longer).
 ///
 /// `None` when the page could not be read this way: a value of an unexpected type or text
 /// that is not UTF-8 (a row this crate never writes), an error of SQLite or of the pool.
@@ -147,17 +149,14 @@ unsafe fn step_page(
     if columns < if query_columns { 9 } else { 7 } {
         return None;
     }
-    let mut page = RawPage {
-        rows: Vec::with_capacity(limit.min(MAX_ROWS_RESERVED)),
-        ..RawPage::default()
-    };
+    let mut page = RawPage::default();
     let mut shared = SharedText::default();
     loop {
         match stmt.step() {
             ffi::SQLITE_ROW => {
                 let row = read_row(&stmt, &mut page, &mut shared, query_columns, columns)?;
                 if page.rows.is_empty() {
-                    reserve_payloads(&mut page, &row, limit);
+                    reserve_page(&mut page, &row, limit);
                 }
                 page.rows.push(row);
             }
@@ -167,10 +166,12 @@ unsafe fn step_page(
     }
 }
 
-/// Takes room in the page's payloads for `limit` payloads the size of the first row's (at
-/// most [`MAX_PAYLOAD_BYTES_RESERVED`]), rather than growing the buffer (and copying it) as
-/// the rows come.
-fn reserve_payloads(page: &mut RawPage, first: &RawRow, limit: usize) {
+/// Takes room in the page for `limit` rows (at most [`MAX_ROWS_RESERVED`]) and for `limit`
+/// payloads the size of the first row's (at most [`MAX_PAYLOAD_BYTES_RESERVED`]), rather than
+/// growing its buffers (and copying them) as the rows come. Called at the first row: an empty
+/// page (a live query's poll that finds nothing) takes no room.
+fn reserve_page(page: &mut RawPage, first: &RawRow, limit: usize) {
+    page.rows.reserve(limit.min(MAX_ROWS_RESERVED));
     let first_len = first.payload.as_ref().map_or(0, ExactSizeIterator::len);
     let bytes = first_len
         .saturating_mul(limit)
@@ -228,11 +229,12 @@ unsafe fn read_row(
 ) -> Option<RawRow> {
     let text = &mut page.text;
     // NULL (never written by the journal) is left to the caller, which names the row.
-    let payload = match ffi::sqlite3_column_type(stmt.raw(), 5) {
+    let payload = Value::of(stmt, 5)?;
+    let payload = match payload.kind() {
         ffi::SQLITE_NULL => None,
         _ => {
             let start = page.payloads.len();
-            page.payloads.extend_from_slice(bytes(stmt, 5)?);
+            page.payloads.extend_from_slice(payload.bytes()?);
             Some(start..page.payloads.len())
         }
     };
@@ -265,40 +267,109 @@ unsafe fn read_row(
     })
 }
 
+/// A column of the current row as SQLite holds it (`sqlite3_column_value`), read through the
+/// `sqlite3_value_*` functions: one look-up per column, where each `sqlite3_column_*` call looks
+/// the column up again and enters and leaves the connection's mutex (a row's 17 such calls
+/// were ~900 instructions of a catch-up's ~6,200 per event on the reading thread).
+///
+/// SQLite calls this value "unprotected": the `sqlite3_value_*` functions on it are not safe
+/// while another thread uses the connection. None does: the reading thread holds the
+/// connection's handle locked while it steps (`read_owned_page`). Its bytes are borrowed until
+/// the statement steps on (`'s`, a borrow of the statement).
+#[derive(Clone, Copy)]
+struct Value<'s> {
+    raw: NonNull<ffi::sqlite3_value>,
+    row: PhantomData<&'s Statement>,
+}
+
+impl<'s> Value<'s> {
+    /// Column `column` of the current row; `None` when SQLite has no value for it.
+    unsafe fn of(stmt: &'s Statement, column: c_int) -> Option<Self> {
+        let raw = NonNull::new(ffi::sqlite3_column_value(stmt.raw(), column))?;
+        Some(Value {
+            raw,
+            row: PhantomData,
+        })
+    }
+
+    /// `SQLITE_INTEGER`, `SQLITE_FLOAT`, `SQLITE_TEXT`, `SQLITE_BLOB` or `SQLITE_NULL`.
+    unsafe fn kind(self) -> c_int {
+        ffi::sqlite3_value_type(self.raw.as_ptr())
+    }
+
+    /// The value of an integer; `None` for any other type.
+    unsafe fn integer(self) -> Option<i64> {
+        (self.kind() == ffi::SQLITE_INTEGER).then(|| ffi::sqlite3_value_int64(self.raw.as_ptr()))
+    }
+
+    /// The bytes of a value that is not NULL, as stored (a text's encoding unconverted):
+    /// `sqlite3_value_blob` first, then `sqlite3_value_bytes`, as SQLite's documentation asks.
+    /// `None` when SQLite fails to allocate.
+    unsafe fn bytes(self) -> Option<&'s [u8]> {
+        let data = ffi::sqlite3_value_blob(self.raw.as_ptr());
+        self.slice(data.cast())
+    }
+
+    /// The UTF-8 bytes of a text (or a blob's bytes, unconverted): `sqlite3_value_text`
+    /// (which converts a UTF-16 database's text), then `sqlite3_value_bytes`. `None` when
+    /// SQLite fails to allocate.
+    unsafe fn text_bytes(self) -> Option<&'s [u8]> {
+        let data = ffi::sqlite3_value_text(self.raw.as_ptr());
+        self.slice(data.cast())
+    }
+
+    /// A text (also one stored as a blob), as UTF-8; `None` for NULL, a number or bytes that
+    /// are not UTF-8.
+    unsafe fn text(self) -> Option<&'s str> {
+        match self.kind() {
+            ffi::SQLITE_TEXT | ffi::SQLITE_BLOB => std::str::from_utf8(self.text_bytes()?).ok(),
+            _ => None,
+        }
+    }
+
+    /// The `sqlite3_value_bytes` bytes at `data`, the value just read.
+    unsafe fn slice(self, data: *const u8) -> Option<&'s [u8]> {
+        let len = usize::try_from(ffi::sqlite3_value_bytes(self.raw.as_ptr())).ok()?;
+        if len == 0 {
+            return Some(&[]);
+        }
+        if data.is_null() {
+            return None;
+        }
+        Some(std::slice::from_raw_parts(data, len))
+    }
+}
+
 /// An integer column's value; `None` for any other type.
 unsafe fn integer(stmt: &Statement, column: c_int) -> Option<i64> {
-    let raw = stmt.raw();
-    (ffi::sqlite3_column_type(raw, column) == ffi::SQLITE_INTEGER)
-        .then(|| ffi::sqlite3_column_int64(raw, column))
+    Value::of(stmt, column)?.integer()
 }
 
 /// A column that may be absent or NULL: `Some(None)` then, `Some(Some(value))` for an integer,
 /// `None` for any other type.
 unsafe fn optional_integer(stmt: &Statement, column: c_int, columns: c_int) -> Option<Option<i64>> {
-    if column >= columns || ffi::sqlite3_column_type(stmt.raw(), column) == ffi::SQLITE_NULL {
+    if column >= columns {
         return Some(None);
     }
-    integer(stmt, column).map(Some)
+    let value = Value::of(stmt, column)?;
+    if value.kind() == ffi::SQLITE_NULL {
+        return Some(None);
+    }
+    value.integer().map(Some)
 }
 
 /// Appends a text column (also one stored as a blob) to `text`, returning its range; `None`
 /// for NULL, a number or bytes that are not UTF-8.
 unsafe fn append_text(stmt: &Statement, column: c_int, text: &mut String) -> Option<Range<usize>> {
-    let value = read_text(stmt, column)?;
+    append_value_text(Value::of(stmt, column)?, text)
+}
+
+/// [`append_text`] of a column's value.
+unsafe fn append_value_text(value: Value<'_>, text: &mut String) -> Option<Range<usize>> {
+    let value = value.text()?;
     let start = text.len();
     text.push_str(value);
     Some(start..text.len())
-}
-
-/// A text column's value (also of one stored as a blob), as UTF-8 (`sqlite3_column_text`
-/// converts a UTF-16 database's text), borrowed until the statement steps on; `None` for
-/// NULL, a number or bytes that are not UTF-8.
-unsafe fn read_text(stmt: &Statement, column: c_int) -> Option<&str> {
-    match ffi::sqlite3_column_type(stmt.raw(), column) {
-        ffi::SQLITE_TEXT | ffi::SQLITE_BLOB => {}
-        _ => return None,
-    }
-    std::str::from_utf8(text_bytes(stmt, column)?).ok()
 }
 
 /// As [`append_text`], but the range of `previous` when the column holds the same text (then
@@ -309,44 +380,17 @@ unsafe fn append_shared_text(
     text: &mut String,
     previous: &mut Option<Range<usize>>,
 ) -> Option<Range<usize>> {
+    let value = Value::of(stmt, column)?;
     if let Some(range) = previous.clone() {
-        if ffi::sqlite3_column_type(stmt.raw(), column) == ffi::SQLITE_TEXT
-            && text_bytes(stmt, column)? == text.as_bytes().get(range.clone())?
+        if value.kind() == ffi::SQLITE_TEXT
+            && value.text_bytes()? == text.as_bytes().get(range.clone())?
         {
             return Some(range);
         }
     }
-    let range = append_text(stmt, column, text)?;
+    let range = append_value_text(value, text)?;
     *previous = Some(range.clone());
     Some(range)
-}
-
-/// The bytes of a column whose type is not NULL, as stored (a text's encoding unconverted):
-/// `sqlite3_column_blob` first, then `sqlite3_column_bytes`, as SQLite's documentation asks.
-/// Borrowed until the statement steps on. `None` when SQLite fails to allocate.
-unsafe fn bytes(stmt: &Statement, column: c_int) -> Option<&[u8]> {
-    let data = ffi::sqlite3_column_blob(stmt.raw(), column);
-    column_slice(stmt, column, data.cast())
-}
-
-/// The UTF-8 bytes of a text column (or a blob's bytes, unconverted): `sqlite3_column_text`
-/// first, then `sqlite3_column_bytes`. Borrowed until the statement steps on. `None` when
-/// SQLite fails to allocate.
-unsafe fn text_bytes(stmt: &Statement, column: c_int) -> Option<&[u8]> {
-    let data = ffi::sqlite3_column_text(stmt.raw(), column);
-    column_slice(stmt, column, data.cast())
-}
-
-/// The `sqlite3_column_bytes` bytes at `data`, the column's value just read.
-unsafe fn column_slice(stmt: &Statement, column: c_int, data: *const u8) -> Option<&[u8]> {
-    let len = usize::try_from(ffi::sqlite3_column_bytes(stmt.raw(), column)).ok()?;
-    if len == 0 {
-        return Some(&[]);
-    }
-    if data.is_null() {
-        return None;
-    }
-    Some(std::slice::from_raw_parts(data, len))
 }
 
 #[cfg(test)]
