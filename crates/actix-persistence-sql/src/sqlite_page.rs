@@ -275,7 +275,10 @@ unsafe fn read_row(
 /// SQLite calls this value "unprotected": the `sqlite3_value_*` functions on it are not safe
 /// while another thread uses the connection. None does: the reading thread holds the
 /// connection's handle locked while it steps (`read_owned_page`). Its bytes are borrowed until
-/// the statement steps on (`'s`, a borrow of the statement).
+/// the statement steps on (`'s`, a borrow of the statement), and until the value is read in
+/// another form: on a UTF-16 database, [`Value::text_bytes`] converts the text in place and
+/// frees what an earlier [`Value::bytes`] of the same value pointed at (each value here is
+/// read in one form, or compared and then copied, before the next is read).
 #[derive(Clone, Copy)]
 struct Value<'s> {
     raw: NonNull<ffi::sqlite3_value>,
@@ -283,7 +286,8 @@ struct Value<'s> {
 }
 
 impl<'s> Value<'s> {
-    /// Column `column` of the current row; `None` when SQLite has no value for it.
+    /// Column `column` of the current row (SQLite answers a column out of range with a NULL
+    /// value; `None` only for a null pointer, which it does not return).
     unsafe fn of(stmt: &'s Statement, column: c_int) -> Option<Self> {
         let raw = NonNull::new(ffi::sqlite3_column_value(stmt.raw(), column))?;
         Some(Value {
@@ -304,15 +308,16 @@ impl<'s> Value<'s> {
 
     /// The bytes of a value that is not NULL, as stored (a text's encoding unconverted):
     /// `sqlite3_value_blob` first, then `sqlite3_value_bytes`, as SQLite's documentation asks.
-    /// `None` when SQLite fails to allocate.
+    /// `None` for a null pointer with a length; when SQLite fails to allocate, the bytes are
+    /// empty and the statement's next call fails (the page is then read row by row).
     unsafe fn bytes(self) -> Option<&'s [u8]> {
         let data = ffi::sqlite3_value_blob(self.raw.as_ptr());
         self.slice(data.cast())
     }
 
     /// The UTF-8 bytes of a text (or a blob's bytes, unconverted): `sqlite3_value_text`
-    /// (which converts a UTF-16 database's text), then `sqlite3_value_bytes`. `None` when
-    /// SQLite fails to allocate.
+    /// (which converts a UTF-16 database's text), then `sqlite3_value_bytes`. As
+    /// [`Value::bytes`] when SQLite fails to allocate.
     unsafe fn text_bytes(self) -> Option<&'s [u8]> {
         let data = ffi::sqlite3_value_text(self.raw.as_ptr());
         self.slice(data.cast())
