@@ -926,13 +926,7 @@ where
         // The events are built on the thread that read the page (see `RawPage`).
         let events_of_page = {
             let pid = Arc::clone(&cursor.persistence_id);
-            move |page: RawPage| {
-                JournalTables::<'static, D>::replay_rows_from_page(
-                    &pid,
-                    &mut RunInterner::new(),
-                    &page,
-                )
-            }
+            move |page: RawPage| JournalTables::<'static, D>::replay_rows_from_page(&pid, &page)
         };
         let page_limit = usize::try_from(limit).unwrap_or(0);
         let page = D::read_page(
@@ -987,9 +981,10 @@ where
     /// by row.
     fn replay_rows_from_page(
         pid: &Arc<str>,
-        writer_uuids: &mut RunInterner,
         page: &RawPage,
     ) -> Option<Result<ReplayRows, JournalError>> {
+        // A run of rows of one writer shares one `Arc`.
+        let mut writer_uuids = RunInterner::new();
         let rows = page.rows();
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
@@ -997,7 +992,7 @@ where
             last_seq_nr: page.last_seq_nr(),
         };
         for row in rows {
-            match Self::event_from_row("replay", pid, writer_uuids, row) {
+            match Self::event_from_row("replay", pid, &mut writer_uuids, row) {
                 Ok(event) => read.events.push(Ok(event)),
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => {
@@ -1565,7 +1560,8 @@ pub(crate) fn page_query_sql<D: Dialect>(
         String::new()
     };
     let order = D::BYTE_ORDER;
-    let (ts, pid, seq) = (p + 1, p + 2, p + 3);
+    // The position after which the page starts, then the bound and the limit.
+    let (ts, pid, seq, bound, limit) = (p + 1, p + 2, p + 3, p + 4, p + 5);
     let after = if D::POSITION_BY_TIMESTAMP_FIRST {
         format!(
             "({position}.db_timestamp > ${ts} OR ({position}.db_timestamp = ${ts} \
@@ -1577,8 +1573,9 @@ pub(crate) fn page_query_sql<D: Dialect>(
               {position}.seq_nr) > ($1, ${ts}, ${pid}, ${seq})"
         )
     };
-    // The lower end is a row comparison led by the index's first column (the entity type, or
-    // the tag: `$1`), which only the filter's own index can start its scan at; `lead = $1` and
+    // On PostgreSQL, the lower end is a row comparison led by the index's first column (the
+    // entity type, or the tag: `$1`), which only the filter's own index can start its scan at
+    // (SQLite: `POSITION_BY_TIMESTAMP_FIRST`); `lead = $1` and
     // the timestamp range beside it make the upper end stop the scan. Alone, `lead = $1` with a
     // position on the timestamp let PostgreSQL (a generic plan, whose estimate of
     // `entity_type = $1` is "all rows" when the statistics saw one type) read
@@ -1597,13 +1594,10 @@ pub(crate) fn page_query_sql<D: Dialect>(
              FROM {from} \
              WHERE {condition}{after} \
                AND {lead} = $1 \
-               AND {position}.db_timestamp >= ${} AND {position}.db_timestamp < ${} \
+               AND {position}.db_timestamp >= ${ts} AND {position}.db_timestamp < ${bound} \
              ORDER BY {lead}, {position}.db_timestamp, {position}.persistence_id{order}, \
                       {position}.seq_nr \
-             LIMIT ${}",
-        p + 1,
-        p + 4,
-        p + 5,
+             LIMIT ${limit}"
     )
 }
 
@@ -1672,8 +1666,8 @@ mod tests {
         assert!(sql("Account", 511).contains(per_row));
     }
 
-    /// Tags are read from their text when the page's events are built: text that is not a JSON array of
-    /// strings makes the page be read row by row (which names the row), not an event.
+    /// Tags are read from their text when the page's events are built: text that is not a JSON
+    /// array of strings makes the page be read row by row (which names the row), not an event.
     #[test]
     fn a_page_row_whose_tags_are_not_a_json_array_is_not_read_from_the_page() {
         let pid: Arc<str> = Arc::from("Acc|1");
