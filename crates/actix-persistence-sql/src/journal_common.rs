@@ -68,6 +68,10 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// An atomic write that passed every check before storage, converted to the column types:
     /// what is left can only fail in the database.
     type Write: Send + Sync + 'static;
+    /// What reads pages beside the pool, if anything ([`Dialect::read_page`]): SQLite's reader
+    /// threads (`Option<ReaderThreads>`, [`sqlite_readers`](crate::sqlite_readers)); `()` for
+    /// PostgreSQL.
+    type PageReaders: Clone + Send + Sync + 'static;
 
     /// `i64::MAX` as a rejected write names it, e.g. "the highest PostgreSQL BIGINT".
     const HIGHEST_SEQ_NR: &'static str;
@@ -190,13 +194,22 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// what is wrong.
     fn read_page<'a, T: Send + 'static>(
         readers: &'a Pool<Self::Db>,
+        page_readers: &'a Self::PageReaders,
         sql: &str,
         args: &[PageArg<&str>],
         query_columns: bool,
         limit: usize,
         build: impl FnOnce(RawPage) -> T + Send + 'static,
     ) -> BoxFuture<'a, Option<T>> {
-        let _ = (readers, sql, args, query_columns, limit, build);
+        let _ = (
+            readers,
+            page_readers,
+            sql,
+            args,
+            query_columns,
+            limit,
+            build,
+        );
         Box::pin(async { None })
     }
 
@@ -500,6 +513,8 @@ async fn insert_in_savepoints<D: Dialect>(
 /// the one pool).
 pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) readers: &'a Pool<D::Db>,
+    /// Reads pages beside `readers` ([`Dialect::read_page`]).
+    pub(crate) page_readers: &'a D::PageReaders,
     pub(crate) writer: &'a Pool<D::Db>,
     /// How many events a replay reads per query.
     pub(crate) page_size: u32,
@@ -574,6 +589,7 @@ struct PageDecoder {
 /// Where a replay stands: the next page starts at `next_from`.
 struct ReplayCursor<D: Dialect> {
     readers: Pool<D::Db>,
+    page_readers: D::PageReaders,
     /// Shared by every event of the replay (one allocation for the whole replay).
     persistence_id: Arc<str>,
     /// The writer uuid of the last event: a run of events of one incarnation shares one
@@ -801,6 +817,7 @@ where
         let page_size = i64::from(self.page_size);
         let cursor = ReplayCursor::<D> {
             readers: self.readers.clone(),
+            page_readers: self.page_readers.clone(),
             persistence_id: Arc::from(pid),
             writer_uuids: RunInterner::new(),
             next_from: from,
@@ -814,6 +831,7 @@ where
         let span = u64::try_from(to - from).map_or(u64::MAX, |span| span.saturating_add(1));
         let speculation = (max >= span).then(|| {
             let readers = self.readers.clone();
+            let page_readers = self.page_readers.clone();
             let persistence_id = Arc::clone(&cursor.persistence_id);
             let page_size_u32 = self.page_size;
             Speculation {
@@ -822,6 +840,7 @@ where
                 read: Box::new(move |window: Window| {
                     Self::next_page(ReplayCursor::<D> {
                         readers: readers.clone(),
+                        page_readers: page_readers.clone(),
                         persistence_id: Arc::clone(&persistence_id),
                         writer_uuids: RunInterner::new(),
                         next_from: window.from,
@@ -931,6 +950,7 @@ where
         let page_limit = usize::try_from(limit).unwrap_or(0);
         let page = D::read_page(
             &cursor.readers,
+            &cursor.page_readers,
             REPLAY_SQL,
             &args,
             false,
@@ -1132,6 +1152,7 @@ where
         // The events are built on the thread that read the page (see `RawPage`).
         let page = D::read_page(
             self.readers,
+            self.page_readers,
             &sql,
             &values,
             true,

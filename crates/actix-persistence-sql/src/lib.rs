@@ -87,6 +87,8 @@ mod sqlite;
 #[cfg(feature = "sqlite")]
 mod sqlite_page;
 #[cfg(feature = "sqlite")]
+mod sqlite_readers;
+#[cfg(feature = "sqlite")]
 mod sqlite_snapshot;
 
 #[cfg(feature = "test-util")]

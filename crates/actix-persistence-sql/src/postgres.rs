@@ -559,6 +559,7 @@ impl PostgresJournal {
     fn tables(&self) -> JournalTables<'_, PostgresDialect> {
         JournalTables {
             readers: &self.readers,
+            page_readers: &(),
             writer: &self.pool,
             page_size: self.replay_batch_size,
         }
@@ -625,6 +626,7 @@ impl Dialect for PostgresDialect {
     type SerializerId = i32;
     type Tags = Vec<String>;
     type Write = PreparedWrite;
+    type PageReaders = ();
 
     const HIGHEST_SEQ_NR: &'static str = "the highest PostgreSQL BIGINT";
     const SEQ_NR_COLUMN: &'static str = "a BIGINT";

@@ -31,6 +31,7 @@ use crate::journal_common::{
 };
 use crate::page_row::{self, PageArg, RawPage};
 use crate::sqlite_page;
+use crate::sqlite_readers::ReaderThreads;
 use crate::sqlite_snapshot::SqliteSnapshotStore;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
@@ -198,11 +199,15 @@ pub struct SqliteJournal {
     notifier: WriteNotifier,
 }
 
-/// The pools of one SQLite database: one writer connection, several readers.
+/// The pools of one SQLite database: one writer connection, several readers, and the reader
+/// threads that read pages (replays, queries) on connections of their own.
 #[derive(Debug, Clone)]
 pub(crate) struct SqlitePools {
     pub(crate) writer: SqlitePool,
     pub(crate) readers: SqlitePool,
+    /// `None` for a database that is not a plain file path (see
+    /// [`ReaderThreads::for_database`]).
+    pub(crate) page_readers: Option<ReaderThreads>,
 }
 
 impl SqlitePools {
@@ -244,13 +249,23 @@ impl SqlitePools {
         let row_buffer = usize::try_from(options.replay_batch_size)
             .unwrap_or(usize::MAX)
             .clamp(50, 100_000);
+        let page_readers = ReaderThreads::for_database(
+            &options.url,
+            base.get_filename(),
+            options.max_connections,
+            options.busy_timeout,
+        );
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .test_before_acquire(false)
             .connect_with(base.row_buffer_size(row_buffer))
             .await
             .map_err(connect_error)?;
-        Ok(SqlitePools { writer, readers })
+        Ok(SqlitePools {
+            writer,
+            readers,
+            page_readers,
+        })
     }
 
     pub(crate) async fn close(&self) {
@@ -259,6 +274,9 @@ impl SqlitePools {
         // A reader connection returned just before the close is closed by a task of sqlx's
         // own, so the switch is retried briefly while the file is still locked. Best effort:
         // with another process still using the file, the WAL stays, as it must.
+        if let Some(page_readers) = &self.page_readers {
+            page_readers.close().await;
+        }
         self.readers.close().await;
         for attempt in 1..=50 {
             match sqlx::query_scalar::<_, String>("PRAGMA journal_mode = DELETE")
@@ -402,6 +420,7 @@ impl SqliteJournal {
     fn tables(&self) -> JournalTables<'_, SqliteDialect> {
         JournalTables {
             readers: &self.pools.readers,
+            page_readers: &self.pools.page_readers,
             writer: &self.pools.writer,
             page_size: self.replay_batch_size,
         }
@@ -428,6 +447,7 @@ impl Dialect for SqliteDialect {
     type SerializerId = i64;
     type Tags = String;
     type Write = PreparedWrite;
+    type PageReaders = Option<ReaderThreads>;
 
     const HIGHEST_SEQ_NR: &'static str = "the highest SQLite can store";
     const BATCHES_SINGLE_WRITES: bool = true;
@@ -440,20 +460,22 @@ impl Dialect for SqliteDialect {
     /// Through SQLite's C interface on a blocking thread ([`sqlite_page`]).
     fn read_page<'a, T: Send + 'static>(
         readers: &'a SqlitePool,
+        page_readers: &'a Option<ReaderThreads>,
         sql: &str,
         args: &[PageArg<&str>],
         query_columns: bool,
         limit: usize,
         build: impl FnOnce(RawPage) -> T + Send + 'static,
     ) -> BoxFuture<'a, Option<T>> {
-        Box::pin(sqlite_page::read_page(
+        sqlite_page::read_page(
             readers,
+            page_readers.as_ref(),
             sql,
             args,
             query_columns,
             limit,
             build,
-        ))
+        )
     }
 
     /// Encodes the tags of each event as JSON.

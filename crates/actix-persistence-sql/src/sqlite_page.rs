@@ -23,16 +23,17 @@
 //! sqlx, row by row, which names a corrupt row and reports the database's error as sqlx does.
 
 use std::ffi::{c_int, CStr};
-use std::future::Future;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr::{self, NonNull};
 
+use futures::future::BoxFuture;
 use libsqlite3_sys as ffi;
 use sqlx::sqlite::Sqlite;
 use sqlx::Pool;
 
 use crate::page_row::{PageArg, RawPage, RawRow};
+use crate::sqlite_readers::ReaderThreads;
 
 /// Reads the page of `sql` (a replay's or a query's page statement, whose columns are
 /// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
@@ -48,16 +49,27 @@ use crate::page_row::{PageArg, RawPage, RawRow};
 /// The caller reads it again through sqlx, which reports what is wrong.
 pub(crate) fn read_page<'a, T: Send + 'static>(
     readers: &'a Pool<Sqlite>,
+    threads: Option<&ReaderThreads>,
     sql: &str,
     args: &[PageArg<&str>],
     query_columns: bool,
     limit: usize,
     build: impl FnOnce(RawPage) -> T + Send + 'static,
-) -> impl Future<Output = Option<T>> + Send + 'a {
+) -> BoxFuture<'a, Option<T>> {
+    if let Some(threads) = threads {
+        return Box::pin(threads.read_page(sql, args, query_columns, limit, build));
+    }
     // Owned now: the statement runs on another thread.
     let sql = sql.to_owned();
     let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
-    read_owned_page(readers, sql, args, query_columns, limit, build)
+    Box::pin(read_owned_page(
+        readers,
+        sql,
+        args,
+        query_columns,
+        limit,
+        build,
+    ))
 }
 
 /// [`read_page`] of owned SQL and values.
@@ -95,14 +107,57 @@ const MAX_ROWS_RESERVED: usize = 10_000;
 const MAX_PAYLOAD_BYTES_RESERVED: usize = 4 << 20;
 
 /// A prepared statement, finalized on drop.
-struct Statement(NonNull<ffi::sqlite3_stmt>);
+pub(crate) struct Statement(NonNull<ffi::sqlite3_stmt>);
 
 impl Statement {
+    /// Prepares `sql` on `db`; `persistent` when it is kept for many runs
+    /// (`SQLITE_PREPARE_PERSISTENT`, a statement of [`sqlite_readers`](crate::sqlite_readers)).
+    /// `None` when SQLite refuses it.
+    ///
+    /// # Safety
+    /// `db` must be an open connection that no other thread uses meanwhile, and it must
+    /// outlive the statement.
+    pub(crate) unsafe fn prepare(
+        db: NonNull<ffi::sqlite3>,
+        sql: &str,
+        persistent: bool,
+    ) -> Option<Self> {
+        let mut stmt = ptr::null_mut();
+        let len = c_int::try_from(sql.len()).ok()?;
+        let flags = if persistent {
+            ffi::SQLITE_PREPARE_PERSISTENT
+        } else {
+            0
+        };
+        let rc = ffi::sqlite3_prepare_v3(
+            db.as_ptr(),
+            sql.as_ptr().cast(),
+            len,
+            flags,
+            &mut stmt,
+            ptr::null_mut(),
+        );
+        // A statement SQLite returned is finalized even when it also returned an error.
+        let stmt = Statement(NonNull::new(stmt)?);
+        (rc == ffi::SQLITE_OK).then_some(stmt)
+    }
+
     /// Steps to the next row (`SQLITE_ROW`, `SQLITE_DONE` or an error code). Takes `&mut`:
     /// no value borrowed from the current row (through `&self`) outlives it.
     fn step(&mut self) -> c_int {
         // SAFETY: the statement is prepared and not finalized.
         unsafe { ffi::sqlite3_step(self.0.as_ptr()) }
+    }
+
+    /// Resets the statement to run again, ending the read transaction its run holds (a
+    /// statement left mid-run would keep its connection on an old snapshot of the database
+    /// and hold back the writer's checkpoints).
+    fn reset(&mut self) {
+        // SAFETY: the statement is prepared and not finalized. The result repeats the last
+        // step's error, which that step reported.
+        unsafe {
+            ffi::sqlite3_reset(self.0.as_ptr());
+        }
     }
 
     /// The raw statement, for the column functions.
@@ -131,20 +186,34 @@ unsafe fn step_page(
     query_columns: bool,
     limit: usize,
 ) -> Option<RawPage> {
-    let mut stmt = ptr::null_mut();
-    let len = c_int::try_from(sql.len()).ok()?;
-    let rc = ffi::sqlite3_prepare_v2(
-        db.as_ptr(),
-        sql.as_ptr().cast(),
-        len,
-        &mut stmt,
-        ptr::null_mut(),
-    );
-    let mut stmt = Statement(NonNull::new(stmt)?);
-    if rc != ffi::SQLITE_OK {
-        return None;
-    }
-    bind_args(&stmt, args)?;
+    let mut stmt = Statement::prepare(db, sql, false)?;
+    read_statement_page(&mut stmt, args, query_columns, limit)
+}
+
+/// Binds `args` to `stmt`, steps through its rows into a page (see [`read_page`]) and resets
+/// it, ready for its next run.
+///
+/// # Safety
+/// The statement's connection must not be used by another thread until this returns.
+pub(crate) unsafe fn read_statement_page(
+    stmt: &mut Statement,
+    args: &[PageArg<String>],
+    query_columns: bool,
+    limit: usize,
+) -> Option<RawPage> {
+    let page = step_rows(stmt, args, query_columns, limit);
+    stmt.reset();
+    page
+}
+
+/// [`read_statement_page`] before the reset.
+unsafe fn step_rows(
+    stmt: &mut Statement,
+    args: &[PageArg<String>],
+    query_columns: bool,
+    limit: usize,
+) -> Option<RawPage> {
+    bind_args(stmt, args)?;
     let columns = ffi::sqlite3_column_count(stmt.raw());
     if columns < if query_columns { 9 } else { 7 } {
         return None;
@@ -154,7 +223,7 @@ unsafe fn step_page(
     loop {
         match stmt.step() {
             ffi::SQLITE_ROW => {
-                let row = read_row(&stmt, &mut page, &mut shared, query_columns, columns)?;
+                let row = read_row(stmt, &mut page, &mut shared, query_columns, columns)?;
                 if page.rows.is_empty() {
                     reserve_page(&mut page, &row, limit);
                 }
@@ -461,7 +530,7 @@ mod tests {
             "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
         ])
         .await;
-        let page = read_page(&pool, QUERY, &args(0), true, 10, identity)
+        let page = read_page(&pool, None, QUERY, &args(0), true, 10, identity)
             .await
             .expect("a page");
         let rows: Vec<PageRow<'_>> = page.rows().collect();
@@ -496,7 +565,7 @@ mod tests {
         let tags: Vec<&str> = rows.iter().map(|row| row.tags).collect();
         assert_eq!(tags, ["[]", r#"["t"]"#, "[]", "[]"]);
         drop(rows);
-        let page = read_page(&pool, QUERY, &args(4), true, 10, identity)
+        let page = read_page(&pool, None, QUERY, &args(4), true, 10, identity)
             .await
             .expect("a page");
         assert_eq!(page.rows().len(), 1, "bound to $2");
@@ -512,7 +581,7 @@ mod tests {
             "UTF-16le",
         )
         .await;
-        let page = read_page(&pool, QUERY, &args(0), true, 10, identity)
+        let page = read_page(&pool, None, QUERY, &args(0), true, 10, identity)
             .await
             .expect("a page");
         let rows: Vec<PageRow<'_>> = page.rows().collect();
@@ -535,7 +604,7 @@ mod tests {
         ] {
             let pool = pool_with(&[row]).await;
             assert!(
-                read_page(&pool, QUERY, &args(0), true, 10, identity)
+                read_page(&pool, None, QUERY, &args(0), true, 10, identity)
                     .await
                     .is_none(),
                 "{row}"
@@ -547,12 +616,12 @@ mod tests {
     async fn a_statement_that_fails_gives_no_page() {
         let pool = pool_with(&[]).await;
         for sql in ["SELECT nonsense FROM nowhere", "SELECT 1, 2, 3"] {
-            assert!(read_page(&pool, sql, &args(0), false, 10, identity)
+            assert!(read_page(&pool, None, sql, &args(0), false, 10, identity)
                 .await
                 .is_none());
         }
         // A placeholder without a value.
-        assert!(read_page(&pool, QUERY, &[], true, 10, identity)
+        assert!(read_page(&pool, None, QUERY, &[], true, 10, identity)
             .await
             .is_none());
     }

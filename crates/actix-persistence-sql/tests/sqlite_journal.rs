@@ -44,6 +44,30 @@ async fn connect_creates_the_file_in_wal_mode() {
 }
 
 #[tokio::test]
+async fn close_after_replays_and_queries_leaves_no_wal_behind() {
+    common::run(|db: SqliteDb| async move {
+        let journal = db.journal().await;
+        write_one_to_five(&journal, "a").await;
+        // Replays read their pages on reader threads with connections of their own (several at
+        // once: a replay reads ahead), as queries do.
+        let replays =
+            futures::future::join_all((0..4).map(|_| recover(&journal, "a", 1, MAX, MAX)));
+        for (seq_nrs, _) in replays.await {
+            assert_eq!(seq_nrs, [1, 2, 3, 4, 5]);
+        }
+        journal.close().await;
+        // The close left WAL mode, which takes every connection to the file to be closed.
+        let wal = db.dir().path().join("journal.db-wal");
+        assert!(!wal.exists(), "{} left behind", wal.display());
+        assert_eq!(
+            db.query_strings("PRAGMA journal_mode").await,
+            vec!["delete"]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn url_of_another_database_is_a_connect_error_naming_it() {
     let url = "postgres://localhost/journal";
     let error = SqliteJournal::connect(&SqliteJournalOptions::new(url))

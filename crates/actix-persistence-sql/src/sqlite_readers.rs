@@ -1,0 +1,556 @@
+//! Pages read on threads of their own, each holding a SQLite connection of its own whose page
+//! statements stay prepared from one page to the next (SQLite).
+//!
+//! A page read through a connection of sqlx's pool ([`sqlite_page`](crate::sqlite_page))
+//! acquires the connection, takes it to a blocking thread, locks its handle through sqlx's
+//! worker thread, prepares the page's statement, steps it, finalizes it, unlocks the handle and
+//! gives the connection back: about ten thread wake-ups and a prepare (~300,000 instructions)
+//! per page, whatever its rows (docs/benchmarks.md, "Session 10: what a page costs"). Statements
+//! cannot stay prepared on sqlx's connections (its handle panics when closed with a statement
+//! still open). Here a reader thread holds a connection of its own, keeps the statements it ran
+//! (at most [`STATEMENTS_KEPT`], most recently used kept), and answers a page over a channel:
+//! one wake-up of the thread, one of the caller.
+//!
+//! - Threads start as pages wait for them, up to the journal's
+//!   [`max_connections`](crate::SqliteJournalOptions::max_connections), and each opens its
+//!   connection at its first page (read-write as sqlx's, `query_only`, the journal's busy
+//!   timeout). They end, closing their connections, when the journal is closed
+//!   ([`ReaderThreads::close`], before the writer's final checkpoint) or dropped.
+//! - Only a database file named by a plain path is read this way: a URL with options
+//!   (`?mode=...`, `immutable`, `vfs`) or an in-memory database is read through sqlx's pool, as
+//!   before ([`ReaderThreads::for_database`]).
+//! - A page that could not be read here (a connection that does not open, a statement SQLite
+//!   refuses, a row of another shape) gives `None`, and the caller reads it row by row through
+//!   sqlx, which reports what is wrong, as for a page of sqlx's pool.
+//! - Each page runs in a read transaction of its own (the statement is reset after its last
+//!   row, or after an error), so it sees every transaction committed before it started.
+
+use std::ffi::{c_int, CString};
+use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use libsqlite3_sys as ffi;
+use tokio::sync::oneshot;
+
+use crate::page_row::{PageArg, RawPage};
+use crate::sqlite_page::{read_statement_page, Statement};
+
+/// Statements a reader's connection keeps prepared (a query's page statements differ by filter
+/// and pass; a replay has one).
+pub(crate) const STATEMENTS_KEPT: usize = 16;
+
+/// What a reader thread runs: a page read on its connection, answering its caller.
+type Job = Box<dyn FnOnce(&mut ReaderConnection) + Send>;
+
+/// The reader threads of one SQLite database (see the module documentation). Cheap to clone:
+/// clones share the threads.
+#[derive(Clone)]
+pub(crate) struct ReaderThreads {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ReaderThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderThreads")
+            .field("database", &self.shared.target.filename)
+            .field("threads", &lock(&self.shared.threads).len())
+            .field("max_threads", &self.shared.max_threads)
+            .finish()
+    }
+}
+
+/// What the threads of one database share with their callers.
+struct Shared {
+    target: Arc<Target>,
+    /// Sends pages to read to the threads; `None` once closed. Only this one sender exists, so
+    /// the threads end once it is gone and the pages sent before are read.
+    jobs: Mutex<Option<flume::Sender<Job>>>,
+    /// Where each thread takes its next page from.
+    queue: flume::Receiver<Job>,
+    threads: Mutex<Vec<thread::JoinHandle<()>>>,
+    /// Pages sent and not yet read: a thread more starts while they outnumber the threads.
+    outstanding: Arc<AtomicUsize>,
+    max_threads: usize,
+}
+
+/// The database a reader connection opens.
+struct Target {
+    filename: CString,
+    /// `sqlite3_busy_timeout`, ms.
+    busy_timeout_ms: c_int,
+}
+
+impl ReaderThreads {
+    /// Reader threads for the database `url` (a `sqlite:` URL, as the journal's options take it)
+    /// at `filename`, at most `max_threads` (at least 1), whose connections wait `busy_timeout`
+    /// for a lock. `None` when the URL is not a plain path (an in-memory database, or options
+    /// after `?` that sqlx applies when it opens a connection): its pages are read through
+    /// sqlx's pool.
+    pub(crate) fn for_database(
+        url: &str,
+        filename: &Path,
+        max_threads: u32,
+        busy_timeout: Duration,
+    ) -> Option<Self> {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))?;
+        if path.is_empty() || path.contains(['?', '#']) || path == ":memory:" {
+            return None;
+        }
+        let filename = CString::new(filename.to_str()?).ok()?;
+        let busy_timeout_ms = c_int::try_from(busy_timeout.as_millis()).unwrap_or(c_int::MAX);
+        let (sender, queue) = flume::unbounded();
+        Some(ReaderThreads {
+            shared: Arc::new(Shared {
+                target: Arc::new(Target {
+                    filename,
+                    busy_timeout_ms,
+                }),
+                jobs: Mutex::new(Some(sender)),
+                queue,
+                threads: Mutex::new(Vec::new()),
+                outstanding: Arc::new(AtomicUsize::new(0)),
+                max_threads: usize::try_from(max_threads.max(1)).unwrap_or(usize::MAX),
+            }),
+        })
+    }
+
+    /// Reads the page of `sql` with `args` (as [`sqlite_page::read_page`]) on a reader thread,
+    /// and runs `build` on it there. `None` when it could not (see the module documentation):
+    /// the caller reads the page row by row through sqlx.
+    ///
+    /// [`sqlite_page::read_page`]: crate::sqlite_page::read_page
+    pub(crate) fn read_page<T: Send + 'static>(
+        &self,
+        sql: &str,
+        args: &[PageArg<&str>],
+        query_columns: bool,
+        limit: usize,
+        build: impl FnOnce(RawPage) -> T + Send + 'static,
+    ) -> impl Future<Output = Option<T>> + Send + 'static {
+        let sql = sql.to_owned();
+        let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
+        let (reply, page) = oneshot::channel();
+        self.submit(Box::new(move |connection: &mut ReaderConnection| {
+            // A query dropped meanwhile (a read ahead it no longer needs) reads nothing.
+            if reply.is_closed() {
+                return;
+            }
+            let page = connection.read_page(&sql, &args, query_columns, limit);
+            let _ = reply.send(page.map(build));
+        }));
+        // A job dropped unread (closed, or no thread could start) answers nothing: `None`.
+        async move { page.await.ok().flatten() }
+    }
+
+    /// Ends the threads once the pages sent before are read, closing their connections, and
+    /// waits for them. Pages asked for afterwards are read through sqlx's pool.
+    pub(crate) async fn close(&self) {
+        drop(lock(&self.shared.jobs).take());
+        let threads = std::mem::take(&mut *lock(&self.shared.threads));
+        if threads.is_empty() {
+            return;
+        }
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        });
+        if let Err(error) = joined.await {
+            tracing::debug!(%error, "SQLite reader threads: not joined on close");
+        }
+    }
+
+    /// Sends `job` to the threads, starting one more while the pages waiting outnumber them.
+    /// The job is dropped (its caller answered `None`) when the threads are closed, or when
+    /// none runs and none can start.
+    fn submit(&self, job: Job) {
+        let shared = &*self.shared;
+        let jobs = lock(&shared.jobs);
+        let Some(sender) = jobs.as_ref() else {
+            return;
+        };
+        let outstanding = shared.outstanding.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut threads = lock(&shared.threads);
+        if outstanding > threads.len() && threads.len() < shared.max_threads {
+            match self.spawn_thread() {
+                Ok(thread) => threads.push(thread),
+                Err(error) => tracing::warn!(%error, "SQLite reader thread did not start"),
+            }
+        }
+        if threads.is_empty() || sender.send(job).is_err() {
+            shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Starts a reader thread: it reads pages until the sender is gone.
+    fn spawn_thread(&self) -> std::io::Result<thread::JoinHandle<()>> {
+        let queue = self.shared.queue.clone();
+        let target = Arc::clone(&self.shared.target);
+        let outstanding = Arc::clone(&self.shared.outstanding);
+        thread::Builder::new()
+            .name("sqlite-page-reader".to_owned())
+            .spawn(move || {
+                let mut connection = ReaderConnection::new(target);
+                while let Ok(job) = queue.recv() {
+                    let ran = panic::catch_unwind(AssertUnwindSafe(|| job(&mut connection)));
+                    if ran.is_err() {
+                        // A page's `build` panicked (its caller gets `None`): a statement it
+                        // left mid-run is finalized, ending its read transaction.
+                        connection.statements.clear();
+                    }
+                    outstanding.fetch_sub(1, Ordering::AcqRel);
+                }
+            })
+    }
+
+    /// Reader threads started (for tests).
+    #[cfg(test)]
+    fn threads(&self) -> usize {
+        lock(&self.shared.threads).len()
+    }
+
+    /// Statements prepared by the connection of the thread that runs this request (for tests,
+    /// with one thread).
+    #[cfg(test)]
+    async fn prepared(&self) -> Option<usize> {
+        let (reply, prepared) = oneshot::channel();
+        self.submit(Box::new(move |connection: &mut ReaderConnection| {
+            let _ = reply.send(connection.prepared);
+        }));
+        prepared.await.ok()
+    }
+}
+
+/// Locks `mutex`, also after a panic of another holder (the data is a sender or a list of
+/// threads, consistent at every step).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The connection of one reader thread, opened at its first page, with the statements it ran.
+pub(crate) struct ReaderConnection {
+    target: Arc<Target>,
+    db: Option<NonNull<ffi::sqlite3>>,
+    /// Prepared statements by SQL text, the most recently used last.
+    statements: Vec<(Box<str>, Statement)>,
+    /// Statements prepared since the connection opened (for tests).
+    #[cfg(test)]
+    prepared: usize,
+}
+
+impl ReaderConnection {
+    fn new(target: Arc<Target>) -> Self {
+        ReaderConnection {
+            target,
+            db: None,
+            statements: Vec::new(),
+            #[cfg(test)]
+            prepared: 0,
+        }
+    }
+
+    /// Reads a page of `sql` (see [`ReaderThreads::read_page`]); `None` when the connection
+    /// does not open, SQLite refuses the statement or a row is of another shape.
+    fn read_page(
+        &mut self,
+        sql: &str,
+        args: &[PageArg<String>],
+        query_columns: bool,
+        limit: usize,
+    ) -> Option<RawPage> {
+        let stmt = self.statement(sql)?;
+        // SAFETY: the connection is this thread's alone.
+        unsafe { read_statement_page(stmt, args, query_columns, limit) }
+    }
+
+    /// The prepared statement of `sql`: the one kept, or prepared now (the least recently used
+    /// one finalized when [`STATEMENTS_KEPT`] are kept).
+    fn statement(&mut self, sql: &str) -> Option<&mut Statement> {
+        if let Some(at) = self.statements.iter().position(|(kept, _)| **kept == *sql) {
+            let kept = self.statements.remove(at);
+            self.statements.push(kept);
+        } else {
+            let db = self.open()?;
+            // SAFETY: the connection is open, this thread's alone, and closed only after its
+            // statements are finalized (`Drop`).
+            let stmt = unsafe { Statement::prepare(db, sql, true)? };
+            #[cfg(test)]
+            {
+                self.prepared += 1;
+            }
+            if self.statements.len() >= STATEMENTS_KEPT {
+                self.statements.remove(0);
+            }
+            self.statements.push((sql.into(), stmt));
+        }
+        self.statements.last_mut().map(|(_, stmt)| stmt)
+    }
+
+    /// The open connection, opened now if it is not.
+    fn open(&mut self) -> Option<NonNull<ffi::sqlite3>> {
+        if let Some(db) = self.db {
+            return Some(db);
+        }
+        let mut db = ptr::null_mut();
+        let flags = ffi::SQLITE_OPEN_READWRITE
+            | ffi::SQLITE_OPEN_NOMUTEX
+            | ffi::SQLITE_OPEN_PRIVATECACHE
+            | ffi::SQLITE_OPEN_URI;
+        // SAFETY: a valid C string and out-pointer; a handle SQLite returns is closed below
+        // when the open failed, otherwise by `Drop`.
+        unsafe {
+            let rc =
+                ffi::sqlite3_open_v2(self.target.filename.as_ptr(), &mut db, flags, ptr::null());
+            let db = NonNull::new(db)?;
+            let ready = rc == ffi::SQLITE_OK
+                && ffi::sqlite3_busy_timeout(db.as_ptr(), self.target.busy_timeout_ms)
+                    == ffi::SQLITE_OK
+                && ffi::sqlite3_exec(
+                    db.as_ptr(),
+                    c"PRAGMA query_only = ON".as_ptr(),
+                    None,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                ) == ffi::SQLITE_OK;
+            if !ready {
+                tracing::debug!(
+                    database = ?self.target.filename,
+                    code = rc,
+                    "SQLite reader thread: connection not opened; pages go through sqlx"
+                );
+                ffi::sqlite3_close(db.as_ptr());
+                return None;
+            }
+            self.db = Some(db);
+            Some(db)
+        }
+    }
+}
+
+impl Drop for ReaderConnection {
+    fn drop(&mut self) {
+        // Statements first: `sqlite3_close` refuses a connection with statements open.
+        self.statements.clear();
+        if let Some(db) = self.db.take() {
+            // SAFETY: open, every statement finalized, used by no other thread.
+            unsafe {
+                ffi::sqlite3_close(db.as_ptr());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::identity;
+
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    use sqlx::{Pool, Sqlite};
+
+    use super::*;
+    use crate::page_row::PageRow;
+    use crate::sqlite_page;
+
+    const QUERY: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+                                payload, tags, persistence_id, db_timestamp \
+                         FROM journal WHERE persistence_id = $1 AND seq_nr >= $2 \
+                         ORDER BY seq_nr LIMIT $3";
+
+    /// A database file in `dir` in WAL mode (as the journal's) with a `journal` table of the
+    /// page's columns and `rows` inserted, its pool (one connection, the writer) and reader
+    /// threads (at most `threads`).
+    async fn database(
+        dir: &tempfile::TempDir,
+        rows: &[&str],
+        threads: u32,
+    ) -> (Pool<Sqlite>, ReaderThreads) {
+        let path = dir.path().join("journal.db");
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                SqliteConnectOptions::new()
+                    .filename(&path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal),
+            )
+            .await
+            .expect("a database file");
+        sqlx::query(
+            "CREATE TABLE journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                                   serializer_id, manifest, payload, tags, db_timestamp)",
+        )
+        .execute(&pool)
+        .await
+        .expect("the table");
+        for row in rows {
+            insert(&pool, row).await;
+        }
+        let url = format!("sqlite:{}", path.display());
+        let threads = ReaderThreads::for_database(&url, &path, threads, Duration::from_secs(5))
+            .expect("a plain path has reader threads");
+        (pool, threads)
+    }
+
+    async fn insert(pool: &Pool<Sqlite>, row: &str) {
+        sqlx::query(&format!("INSERT INTO journal VALUES ({row})"))
+            .execute(pool)
+            .await
+            .expect("a row");
+    }
+
+    fn args(id: &'static str, from: i64) -> [PageArg<&'static str>; 3] {
+        [PageArg::Text(id), PageArg::Int(from), PageArg::Int(10)]
+    }
+
+    /// The seq_nrs of a page of `id` from `from` read on the threads; `None` for no page.
+    async fn seq_nrs(threads: &ReaderThreads, id: &'static str, from: i64) -> Option<Vec<i64>> {
+        let page = threads
+            .read_page(QUERY, &args(id, from), true, 10, identity)
+            .await?;
+        Some(page.rows().map(|row| row.seq_nr).collect())
+    }
+
+    const ROWS: [&str; 4] = [
+        "'A|1', 2, 'w', 17, 3, 'm', X'00FF41', '[\"t\"]', 99",
+        "'A|1', 1, 'w', 16, 3, '', X'', '[]', 98",
+        "'A|1', 3, 'w2', 18, 3, 'é', 'é', '[]', 100",
+        "'B|1', 1, 'w', 16, 3, '', X'01', '[]', 98",
+    ];
+
+    #[tokio::test]
+    async fn a_page_read_on_a_reader_thread_is_the_page_sqlx_pool_reads() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (pool, threads) = database(&dir, &ROWS, 2).await;
+        let on_thread = threads
+            .read_page(QUERY, &args("A|1", 0), true, 10, identity)
+            .await
+            .expect("a page");
+        let on_pool =
+            sqlite_page::read_page(&pool, None, QUERY, &args("A|1", 0), true, 10, identity)
+                .await
+                .expect("a page");
+        let rows: Vec<PageRow<'_>> = on_thread.rows().collect();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows, on_pool.rows().collect::<Vec<_>>());
+        assert_eq!(rows[1].payload, Some(&[0x00, 0xff, 0x41][..]));
+        assert_eq!(rows[2].manifest, "é");
+    }
+
+    #[tokio::test]
+    async fn a_statement_stays_prepared_from_one_page_to_the_next() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (_pool, threads) = database(&dir, &ROWS, 1).await;
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2, 3]));
+        assert_eq!(seq_nrs(&threads, "A|1", 3).await, Some(vec![3]));
+        assert_eq!(seq_nrs(&threads, "B|1", 0).await, Some(vec![1]));
+        assert_eq!(threads.prepared().await, Some(1));
+        // Another statement is prepared once too.
+        let other = QUERY.replace("ORDER BY seq_nr", "ORDER BY seq_nr DESC");
+        for _ in 0..2 {
+            let page = threads
+                .read_page(&other, &args("A|1", 0), true, 10, identity)
+                .await
+                .expect("a page");
+            assert_eq!(
+                page.rows().map(|row| row.seq_nr).collect::<Vec<_>>(),
+                [3, 2, 1]
+            );
+        }
+        assert_eq!(threads.prepared().await, Some(2));
+        assert_eq!(threads.threads(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_page_that_failed_midway_leaves_no_read_transaction_behind() {
+        let dir = tempfile::tempdir().expect("a directory");
+        // The second row's seq_nr is text: the page stops there, no page.
+        let (pool, threads) = database(
+            &dir,
+            &[ROWS[1], "'A|1', 'two', 'w', 17, 3, 'm', X'00', '[]', 99"],
+            1,
+        )
+        .await;
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, None);
+        // The statement was reset: the writer checkpoints the whole WAL (a reader on an old
+        // snapshot would keep frames in it: busy 1), and the next page sees the new row.
+        sqlx::query("DELETE FROM journal WHERE seq_nr = 'two'")
+            .execute(&pool)
+            .await
+            .expect("deleted");
+        insert(&pool, ROWS[0]).await;
+        let (busy,): (i64,) = sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+            .fetch_one(&pool)
+            .await
+            .expect("a checkpoint");
+        assert_eq!(busy, 0);
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2]));
+    }
+
+    #[tokio::test]
+    async fn a_page_whose_build_panics_answers_none_and_the_thread_reads_on() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (_pool, threads) = database(&dir, &ROWS, 1).await;
+        let panicked = threads
+            .read_page(QUERY, &args("A|1", 0), true, 10, |_: RawPage| -> usize {
+                panic!("a build that fails")
+            })
+            .await;
+        assert_eq!(panicked, None);
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2, 3]));
+        assert_eq!(threads.threads(), 1);
+    }
+
+    #[tokio::test]
+    async fn threads_start_as_pages_wait_up_to_the_most_allowed() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (_pool, threads) = database(&dir, &ROWS, 2).await;
+        assert_eq!(threads.threads(), 0);
+        let pages: Vec<_> = (0..6)
+            .map(|_| threads.read_page(QUERY, &args("A|1", 0), true, 10, |page| page.rows.len()))
+            .collect();
+        assert_eq!(threads.threads(), 2);
+        for page in pages {
+            assert_eq!(page.await, Some(3));
+        }
+    }
+
+    #[tokio::test]
+    async fn closed_threads_read_nothing_and_close_their_connections() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (pool, threads) = database(&dir, &ROWS, 2).await;
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2, 3]));
+        threads.close().await;
+        assert_eq!(threads.threads(), 0);
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, None);
+        // No connection of the threads is left: WAL mode can be left (it needs the database
+        // to itself).
+        let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode = DELETE")
+            .fetch_one(&pool)
+            .await
+            .expect("the journal mode");
+        assert_eq!(mode, "delete");
+    }
+
+    #[test]
+    fn only_a_plain_path_has_reader_threads() {
+        let some = |url: &str| {
+            ReaderThreads::for_database(url, Path::new("x.db"), 4, Duration::ZERO).is_some()
+        };
+        assert!(some("sqlite:x.db"));
+        assert!(some("sqlite://x.db"));
+        assert!(some("sqlite:/var/lib/app/x.db"));
+        assert!(!some("sqlite::memory:"));
+        assert!(!some("sqlite:x.db?mode=ro"));
+        assert!(!some("sqlite://x.db?immutable=true"));
+        assert!(!some("sqlite:"));
+        assert!(!some("postgres://localhost/x"));
+    }
+}
