@@ -98,9 +98,11 @@ pub struct SqliteJournalOptions {
     ///
     /// Default: `"sqlite:actix-persistence.db"`.
     pub url: String,
-    /// Size of the pool of reading connections (replays and highest sequence numbers). Writes
-    /// always go through one separate connection: SQLite has a single writer at a time. Must be
-    /// at least 1.
+    /// Size of the pool of reading connections (highest sequence numbers, the database clock),
+    /// and how many reader threads, each with a connection of its own, read the pages of
+    /// replays and queries (started as pages wait for them; a database file named by a plain
+    /// path only: see `docs/architecture.md`). Writes always go through one separate
+    /// connection: SQLite has a single writer at a time. Must be at least 1.
     ///
     /// Default: 4.
     pub max_connections: u32,
@@ -457,7 +459,9 @@ impl Dialect for SqliteDialect {
     const POSITION_BY_TIMESTAMP_FIRST: bool = true;
     const SLICES_INDEX_HINT: &'static str = " INDEXED BY journal_by_entity_type";
 
-    /// Through SQLite's C interface on a blocking thread ([`sqlite_page`]).
+    /// Through SQLite's C interface, on a reader thread with a connection of its own
+    /// ([`sqlite_readers`](crate::sqlite_readers)), or for a database without reader threads
+    /// on a blocking thread with a connection of the pool ([`sqlite_page`]).
     fn read_page<'a, T: Send + 'static>(
         readers: &'a SqlitePool,
         page_readers: &'a Option<ReaderThreads>,

@@ -8,9 +8,11 @@
 //! parsed here), which took most of SQLite's thread for building the JSON and growing its
 //! buffers (docs/benchmarks.md, "Session 9").
 //!
-//! So a page is read here: the pool's connection is taken to a blocking thread
-//! ([`tokio::task::spawn_blocking`]), its handle is locked there from sqlx's worker
-//! ([`LockedSqliteHandle`](sqlx::sqlite::LockedSqliteHandle)), and the page's statement is
+//! So a page is read here: on a reader thread's own connection, its statement kept prepared
+//! ([`sqlite_readers`](crate::sqlite_readers)), or, for a database without reader threads (in
+//! memory, or a URL with options), on a connection of the pool taken to a blocking thread
+//! ([`tokio::task::spawn_blocking`]) whose handle is locked there from sqlx's worker
+//! ([`LockedSqliteHandle`](sqlx::sqlite::LockedSqliteHandle)). The page's statement is
 //! stepped through with `libsqlite3-sys`, each value copied once into the page: the text
 //! columns into one string, each payload into its own buffer, whatever its size (the events of
 //! the page hold their payloads in the end either way; reading the larger ones apart, as
@@ -38,11 +40,12 @@ use crate::sqlite_readers::ReaderThreads;
 /// Reads the page of `sql` (a replay's or a query's page statement, whose columns are
 /// `seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags`, and when
 /// `query_columns`, then `persistence_id, db_timestamp` and optionally `previous_timestamp,
-/// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on a connection of `readers`; room
-/// for `limit` rows (the statement's `LIMIT`) is taken at once, not grown row by row. `build`
-/// turns the page into the caller's result on the blocking thread that read it, once the
-/// connection's handle is unlocked (the connection goes back to the pool after it: a page of
-/// 1,000 events holds it about a millisecond longer).
+/// previous_seq_nr`) with `args` bound to `$1`, `$2`, ... on one of `threads` when given, else
+/// on a connection of `readers`; room for `limit` rows (the statement's `LIMIT`) is taken at
+/// once, not grown row by row. `build` turns the page into the caller's result on the thread
+/// that read it, once the statement is reset (on a connection of the pool: once its handle is
+/// unlocked; the connection goes back to the pool after it, a page of 1,000 events holding it
+/// about a millisecond longer).
 ///
 /// `None` when the page could not be read this way: a value of an unexpected type or text
 /// that is not UTF-8 (a row this crate never writes), an error of SQLite or of the pool.
