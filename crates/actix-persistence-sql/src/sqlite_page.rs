@@ -1,4 +1,5 @@
-//! A page of journal rows read through SQLite's own C interface, on a blocking thread (SQLite).
+//! A page of journal rows read through SQLite's own C interface, on a reader thread or a blocking
+//! thread (SQLite).
 //!
 //! sqlx runs each SQLite connection on a worker thread of its own and hands every row to the
 //! reading task through a channel, copying each value (`sqlite3_value_dup`) into an `Arc` on
@@ -59,7 +60,7 @@ pub(crate) fn read_page<'a, T: Send + 'static>(
     limit: usize,
     build: impl FnOnce(RawPage) -> T + Send + 'static,
 ) -> BoxFuture<'a, Option<T>> {
-    if let Some(threads) = threads {
+    if let Some(threads) = threads.filter(|threads| threads.available()) {
         return Box::pin(threads.read_page(sql, args, query_columns, limit, build));
     }
     // Owned now: the statement runs on another thread.
@@ -345,7 +346,8 @@ unsafe fn read_row(
 /// were ~900 instructions of a catch-up's ~6,200 per event on the reading thread).
 ///
 /// SQLite calls this value "unprotected": the `sqlite3_value_*` functions on it are not safe
-/// while another thread uses the connection. None does: the reading thread holds the
+/// while another thread uses the connection. None does: a reader thread's connection is its
+/// own ([`sqlite_readers`](crate::sqlite_readers)), and a blocking thread holds a pool
 /// connection's handle locked while it steps (`read_owned_page`). Its bytes are borrowed until
 /// the statement steps on (`'s`, a borrow of the statement), and until the value is read in
 /// another form: on a UTF-16 database, [`Value::text_bytes`] converts the text in place and

@@ -17,8 +17,9 @@
 //!   timeout). They end, closing their connections, when the journal is closed
 //!   ([`ReaderThreads::close`], before the writer's final checkpoint) or dropped.
 //! - Only a database file named by a plain path is read this way: a URL with options
-//!   (`?mode=...`, `immutable`, `vfs`) or an in-memory database is read through sqlx's pool, as
-//!   before ([`ReaderThreads::for_database`]).
+//!   (`?mode=...`, `immutable`, `vfs`), a `file:` URI or an in-memory database is read through
+//!   sqlx's pool, as before ([`ReaderThreads::for_database`]). So is every page after a reader
+//!   connection failed to open (logged once).
 //! - A page that could not be read here (a connection that does not open, a statement SQLite
 //!   refuses, a row of another shape) gives `None`, and the caller reads it row by row through
 //!   sqlx, which reports what is wrong, as for a page of sqlx's pool.
@@ -30,7 +31,7 @@ use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::Duration;
@@ -77,6 +78,9 @@ struct Shared {
     /// Pages sent and not yet read: a thread more starts while they outnumber the threads.
     outstanding: Arc<AtomicUsize>,
     max_threads: usize,
+    /// Held by [`ReaderThreads::close`] while it joins the threads, so that every caller of a
+    /// close returns once they are gone (the journal and its snapshot store share them).
+    closing: tokio::sync::Mutex<()>,
 }
 
 /// The database a reader connection opens.
@@ -84,27 +88,34 @@ struct Target {
     filename: CString,
     /// `sqlite3_busy_timeout`, ms.
     busy_timeout_ms: c_int,
+    /// Set when a reader connection failed to open: pages go through sqlx's pool from then on.
+    unavailable: AtomicBool,
 }
 
 impl ReaderThreads {
-    /// Reader threads for the database `url` (a `sqlite:` URL, as the journal's options take it)
-    /// at `filename`, at most `max_threads` (at least 1), whose connections wait `busy_timeout`
-    /// for a lock. `None` when the URL is not a plain path (an in-memory database, or options
-    /// after `?` that sqlx applies when it opens a connection): its pages are read through
-    /// sqlx's pool.
+    /// Reader threads for the database of `url` (a `sqlite:` URL, as the journal's options take
+    /// it) at `filename` (as sqlx parsed it from `url`: `SqliteConnectOptions::get_filename`),
+    /// at most `max_threads` (at least 1), whose connections wait `busy_timeout` for a lock.
+    /// `None` when the database is not a file named by a plain path: options after `?` (which
+    /// sqlx applies when it opens a connection), a `file:` URI, or an in-memory database
+    /// (sqlx names it `file:sqlx-in-memory-N`): its pages are read through sqlx's pool.
     pub(crate) fn for_database(
         url: &str,
         filename: &Path,
         max_threads: u32,
         busy_timeout: Duration,
     ) -> Option<Self> {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))?;
-        if path.is_empty() || path.contains(['?', '#']) || path == ":memory:" {
+        let plain_url = url.starts_with("sqlite:") && !url.contains('?');
+        let filename = filename.to_str()?;
+        if !plain_url
+            || filename.is_empty()
+            || filename == ":memory:"
+            || filename.starts_with("file:")
+            || filename.contains('?')
+        {
             return None;
         }
-        let filename = CString::new(filename.to_str()?).ok()?;
+        let filename = CString::new(filename).ok()?;
         let busy_timeout_ms = c_int::try_from(busy_timeout.as_millis()).unwrap_or(c_int::MAX);
         let (sender, queue) = flume::unbounded();
         Some(ReaderThreads {
@@ -112,14 +123,21 @@ impl ReaderThreads {
                 target: Arc::new(Target {
                     filename,
                     busy_timeout_ms,
+                    unavailable: AtomicBool::new(false),
                 }),
                 jobs: Mutex::new(Some(sender)),
                 queue,
                 threads: Mutex::new(Vec::new()),
                 outstanding: Arc::new(AtomicUsize::new(0)),
                 max_threads: usize::try_from(max_threads.max(1)).unwrap_or(usize::MAX),
+                closing: tokio::sync::Mutex::new(()),
             }),
         })
+    }
+
+    /// Whether pages can be read here: no reader connection failed to open so far.
+    pub(crate) fn available(&self) -> bool {
+        !self.shared.target.unavailable.load(Ordering::Relaxed)
     }
 
     /// Reads the page of `sql` with `args` (as [`sqlite_page::read_page`]) on a reader thread,
@@ -151,8 +169,10 @@ impl ReaderThreads {
     }
 
     /// Ends the threads once the pages sent before are read, closing their connections, and
-    /// waits for them. Pages asked for afterwards are read through sqlx's pool.
+    /// waits for them (every caller, also of a close running meanwhile). Pages asked for
+    /// afterwards are read through sqlx's pool.
     pub(crate) async fn close(&self) {
+        let _closing = self.shared.closing.lock().await;
         drop(lock(&self.shared.jobs).take());
         let threads = std::mem::take(&mut *lock(&self.shared.threads));
         if threads.is_empty() {
@@ -168,9 +188,10 @@ impl ReaderThreads {
         }
     }
 
-    /// Sends `job` to the threads, starting one more while the pages waiting outnumber them.
-    /// The job is dropped (its caller answered `None`) when the threads are closed, or when
-    /// none runs and none can start.
+    /// Sends `job` to the threads, starting one more while the pages waiting outnumber them
+    /// (threads that ended, which only a panic outside a page could do, are not counted). The
+    /// job is dropped (its caller answered `None`) when the threads are closed, or when none
+    /// runs and none can start.
     fn submit(&self, job: Job) {
         let shared = &*self.shared;
         let jobs = lock(&shared.jobs);
@@ -179,6 +200,7 @@ impl ReaderThreads {
         };
         let outstanding = shared.outstanding.fetch_add(1, Ordering::AcqRel) + 1;
         let mut threads = lock(&shared.threads);
+        threads.retain(|thread| !thread.is_finished());
         if outstanding > threads.len() && threads.len() < shared.max_threads {
             match self.spawn_thread() {
                 Ok(thread) => threads.push(thread),
@@ -200,13 +222,15 @@ impl ReaderThreads {
             .spawn(move || {
                 let mut connection = ReaderConnection::new(target);
                 while let Ok(job) = queue.recv() {
+                    // Counted out however the job ends.
+                    let _done = Done(&outstanding);
                     let ran = panic::catch_unwind(AssertUnwindSafe(|| job(&mut connection)));
                     if ran.is_err() {
-                        // A page's `build` panicked (its caller gets `None`): a statement it
-                        // left mid-run is finalized, ending its read transaction.
+                        // A page's `build` panicked (its caller gets `None`). Its statement was
+                        // reset before `build` ran; the statements are finalized all the same,
+                        // so that nothing a panic interrupted keeps a read transaction open.
                         connection.statements.clear();
                     }
-                    outstanding.fetch_sub(1, Ordering::AcqRel);
                 }
             })
     }
@@ -226,6 +250,15 @@ impl ReaderThreads {
             let _ = reply.send(connection.prepared);
         }));
         prepared.await.ok()
+    }
+}
+
+/// Counts a page out of [`Shared::outstanding`] when dropped.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -309,7 +342,10 @@ impl ReaderConnection {
         unsafe {
             let rc =
                 ffi::sqlite3_open_v2(self.target.filename.as_ptr(), &mut db, flags, ptr::null());
-            let db = NonNull::new(db)?;
+            let Some(db) = NonNull::new(db) else {
+                self.target.unavailable.store(true, Ordering::Relaxed);
+                return None;
+            };
             let ready = rc == ffi::SQLITE_OK
                 && ffi::sqlite3_busy_timeout(db.as_ptr(), self.target.busy_timeout_ms)
                     == ffi::SQLITE_OK
@@ -321,12 +357,16 @@ impl ReaderConnection {
                     ptr::null_mut(),
                 ) == ffi::SQLITE_OK;
             if !ready {
-                tracing::debug!(
-                    database = ?self.target.filename,
-                    code = rc,
-                    "SQLite reader thread: connection not opened; pages go through sqlx"
-                );
+                let code = ffi::sqlite3_extended_errcode(db.as_ptr());
                 ffi::sqlite3_close(db.as_ptr());
+                if !self.target.unavailable.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        database = ?self.target.filename,
+                        code,
+                        "SQLite reader thread: connection not opened; pages are read through \
+                         sqlx's pool"
+                    );
+                }
                 return None;
             }
             self.db = Some(db);
@@ -498,14 +538,65 @@ mod tests {
     async fn a_page_whose_build_panics_answers_none_and_the_thread_reads_on() {
         let dir = tempfile::tempdir().expect("a directory");
         let (_pool, threads) = database(&dir, &ROWS, 1).await;
-        let panicked = threads
-            .read_page(QUERY, &args("A|1", 0), true, 10, |_: RawPage| -> usize {
-                panic!("a build that fails")
-            })
-            .await;
+        let panicked = threads.read_page(QUERY, &args("A|1", 0), true, 10, |_: RawPage| -> usize {
+            panic!("a build that fails")
+        });
+        let panicked = tokio::time::timeout(Duration::from_secs(30), panicked)
+            .await
+            .expect("an answer, not a hang");
         assert_eq!(panicked, None);
         assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2, 3]));
         assert_eq!(threads.threads(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_page_sees_what_committed_after_the_page_before_on_the_same_statement() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (pool, threads) = database(&dir, &ROWS[1..2], 1).await;
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1]));
+        insert(&pool, ROWS[0]).await;
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2]));
+        insert(&pool, ROWS[2]).await;
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2, 3]));
+        assert_eq!(threads.prepared().await, Some(1));
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_statement_is_finalized_past_the_most_kept() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (_pool, threads) = database(&dir, &ROWS, 1).await;
+        let statement = |n: usize| format!("{QUERY} /* {n} */");
+        for n in 0..=STATEMENTS_KEPT {
+            let page = threads
+                .read_page(&statement(n), &args("A|1", 0), true, 10, |page| {
+                    page.rows.len()
+                })
+                .await;
+            assert_eq!(page, Some(3));
+        }
+        assert_eq!(threads.prepared().await, Some(STATEMENTS_KEPT + 1));
+        // The last one is kept; the first was finalized to make room, and is prepared again.
+        for n in [STATEMENTS_KEPT, 0] {
+            let page = threads
+                .read_page(&statement(n), &args("A|1", 0), true, 10, |page| {
+                    page.rows.len()
+                })
+                .await;
+            assert_eq!(page, Some(3));
+        }
+        assert_eq!(threads.prepared().await, Some(STATEMENTS_KEPT + 2));
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_does_not_open_sends_pages_to_the_pool() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let path = dir.path().join("missing.db");
+        let url = format!("sqlite:{}", path.display());
+        let threads = ReaderThreads::for_database(&url, &path, 1, Duration::ZERO)
+            .expect("a plain path has reader threads");
+        assert!(threads.available());
+        assert_eq!(seq_nrs(&threads, "A|1", 0).await, None);
+        assert!(!threads.available());
     }
 
     #[tokio::test]
@@ -539,18 +630,59 @@ mod tests {
         assert_eq!(mode, "delete");
     }
 
+    #[tokio::test]
+    async fn every_close_waits_for_the_pages_sent_before_it() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (_pool, threads) = database(&dir, &ROWS, 1).await;
+        // The one thread is held by a job until released; a page waits behind it.
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(AtomicBool::new(false));
+        let job_held = Arc::clone(&held);
+        threads.submit(Box::new(move |_: &mut ReaderConnection| {
+            let _ = released.recv();
+            job_held.store(true, Ordering::SeqCst);
+        }));
+        let page = threads.read_page(QUERY, &args("A|1", 0), true, 10, |page| page.rows.len());
+        let first = threads.close();
+        let second = threads.close();
+        futures::pin_mut!(first, second);
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "a second close returned while a thread still ran"
+        );
+        release.send(()).expect("the job waits");
+        futures::join!(first, async {
+            second.await;
+            assert!(
+                held.load(Ordering::SeqCst),
+                "a second close returned before the job ended"
+            );
+        });
+        // The page sent before the close was read.
+        assert_eq!(page.await, Some(3));
+        assert_eq!(threads.threads(), 0);
+    }
+
     #[test]
     fn only_a_plain_path_has_reader_threads() {
         let some = |url: &str| {
-            ReaderThreads::for_database(url, Path::new("x.db"), 4, Duration::ZERO).is_some()
+            let options: SqliteConnectOptions = url.parse().expect("a SQLite URL");
+            ReaderThreads::for_database(url, options.get_filename(), 4, Duration::ZERO).is_some()
         };
         assert!(some("sqlite:x.db"));
         assert!(some("sqlite://x.db"));
         assert!(some("sqlite:/var/lib/app/x.db"));
+        assert!(some("sqlite:/var/lib/my%20app/x.db"));
         assert!(!some("sqlite::memory:"));
+        assert!(!some("sqlite:sqlite::memory:"));
         assert!(!some("sqlite:x.db?mode=ro"));
         assert!(!some("sqlite://x.db?immutable=true"));
-        assert!(!some("sqlite:"));
-        assert!(!some("postgres://localhost/x"));
+        assert!(!some("sqlite:file:x.db"));
+        assert!(!some("sqlite:file:x.db%3Fmode=memory%26cache=shared"));
+        assert!(
+            ReaderThreads::for_database("postgres://h/x", Path::new("x"), 4, Duration::ZERO)
+                .is_none()
+        );
     }
 }
