@@ -472,6 +472,34 @@ unsafe fn append_shared_text(
     Some(range)
 }
 
+/// A page statement over [`fill_page_table`]'s table, `$1` the id, `$2` the first sequence
+/// number, `$3` the limit (tests).
+#[cfg(test)]
+pub(crate) const PAGE_QUERY: &str =
+    "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+            payload, tags, persistence_id, db_timestamp \
+     FROM journal WHERE persistence_id = $1 AND seq_nr >= $2 \
+     ORDER BY seq_nr LIMIT $3";
+
+/// Creates a `journal` table of a page's columns in `pool`'s database and inserts `rows`, each
+/// the SQL values of a row (tests).
+#[cfg(test)]
+pub(crate) async fn fill_page_table(pool: &Pool<Sqlite>, rows: &[&str]) {
+    sqlx::query(
+        "CREATE TABLE journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                               serializer_id, manifest, payload, tags, db_timestamp)",
+    )
+    .execute(pool)
+    .await
+    .expect("the table");
+    for row in rows {
+        sqlx::query(&format!("INSERT INTO journal VALUES ({row})"))
+            .execute(pool)
+            .await
+            .expect("a row");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::convert::identity;
@@ -498,26 +526,11 @@ mod tests {
             .execute(&pool)
             .await
             .expect("the encoding");
-        sqlx::query(
-            "CREATE TABLE journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                   serializer_id, manifest, payload, tags, db_timestamp)",
-        )
-        .execute(&pool)
-        .await
-        .expect("the table");
-        for row in rows {
-            sqlx::query(&format!("INSERT INTO journal VALUES ({row})"))
-                .execute(&pool)
-                .await
-                .expect("a row");
-        }
+        fill_page_table(&pool, rows).await;
         pool
     }
 
-    const QUERY: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                                payload, tags, persistence_id, db_timestamp \
-                         FROM journal WHERE persistence_id = $1 AND seq_nr >= $2 \
-                         ORDER BY seq_nr LIMIT $3";
+    const QUERY: &str = PAGE_QUERY;
 
     fn args(from: i64) -> [PageArg<&'static str>; 3] {
         [PageArg::Text("A|1"), PageArg::Int(from), PageArg::Int(10)]

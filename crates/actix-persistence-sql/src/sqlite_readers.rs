@@ -399,10 +399,7 @@ mod tests {
     use crate::page_row::PageRow;
     use crate::sqlite_page;
 
-    const QUERY: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                                payload, tags, persistence_id, db_timestamp \
-                         FROM journal WHERE persistence_id = $1 AND seq_nr >= $2 \
-                         ORDER BY seq_nr LIMIT $3";
+    const QUERY: &str = sqlite_page::PAGE_QUERY;
 
     /// A database file in `dir` in WAL mode (as the journal's) with a `journal` table of the
     /// page's columns and `rows` inserted, its pool (one connection, the writer) and reader
@@ -423,16 +420,7 @@ mod tests {
             )
             .await
             .expect("a database file");
-        sqlx::query(
-            "CREATE TABLE journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                   serializer_id, manifest, payload, tags, db_timestamp)",
-        )
-        .execute(&pool)
-        .await
-        .expect("the table");
-        for row in rows {
-            insert(&pool, row).await;
-        }
+        sqlite_page::fill_page_table(&pool, rows).await;
         let url = format!("sqlite:{}", path.display());
         let threads = ReaderThreads::for_database(&url, &path, threads, Duration::from_secs(5))
             .expect("a plain path has reader threads");
