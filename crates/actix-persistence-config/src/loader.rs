@@ -497,6 +497,16 @@ fn env_layers(env: &[(String, String)], problems: &mut Vec<ConfigProblem>) -> Ve
     layers
 }
 
+/// Whether a SQLite URL names a database: something after the scheme (`sqlite:` or
+/// `sqlite://`) and before its options (`?`). Other URLs pass (the journal reports them).
+fn sqlite_url_names_a_database(url: &str) -> bool {
+    let Some(rest) = url.trim().strip_prefix("sqlite:") else {
+        return true;
+    };
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    !rest.split('?').next().unwrap_or_default().is_empty()
+}
+
 /// `journal.sqlite.url` and `v` as `{ journal = { sqlite = { url = v } } }`.
 fn nest(path: &str, value: Value) -> Dict {
     let mut segments = path.rsplit('.');
@@ -609,6 +619,28 @@ impl Merged {
                 None
             }
         }
+    }
+
+    /// `journal.sqlite.url`: a non-empty string that names a database file (or `:memory:`).
+    /// `sqlite:` alone names none: SQLite would give each connection a temporary database of
+    /// its own, and the events the writer stored would never be read back.
+    fn sqlite_url(&self, problems: &mut Vec<ConfigProblem>) -> Option<String> {
+        const PATH: &str = "journal.sqlite.url";
+        let url = self.string(PATH, problems)?;
+        if sqlite_url_names_a_database(&url) {
+            return Some(url);
+        }
+        if let Some(found) = self.find(PATH, problems) {
+            problems.push(
+                found.problem(
+                    PATH,
+                    "must name a database file, e.g. \"sqlite:actix-persistence.db\", or be \
+                 \"sqlite::memory:\""
+                        .to_owned(),
+                ),
+            );
+        }
+        None
     }
 
     /// Any string, the empty one included, with where it came from.
@@ -724,7 +756,7 @@ impl Merged {
         let max_failures = self.count_u32("journal.circuit-breaker.max-failures", problems);
         let call_timeout = self.duration("journal.circuit-breaker.call-timeout", problems);
         let reset_timeout = self.duration("journal.circuit-breaker.reset-timeout", problems);
-        let url = self.string("journal.sqlite.url", problems);
+        let url = self.sqlite_url(problems);
         let max_connections = self.count_u32("journal.sqlite.max-connections", problems);
         let busy_timeout = self.duration("journal.sqlite.busy-timeout", problems);
         // Read first (the URL rule needs it), reported last, in the order of reference.toml.

@@ -378,6 +378,38 @@ fn empty_url_fails() {
 }
 
 #[test]
+fn sqlite_url_that_names_no_file_fails() {
+    // SQLite would give each connection a temporary database: acknowledged events lost.
+    for url in ["sqlite:", "sqlite://", " sqlite:?mode=rwc"] {
+        let problem = only_problem(load_env(&[(
+            "ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL",
+            url,
+        )]));
+        assert_eq!(
+            problem,
+            ConfigProblem {
+                setting: "journal.sqlite.url".to_owned(),
+                value: format!("{url:?}"),
+                rule: "must name a database file, e.g. \"sqlite:actix-persistence.db\", or be \
+                       \"sqlite::memory:\""
+                    .to_owned(),
+                source: ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned()),
+            }
+        );
+    }
+    for url in [
+        "sqlite:x.db",
+        "sqlite://x.db",
+        "sqlite::memory:",
+        "sqlite:/a/b.db?mode=rwc",
+    ] {
+        let settings =
+            load_env(&[("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL", url)]).expect("a database file");
+        assert_eq!(settings.journal.sqlite.url, url);
+    }
+}
+
+#[test]
 fn url_that_is_not_a_string_fails() {
     let problem = only_problem(load_inline("inline", "[journal.sqlite]\nurl = 5\n"));
     assert_eq!(problem.setting, "journal.sqlite.url");

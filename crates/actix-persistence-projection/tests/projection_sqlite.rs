@@ -539,3 +539,15 @@ async fn offset_store_lists_the_progress_of_every_key() {
     let db = open().await;
     common::offset_store_lists_the_progress_of_every_key(&db.store()).await;
 }
+
+#[tokio::test]
+async fn an_offset_store_url_that_names_no_file_fails_to_open() {
+    // SQLite would give each connection a temporary database: stored offsets lost.
+    match SqliteOffsetStore::connect("sqlite:").await {
+        Err(actix_persistence_projection::OffsetStoreError::Open {
+            source: actix_persistence_sql::SqlStoreError::InvalidOption { option: "url", .. },
+        }) => {}
+        Err(other) => panic!("another error: {other:?}"),
+        Ok(_) => panic!("an offset store without a database file"),
+    }
+}

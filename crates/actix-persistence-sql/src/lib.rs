@@ -103,7 +103,9 @@ pub use postgres::{connection_budgets, migrate_postgres, PostgresJournal, Postgr
 #[cfg(feature = "postgres")]
 pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{migrate_sqlite, SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL};
+pub use sqlite::{
+    migrate_sqlite, sqlite_connect_options, SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite_snapshot::SqliteSnapshotStore;
 

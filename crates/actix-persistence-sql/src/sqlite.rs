@@ -221,8 +221,7 @@ impl SqlitePools {
             "the reader pool needs at least one connection",
         )?;
         let connect_error = |source| SqlStoreError::connect(options.url.clone(), source);
-        let base = SqliteConnectOptions::from_str(&options.url)
-            .map_err(connect_error)?
+        let base = sqlite_connect_options(&options.url)?
             .busy_timeout(options.busy_timeout)
             .synchronous(SqliteSynchronous::Full);
 
@@ -293,6 +292,48 @@ impl SqlitePools {
             }
         }
         self.writer.close().await;
+    }
+}
+
+/// The connect options of the SQLite database at `url` as the journal opens it (its pools,
+/// and the projection offset store's): the database file named by an absolute path, resolved
+/// once against the working directory of now, so that every connection (the writer, the
+/// readers, one opened after a `chdir` by a long-running process) opens the same file. A
+/// `file:` URI and an in-memory database are kept as they are.
+///
+/// # Errors
+/// [`SqlStoreError::Connect`] when `url` does not parse; [`SqlStoreError::InvalidOption`]
+/// (`url`) when it names no file (`sqlite:`): SQLite would give each connection a temporary
+/// database of its own, and what the writer stored would never be read back.
+pub fn sqlite_connect_options(url: &str) -> Result<SqliteConnectOptions, SqlStoreError> {
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(|source| SqlStoreError::connect(url.to_owned(), source))?;
+    with_absolute_filename(options, url)
+}
+
+/// [`sqlite_connect_options`] of parsed options.
+fn with_absolute_filename(
+    options: SqliteConnectOptions,
+    url: &str,
+) -> Result<SqliteConnectOptions, SqlStoreError> {
+    let filename = options.get_filename();
+    if filename.as_os_str().is_empty() {
+        return Err(SqlStoreError::InvalidOption {
+            option: "url",
+            value: url.to_owned(),
+            reason: "it names no database file (SQLite would give each connection a temporary \
+                     database of its own); name one, e.g. `sqlite:events.db`, or use \
+                     `sqlite::memory:`",
+        });
+    }
+    let named = filename.to_str().unwrap_or_default();
+    if filename.is_absolute() || named == ":memory:" || named.starts_with("file:") {
+        return Ok(options);
+    }
+    match std::path::absolute(filename) {
+        Ok(absolute) => Ok(options.filename(absolute)),
+        // No working directory to resolve it against: sqlx opens it as given.
+        Err(_) => Ok(options),
     }
 }
 

@@ -68,6 +68,25 @@ async fn close_after_replays_and_queries_leaves_no_wal_behind() {
 }
 
 #[tokio::test]
+async fn a_url_that_names_no_file_is_an_invalid_option_naming_it() {
+    // SQLite would give each connection a temporary database of its own: the writer's events
+    // would be acknowledged and never read back.
+    for url in ["sqlite:", "sqlite://"] {
+        let error = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+            .await
+            .expect_err("no database file");
+        assert!(
+            matches!(&error, SqlStoreError::InvalidOption { option: "url", value, .. } if value == url),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("names no database file"),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn url_of_another_database_is_a_connect_error_naming_it() {
     let url = "postgres://localhost/journal";
     let error = SqliteJournal::connect(&SqliteJournalOptions::new(url))

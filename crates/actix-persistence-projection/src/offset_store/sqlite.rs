@@ -32,12 +32,14 @@ impl SqliteOffsetStore {
     }
 
     /// Opens a pool of its own on the database at `url` (e.g. `sqlite:actix-persistence.db`,
-    /// created when missing, WAL mode, busy timeout 5 s) and brings the schema up to date.
+    /// created when missing, WAL mode, busy timeout 5 s; a relative path resolved once, now,
+    /// as [`sqlite_connect_options`](actix_persistence_sql::sqlite_connect_options) does) and
+    /// brings the schema up to date.
     ///
     /// # Errors
-    /// [`OffsetStoreError::Open`] when the database cannot be opened or migrated.
+    /// [`OffsetStoreError::Open`] when the database cannot be opened or migrated, or `url`
+    /// names no file (`sqlite:`).
     pub async fn connect(url: &str) -> Result<Self, OffsetStoreError> {
-        use std::str::FromStr;
         let open = |source| OffsetStoreError::Open {
             source: actix_persistence_sql::SqlStoreError::Connect {
                 url: url.to_owned(),
@@ -45,8 +47,9 @@ impl SqliteOffsetStore {
                 source,
             },
         };
-        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
-            .map_err(open)?
+        // As the journal opens it: a file named by an absolute path, and no URL without one.
+        let options = actix_persistence_sql::sqlite_connect_options(url)
+            .map_err(|source| OffsetStoreError::Open { source })?
             .create_if_missing(true)
             .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
             .busy_timeout(std::time::Duration::from_secs(5));
