@@ -91,8 +91,11 @@ pub const DEFAULT_SQLITE_URL: &str = "sqlite:actix-persistence.db";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteJournalOptions {
     /// The database, as a sqlx SQLite URL: `sqlite:path/to/file.db` (relative to the working
-    /// directory), `sqlite:///absolute/path.db`, optionally with `?mode=...` and other sqlx
-    /// parameters. The file is created when missing; its directory must exist.
+    /// directory at [`connect`](SqliteJournal::connect), resolved once: a later `chdir` does not
+    /// move it), `sqlite:///absolute/path.db`, optionally with `?mode=...` and other sqlx
+    /// parameters. The file is created when missing; its directory must exist. A URL that
+    /// names no file (`sqlite:`) is refused ([`SqlStoreError::InvalidOption`]): SQLite would
+    /// give each connection a temporary database of its own.
     ///
     /// `sqlite::memory:` works too (for tests), but nothing then survives the process.
     ///
