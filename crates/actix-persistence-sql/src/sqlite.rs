@@ -311,14 +311,6 @@ impl SqlitePools {
 pub fn sqlite_connect_options(url: &str) -> Result<SqliteConnectOptions, SqlStoreError> {
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|source| SqlStoreError::connect(url.to_owned(), source))?;
-    with_absolute_filename(options, url)
-}
-
-/// [`sqlite_connect_options`] of parsed options.
-fn with_absolute_filename(
-    options: SqliteConnectOptions,
-    url: &str,
-) -> Result<SqliteConnectOptions, SqlStoreError> {
     let filename = options.get_filename();
     if filename.as_os_str().is_empty() {
         return Err(SqlStoreError::InvalidOption {

@@ -60,12 +60,12 @@ pub(crate) fn read_page<'a, T: Send + 'static>(
     limit: usize,
     build: impl FnOnce(RawPage) -> T + Send + 'static,
 ) -> BoxFuture<'a, Option<T>> {
-    if let Some(threads) = threads.filter(|threads| threads.available()) {
-        return Box::pin(threads.read_page(sql, args, query_columns, limit, build));
-    }
     // Owned now: the statement runs on another thread.
     let sql = sql.to_owned();
     let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
+    if let Some(threads) = threads.filter(|threads| threads.available()) {
+        return Box::pin(threads.read_page(sql, args, query_columns, limit, build));
+    }
     Box::pin(read_owned_page(
         readers,
         sql,

@@ -147,14 +147,12 @@ impl ReaderThreads {
     /// [`sqlite_page::read_page`]: crate::sqlite_page::read_page
     pub(crate) fn read_page<T: Send + 'static>(
         &self,
-        sql: &str,
-        args: &[PageArg<&str>],
+        sql: String,
+        args: Vec<PageArg<String>>,
         query_columns: bool,
         limit: usize,
         build: impl FnOnce(RawPage) -> T + Send + 'static,
     ) -> impl Future<Output = Option<T>> + Send + 'static {
-        let sql = sql.to_owned();
-        let args: Vec<PageArg<String>> = args.iter().map(|arg| arg.to_owned_text()).collect();
         let (reply, page) = oneshot::channel();
         self.submit(Box::new(move |connection: &mut ReaderConnection| {
             // A query dropped meanwhile (a read ahead it no longer needs) reads nothing.
@@ -241,15 +239,24 @@ impl ReaderThreads {
         lock(&self.shared.threads).len()
     }
 
+    /// What `f` gives on the connection of the thread that runs it (for tests).
+    #[cfg(test)]
+    async fn run<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut ReaderConnection) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (reply, answer) = oneshot::channel();
+        self.submit(Box::new(move |connection: &mut ReaderConnection| {
+            let _ = reply.send(f(connection));
+        }));
+        answer.await.ok()
+    }
+
     /// Statements prepared by the connection of the thread that runs this request (for tests,
     /// with one thread).
     #[cfg(test)]
     async fn prepared(&self) -> Option<usize> {
-        let (reply, prepared) = oneshot::channel();
-        self.submit(Box::new(move |connection: &mut ReaderConnection| {
-            let _ = reply.send(connection.prepared);
-        }));
-        prepared.await.ok()
+        self.run(|connection| connection.prepared).await
     }
 }
 
@@ -438,11 +445,27 @@ mod tests {
         [PageArg::Text(id), PageArg::Int(from), PageArg::Int(10)]
     }
 
+    /// [`ReaderThreads::read_page`] of a query page of `sql` with `args`, at most 10 rows.
+    fn read<T: Send + 'static>(
+        threads: &ReaderThreads,
+        sql: &str,
+        args: &[PageArg<&str>],
+        build: impl FnOnce(RawPage) -> T + Send + 'static,
+    ) -> impl Future<Output = Option<T>> + Send + 'static {
+        let args = args.iter().map(|arg| arg.to_owned_text()).collect();
+        threads.read_page(sql.to_owned(), args, true, 10, build)
+    }
+
+    /// `answer`'s output, or a failed test after 30 s (a hang).
+    async fn answer<T>(answer: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(30), answer)
+            .await
+            .expect("an answer, not a hang")
+    }
+
     /// The seq_nrs of a page of `id` from `from` read on the threads; `None` for no page.
     async fn seq_nrs(threads: &ReaderThreads, id: &'static str, from: i64) -> Option<Vec<i64>> {
-        let page = threads
-            .read_page(QUERY, &args(id, from), true, 10, identity)
-            .await?;
+        let page = read(threads, QUERY, &args(id, from), identity).await?;
         Some(page.rows().map(|row| row.seq_nr).collect())
     }
 
@@ -457,8 +480,7 @@ mod tests {
     async fn a_page_read_on_a_reader_thread_is_the_page_sqlx_pool_reads() {
         let dir = tempfile::tempdir().expect("a directory");
         let (pool, threads) = database(&dir, &ROWS, 2).await;
-        let on_thread = threads
-            .read_page(QUERY, &args("A|1", 0), true, 10, identity)
+        let on_thread = read(&threads, QUERY, &args("A|1", 0), identity)
             .await
             .expect("a page");
         let on_pool =
@@ -483,8 +505,7 @@ mod tests {
         // Another statement is prepared once too.
         let other = QUERY.replace("ORDER BY seq_nr", "ORDER BY seq_nr DESC");
         for _ in 0..2 {
-            let page = threads
-                .read_page(&other, &args("A|1", 0), true, 10, identity)
+            let page = read(&threads, &other, &args("A|1", 0), identity)
                 .await
                 .expect("a page");
             assert_eq!(
@@ -526,14 +547,18 @@ mod tests {
     async fn a_page_whose_build_panics_answers_none_and_the_thread_reads_on() {
         let dir = tempfile::tempdir().expect("a directory");
         let (_pool, threads) = database(&dir, &ROWS, 1).await;
-        let panicked = threads.read_page(QUERY, &args("A|1", 0), true, 10, |_: RawPage| -> usize {
+        let reader = || threads.run(|_| thread::current().id());
+        let before = answer(reader()).await;
+        let panicked = read(&threads, QUERY, &args("A|1", 0), |_: RawPage| -> usize {
             panic!("a build that fails")
         });
-        let panicked = tokio::time::timeout(Duration::from_secs(30), panicked)
-            .await
-            .expect("an answer, not a hang");
-        assert_eq!(panicked, None);
-        assert_eq!(seq_nrs(&threads, "A|1", 0).await, Some(vec![1, 2, 3]));
+        assert_eq!(answer(panicked).await, None);
+        // The same thread (and connection) reads on.
+        assert_eq!(answer(reader()).await, before);
+        assert_eq!(
+            answer(seq_nrs(&threads, "A|1", 0)).await,
+            Some(vec![1, 2, 3])
+        );
         assert_eq!(threads.threads(), 1);
     }
 
@@ -555,28 +580,26 @@ mod tests {
         let (_pool, threads) = database(&dir, &ROWS, 1).await;
         let statement = |n: usize| format!("{QUERY} /* {n} */");
         for n in 0..=STATEMENTS_KEPT {
-            let page = threads
-                .read_page(&statement(n), &args("A|1", 0), true, 10, |page| {
-                    page.rows.len()
-                })
-                .await;
+            let page = read(&threads, &statement(n), &args("A|1", 0), |page| {
+                page.rows.len()
+            })
+            .await;
             assert_eq!(page, Some(3));
         }
         assert_eq!(threads.prepared().await, Some(STATEMENTS_KEPT + 1));
         // The last one is kept; the first was finalized to make room, and is prepared again.
         for n in [STATEMENTS_KEPT, 0] {
-            let page = threads
-                .read_page(&statement(n), &args("A|1", 0), true, 10, |page| {
-                    page.rows.len()
-                })
-                .await;
+            let page = read(&threads, &statement(n), &args("A|1", 0), |page| {
+                page.rows.len()
+            })
+            .await;
             assert_eq!(page, Some(3));
         }
         assert_eq!(threads.prepared().await, Some(STATEMENTS_KEPT + 2));
     }
 
     #[tokio::test]
-    async fn a_connection_that_does_not_open_sends_pages_to_the_pool() {
+    async fn a_connection_that_does_not_open_makes_the_threads_unavailable() {
         let dir = tempfile::tempdir().expect("a directory");
         let path = dir.path().join("missing.db");
         let url = format!("sqlite:{}", path.display());
@@ -593,7 +616,7 @@ mod tests {
         let (_pool, threads) = database(&dir, &ROWS, 2).await;
         assert_eq!(threads.threads(), 0);
         let pages: Vec<_> = (0..6)
-            .map(|_| threads.read_page(QUERY, &args("A|1", 0), true, 10, |page| page.rows.len()))
+            .map(|_| read(&threads, QUERY, &args("A|1", 0), |page| page.rows.len()))
             .collect();
         assert_eq!(threads.threads(), 2);
         for page in pages {
@@ -630,7 +653,7 @@ mod tests {
             let _ = released.recv();
             job_held.store(true, Ordering::SeqCst);
         }));
-        let page = threads.read_page(QUERY, &args("A|1", 0), true, 10, |page| page.rows.len());
+        let page = read(&threads, QUERY, &args("A|1", 0), |page| page.rows.len());
         let first = threads.close();
         let second = threads.close();
         futures::pin_mut!(first, second);
