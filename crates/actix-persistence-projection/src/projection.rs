@@ -741,11 +741,36 @@ impl<'p, E: Envelope> Run<'p, E> {
         }
     }
 
+    /// At-least-once: whether the handled prefix reached `2 × after_envelopes` envelopes past
+    /// the stored offset, so that no handler call starts until a save completes.
+    ///
+    /// After a crash the envelopes handled past the stored offset are handled again: at most
+    /// `2 × after_envelopes` in the prefix (the `after_envelopes` whose save is under way and
+    /// as many after them), however slow the saves are, plus the calls that ran ahead of the
+    /// prefix (at most the window, `2 × max_concurrency` units). As Akka's at-least-once,
+    /// whose `groupedWithin(afterEnvelopes)` in front of a `mapAsync(1)` save holds the
+    /// handler back while a save is pending. Exactly-once never waits: a repeat there is
+    /// skipped, not handled again.
+    fn waits_for_save(&self) -> bool {
+        if self.exactly_once() {
+            return false;
+        }
+        let handled = self.handled_through.map_or(0, |idx| idx + 1);
+        let stored = self.saved_through.map_or(0, |idx| idx + 1);
+        let after_envelopes = self.projection.save_offset.after_envelopes as u64;
+        handled.saturating_sub(stored) >= after_envelopes.saturating_mul(2)
+    }
+
     /// Starts waiting units in order while slots are free, skipping a unit whose persistence
-    /// ids are in flight or belong to an earlier waiting unit (that keeps each id in order).
+    /// ids are in flight or belong to an earlier waiting unit (that keeps each id in order);
+    /// none while the projection [waits for a save](Self::waits_for_save).
     fn start_runnable(&mut self) {
         let max = self.projection.max_concurrency;
-        if self.stopping || self.waiting.is_empty() || self.in_flight.len() >= max {
+        if self.stopping
+            || self.waiting.is_empty()
+            || self.in_flight.len() >= max
+            || self.waits_for_save()
+        {
             return;
         }
         // Which waiting units may start: decided over borrowed ids, then taken out.

@@ -281,3 +281,186 @@ async fn a_projection_resumes_inside_one_timestamp() {
     )
     .await;
 }
+
+/// An in-memory offset store whose saves wait for permits the test hands out (a slow
+/// database), counting the saves that started.
+#[derive(Clone)]
+struct SlowSaves {
+    inner: InMemoryOffsetStore,
+    permits: Arc<tokio::sync::Semaphore>,
+    started: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SlowSaves {
+    fn new(inner: InMemoryOffsetStore) -> Self {
+        SlowSaves {
+            inner,
+            permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            started: Arc::default(),
+        }
+    }
+
+    fn started(&self) -> usize {
+        self.started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl OffsetStore for SlowSaves {
+    async fn read_offset(
+        &self,
+        id: &ProjectionId,
+    ) -> Result<Option<String>, actix_persistence_projection::OffsetStoreError> {
+        self.inner.read_offset(id).await
+    }
+
+    async fn read_seen(
+        &self,
+        id: &ProjectionId,
+    ) -> Result<
+        actix_persistence_projection::SeenSeqNrs,
+        actix_persistence_projection::OffsetStoreError,
+    > {
+        self.inner.read_seen(id).await
+    }
+
+    async fn read_progress(
+        &self,
+        name: &str,
+    ) -> Result<
+        Vec<actix_persistence_projection::StoredProgress>,
+        actix_persistence_projection::OffsetStoreError,
+    > {
+        self.inner.read_progress(name).await
+    }
+
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, actix_persistence_projection::OffsetStoreError> {
+        self.inner.take_ownership(id, held).await
+    }
+
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+        covered: &[(String, u64)],
+    ) -> Result<(), actix_persistence_projection::OffsetStoreError> {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.permits.acquire().await.expect("open").forget();
+        self.inner.save_offset(id, epoch, offset, covered).await
+    }
+
+    async fn reset(
+        &self,
+        id: &ProjectionId,
+    ) -> Result<(), actix_persistence_projection::OffsetStoreError> {
+        self.inner.reset(id).await
+    }
+}
+
+fn every_5th_envelope() -> SaveOffset {
+    SaveOffset {
+        after_envelopes: 5,
+        after: std::time::Duration::from_secs(3600),
+    }
+}
+
+/// At-least-once with slow offset saves: the handled envelopes go at most `2 x
+/// after_envelopes` past the stored offset (the save under way covers the first 5, the next 5
+/// wait for it), and on from there as each save completes. Without the limit it handled all 40 while the first save
+/// hung, and a crash then handled all 40 again.
+#[tokio::test]
+async fn at_least_once_handles_at_most_twice_after_envelopes_past_the_stored_offset() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 4, 10).await;
+    let store = SlowSaves::new(InMemoryOffsetStore::new());
+    let recorder = Recorder::default();
+    let handle = Projection::at_least_once(
+        id(),
+        current_source(&journal),
+        store.clone(),
+        recorder.clone(),
+    )
+    .with_save_offset(every_5th_envelope())
+    .start();
+    eventually(|| recorder.handled().len() >= 10).await;
+    // The runner waits (nothing else to do) with the first save hanging.
+    assert_eq!((recorder.handled().len(), store.started()), (10, 1));
+
+    // The first save (through envelope 5) completes: the second (through 10) starts, and the
+    // handler goes on to 15.
+    store.permits.add_permits(1);
+    eventually(|| recorder.handled().len() >= 15).await;
+    assert_eq!((recorder.handled().len(), store.started()), (15, 2));
+
+    store.permits.add_permits(1_000);
+    assert_eq!(handle.join().await, ProjectionState::Completed);
+    assert_eq!(recorder.counts().len(), 40);
+    assert!(recorder.counts().values().all(|&n| n == 1));
+}
+
+/// A crash while the first save hangs repeats exactly the 10 envelopes handled past the stored
+/// offset (none), and skips none.
+#[tokio::test]
+async fn at_least_once_crash_during_a_slow_save_repeats_at_most_twice_after_envelopes() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 4, 10).await;
+    let offsets = InMemoryOffsetStore::new();
+    let slow = SlowSaves::new(offsets.clone());
+    let first = Recorder::default();
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), slow.clone(), first.clone())
+            .with_save_offset(every_5th_envelope())
+            .start();
+    eventually(|| first.handled().len() >= 10 && slow.started() == 1).await;
+    handle.abort().await;
+    assert_eq!(first.handled().len(), 10);
+    assert_eq!(offsets.read_offset(&id()).await.unwrap(), None);
+
+    let again = Recorder::default();
+    let state = Projection::at_least_once(id(), current_source(&journal), offsets, again.clone())
+        .with_save_offset(every_5th_envelope())
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(again.counts().len(), 40);
+    let repeated = first
+        .handled()
+        .iter()
+        .filter(|key| again.counts().contains_key(key))
+        .count();
+    assert_eq!(repeated, 10);
+}
+
+/// A grouped at-least-once projection whose groups are larger than `2 x after_envelopes`
+/// still makes progress: the limit holds back the start of a group, never its size.
+#[tokio::test]
+async fn at_least_once_groups_larger_than_the_unsaved_limit_still_run() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 4, 10).await;
+    let recorder = GroupRecorder::default();
+    let handle = Projection::grouped_at_least_once(
+        id(),
+        current_source(&journal),
+        InMemoryOffsetStore::new(),
+        actix_persistence_projection::Grouping {
+            size: 20,
+            within: std::time::Duration::from_secs(3600),
+        },
+        recorder.clone(),
+    )
+    .with_save_offset(SaveOffset {
+        after_envelopes: 2,
+        after: std::time::Duration::from_secs(3600),
+    })
+    .start();
+    assert_eq!(handle.join().await, ProjectionState::Completed);
+    assert_eq!(*recorder.sizes.lock().unwrap(), vec![20, 20]);
+    assert_eq!(recorder.recorder.counts().len(), 40);
+}
