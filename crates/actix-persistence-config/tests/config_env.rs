@@ -459,3 +459,80 @@ fn variables_of_other_prefixes_are_not_taken_for_misspelt_ones() {
     .expect("none of these is one of ours");
     assert_eq!(settings, Settings::reference());
 }
+
+/// An invalid value given through an environment variable is one problem naming the setting,
+/// the value as given and the variable, whatever the setting's type (integer, bounded integer,
+/// duration, plugin name, URL) and however the value is wrong (zero, negative, not a number,
+/// overflowing, out of bounds, an unknown unit, padded where no padding is trimmed).
+#[test]
+fn an_invalid_env_value_of_any_setting_names_the_setting_the_value_and_the_variable() {
+    let cases = [
+        (
+            "ACTIX_PERSISTENCE__QUERY__PAGE_SIZE",
+            "0",
+            "query.page-size",
+        ),
+        (
+            "ACTIX_PERSISTENCE__QUERY__PAGE_SIZE",
+            "-1",
+            "query.page-size",
+        ),
+        (
+            "ACTIX_PERSISTENCE__QUERY__PAGE_SIZE",
+            "4x",
+            "query.page-size",
+        ),
+        (
+            "ACTIX_PERSISTENCE__QUERY__PAGE_SIZE",
+            "99999999999999999999999",
+            "query.page-size",
+        ),
+        (
+            "ACTIX_PERSISTENCE__QUERY__READ_AHEAD_PAGES",
+            "65",
+            "query.read-ahead-pages",
+        ),
+        (
+            "ACTIX_PERSISTENCE__QUERY__REFRESH_INTERVAL",
+            "0s",
+            "query.refresh-interval",
+        ),
+        (
+            "ACTIX_PERSISTENCE__QUERY__LATE_COMMIT_WINDOW",
+            "10 parsecs",
+            "query.late-commit-window",
+        ),
+        (
+            "ACTIX_PERSISTENCE__JOURNAL__PLUGIN",
+            " sqlite ",
+            "journal.plugin",
+        ),
+        (
+            "ACTIX_PERSISTENCE__JOURNAL__MAX_BATCH_SIZE",
+            "0",
+            "journal.max-batch-size",
+        ),
+        (
+            "ACTIX_PERSISTENCE__JOURNAL__RECOVERY_TIMEOUT",
+            "-5s",
+            "journal.recovery-timeout",
+        ),
+    ];
+    for (var, value, setting) in cases {
+        let problem = only_problem(load_env(&[(var, value)]));
+        assert_eq!(
+            (
+                problem.setting.as_str(),
+                problem.value.as_str(),
+                &problem.source
+            ),
+            (
+                setting,
+                format!("{value:?}").as_str(),
+                &ConfigSource::Env(var.to_owned())
+            ),
+            "{var}={value:?}: {}",
+            problem.rule
+        );
+    }
+}
