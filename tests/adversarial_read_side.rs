@@ -903,9 +903,10 @@ fn exactly_once_runtime_drop(kind: Kind, max_concurrency: usize) {
 
 /// At-least-once with `SaveOffset { after_envelopes: 5, after: 1h }`, crashed (its runtime
 /// dropped) while call 23 runs: the restart skips no envelope and repeats exactly the ones
-/// handled since the stored offset, in the same order: 2 or 7 (the offset covers 20, or 15
-/// when the save through 20 had not completed; at most 2 x after_envelopes, as
-/// docs/projections.md says, since the handler does not run further past the stored offset).
+/// handled since the stored offset, in the same order: at most 20 (call 23 starts only while
+/// fewer than 4 x after_envelopes handled envelopes are past the stored offset,
+/// docs/projections.md; where the offset stands depends on which saves completed, and a save
+/// that follows one under way covers everything handled meanwhile).
 fn at_least_once_after_a_crash_repeats_only_the_envelopes_handled_since_the_stored_offset(
     kind: Kind,
 ) {
@@ -992,7 +993,7 @@ fn at_least_once_after_a_crash_repeats_only_the_envelopes_handled_since_the_stor
     assert_eq!(distinct.len(), TOTAL, "{kind:?}: none skipped");
     let repeated = all.len() - TOTAL;
     assert!(
-        repeated == 2 || repeated == 7,
+        repeated <= 20,
         "{kind:?}: {repeated} repeated, not the envelopes handled after a save: {all:?}"
     );
     assert_eq!(

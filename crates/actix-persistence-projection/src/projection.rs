@@ -362,6 +362,10 @@ async fn wait_or_stop(
     }
 }
 
+/// At-least-once: how many times `after_envelopes` the handled envelopes may run ahead of the
+/// stored offset before handler calls wait for a save (see [`Run::waits_for_save`]).
+const UNSAVED_LIMIT_FACTOR: u64 = 4;
+
 /// Envelopes handled between two publications of the progress, at most.
 const PUBLISH_AFTER: u64 = 256;
 /// Longest delay of a publication of the progress.
@@ -741,16 +745,18 @@ impl<'p, E: Envelope> Run<'p, E> {
         }
     }
 
-    /// At-least-once: whether the handled prefix reached `2 × after_envelopes` envelopes past
-    /// the stored offset, so that no handler call starts until a save completes.
+    /// At-least-once: whether the handled prefix reached `UNSAVED_LIMIT_FACTOR (4) ×
+    /// after_envelopes` envelopes past the stored offset, so that no handler call starts
+    /// until a save completes.
     ///
     /// After a crash the envelopes handled past the stored offset are handled again: at most
-    /// `2 × after_envelopes` in the prefix (the `after_envelopes` whose save is under way and
-    /// as many after them), however slow the saves are, plus the calls that ran ahead of the
-    /// prefix (at most the window, `2 × max_concurrency` units). As Akka's at-least-once,
-    /// whose `groupedWithin(afterEnvelopes)` in front of a `mapAsync(1)` save holds the
-    /// handler back while a save is pending. Exactly-once never waits: a repeat there is
-    /// skipped, not handled again.
+    /// `4 × after_envelopes` in the prefix, however slow the saves are, plus the calls that ran
+    /// ahead of the prefix (at most the window, `2 × max_concurrency` units). As Akka's
+    /// at-least-once, whose `groupedWithin(afterEnvelopes)` in front of a `mapAsync(1)` save
+    /// holds the handler back while a save is pending (about `2 × afterEnvelopes` there);
+    /// twice that here, so that a save covering the prefix runs while the next three
+    /// `after_envelopes` are handled (saves coalesce) and a fast handler does not wait for
+    /// each one. Exactly-once never waits: a repeat there is skipped, not handled again.
     fn waits_for_save(&self) -> bool {
         if self.exactly_once() {
             return false;
@@ -758,7 +764,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         let handled = self.handled_through.map_or(0, |idx| idx + 1);
         let stored = self.saved_through.map_or(0, |idx| idx + 1);
         let after_envelopes = self.projection.save_offset.after_envelopes as u64;
-        handled.saturating_sub(stored) >= after_envelopes.saturating_mul(2)
+        handled.saturating_sub(stored) >= after_envelopes.saturating_mul(UNSAVED_LIMIT_FACTOR)
     }
 
     /// Starts waiting units in order while slots are free, skipping a unit whose persistence
