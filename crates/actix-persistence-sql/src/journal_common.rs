@@ -1748,3 +1748,98 @@ mod tests {
         assert_eq!(event.manifest, "M");
     }
 }
+
+#[cfg(all(test, feature = "test-util"))]
+mod postgres_plan_tests {
+    use super::*;
+    use crate::postgres::PostgresDialect;
+    use crate::test_util::TestDatabase;
+    use crate::{PostgresJournal, PostgresJournalOptions};
+    use actix_persistence_core::query::EventKey;
+    use actix_persistence_core::{AtomicWrite, JournalStore};
+    use sqlx::{Connection, PgConnection};
+
+    fn tagged(pid: &str, seq_nr: u64, tag: &str) -> PersistentRepr {
+        PersistentRepr {
+            persistence_id: pid.into(),
+            seq_nr,
+            payload: b"{}".to_vec(),
+            serializer_id: 1,
+            manifest: String::new(),
+            writer_uuid: "w".into(),
+            timestamp: 0,
+            tags: vec![tag.to_owned()],
+        }
+    }
+
+    async fn write(journal: &PostgresJournal, ids: std::ops::Range<u64>, per_id: u64, tag: &str) {
+        let writes = ids
+            .map(|id| {
+                let pid = format!("Tagged|{id}");
+                let events = (1..=per_id)
+                    .map(|seq_nr| tagged(&pid, seq_nr, tag))
+                    .collect();
+                AtomicWrite::new(events).expect("shape")
+            })
+            .collect();
+        let results = journal.write_messages(writes).await.expect("write");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+
+    /// The fast pass's look-up of an event's previous tagged event is one probe of
+    /// `event_tag_by_tag_and_event` (migration 0011) even when the planner's statistics predate
+    /// the tag (autovacuum off, the tag's rows a few percent of the table: no statistics
+    /// refresh is due). Before it, PostgreSQL read the tag's range in `event_tag_by_tag` for
+    /// every event of a page, which took seconds per page on a tag of tens of thousands of
+    /// events (and `event_tag_by_event` with the tag as a filter read every earlier event of
+    /// the id).
+    #[tokio::test]
+    async fn a_fresh_tag_s_previous_event_is_one_index_probe() {
+        let Some(db) = TestDatabase::create().await else {
+            return;
+        };
+        let journal = PostgresJournal::connect(&PostgresJournalOptions::new(db.url()))
+            .await
+            .expect("connect");
+        let mut admin = PgConnection::connect(db.url()).await.expect("admin");
+        sqlx::query("ALTER TABLE event_tag SET (autovacuum_enabled = false)")
+            .execute(&mut admin)
+            .await
+            .expect("autovacuum off");
+        write(&journal, 0..200, 100, "old").await;
+        sqlx::query("ANALYZE event_tag")
+            .execute(&mut admin)
+            .await
+            .expect("analyze");
+        write(&journal, 200..210, 100, "fresh").await;
+
+        let filter = EventFilter::Tag("fresh".to_owned());
+        let sql = page_query_sql::<PostgresDialect>(&filter, true);
+        let after = EventKey::start_of(0);
+        let request = EventsRequest {
+            filter: &filter,
+            after: &after,
+            before_timestamp: i64::MAX,
+            limit: 1_001,
+            with_previous_timestamp: true,
+        };
+        let arguments =
+            page_arguments::<PostgresDialect>(page_values(&request)).expect("arguments");
+        let plan: Vec<String> = sqlx::query_scalar_with(&format!("EXPLAIN {sql}"), arguments)
+            .fetch_all(&mut admin)
+            .await
+            .expect("explain");
+        let plan = plan.join("\n");
+        // Both look-ups (timestamp and seq_nr: `p`, `p_1`).
+        assert_eq!(
+            plan.matches(
+                "Index Only Scan Backward using event_tag_by_tag_and_event on event_tag p"
+            )
+            .count(),
+            2,
+            "{plan}"
+        );
+        drop(admin);
+        journal.close().await;
+    }
+}
