@@ -903,10 +903,9 @@ fn exactly_once_runtime_drop(kind: Kind, max_concurrency: usize) {
 
 /// At-least-once with `SaveOffset { after_envelopes: 5, after: 1h }`, crashed (its runtime
 /// dropped) while call 23 runs: the restart skips no envelope and repeats exactly the ones
-/// handled since the stored offset, in the same order: at most 20 (call 23 starts only while
-/// fewer than 4 x after_envelopes handled envelopes are past the stored offset,
-/// docs/projections.md; where the offset stands depends on which saves completed, and a save
-/// that follows one under way covers everything handled meanwhile).
+/// handled since the stored offset, in the same order (where the offset stands depends on which
+/// saves completed, and a save that follows one under way covers everything handled
+/// meanwhile; the limit of docs/projections.md, 8 x after_envelopes = 40, is not reached).
 fn at_least_once_after_a_crash_repeats_only_the_envelopes_handled_since_the_stored_offset(
     kind: Kind,
 ) {
@@ -993,7 +992,7 @@ fn at_least_once_after_a_crash_repeats_only_the_envelopes_handled_since_the_stor
     assert_eq!(distinct.len(), TOTAL, "{kind:?}: none skipped");
     let repeated = all.len() - TOTAL;
     assert!(
-        repeated <= 20,
+        repeated <= 22,
         "{kind:?}: {repeated} repeated, not the envelopes handled after a save: {all:?}"
     );
     assert_eq!(

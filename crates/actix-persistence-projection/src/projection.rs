@@ -364,7 +364,7 @@ async fn wait_or_stop(
 
 /// At-least-once: how many times `after_envelopes` the handled envelopes may run ahead of the
 /// stored offset before handler calls wait for a save (see [`Run::waits_for_save`]).
-const UNSAVED_LIMIT_FACTOR: u64 = 4;
+const UNSAVED_LIMIT_FACTOR: u64 = 8;
 
 /// Envelopes handled between two publications of the progress, at most.
 const PUBLISH_AFTER: u64 = 256;
@@ -745,18 +745,20 @@ impl<'p, E: Envelope> Run<'p, E> {
         }
     }
 
-    /// At-least-once: whether the handled prefix reached `UNSAVED_LIMIT_FACTOR (4) ×
+    /// At-least-once: whether the handled prefix reached `UNSAVED_LIMIT_FACTOR (8) ×
     /// after_envelopes` envelopes past the stored offset, so that no handler call starts
     /// until a save completes.
     ///
     /// After a crash the envelopes handled past the stored offset are handled again: at most
-    /// `4 × after_envelopes` in the prefix, however slow the saves are, plus the calls that ran
+    /// `8 × after_envelopes` in the prefix, however slow the saves are, plus the calls that ran
     /// ahead of the prefix (at most the window, `2 × max_concurrency` units). As Akka's
     /// at-least-once, whose `groupedWithin(afterEnvelopes)` in front of a `mapAsync(1)` save
-    /// holds the handler back while a save is pending (about `2 × afterEnvelopes` there);
-    /// twice that here, so that a save covering the prefix runs while the next three
-    /// `after_envelopes` are handled (saves coalesce) and a fast handler does not wait for
-    /// each one. Exactly-once never waits: a repeat there is skipped, not handled again.
+    /// holds the handler back while a save is pending (at about `2 × afterEnvelopes`); further
+    /// here, so that a fast handler does not wait for each save (the save after the one under
+    /// way covers everything handled meanwhile): at 4x a no-op handler ran at 0.55-0.65x of
+    /// its rate without the limit on PostgreSQL (a save there takes about as long as handling
+    /// 400-700 envelopes), at 8x at 0.8-1.0x (docs/benchmarks.md, session 13). Exactly-once
+    /// never waits: a repeat there is skipped, not handled again.
     fn waits_for_save(&self) -> bool {
         if self.exactly_once() {
             return false;

@@ -95,7 +95,7 @@ fn exponential(min: Duration, max: Duration, doublings: u32) -> Duration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaveOffset {
     /// Handled envelopes between saves (at least 1). Also bounds what a crash repeats when
-    /// saves are slow: no handler call starts while the handled envelopes are `4 ×
+    /// saves are slow: no handler call starts while the handled envelopes are `8 ×
     /// after_envelopes` past the stored offset (see `docs/projections.md`).
     pub after_envelopes: usize,
     /// Longest time an handled envelope waits for its offset to be saved.

@@ -370,14 +370,14 @@ fn every_5th_envelope() -> SaveOffset {
     }
 }
 
-/// At-least-once with slow offset saves: the handled envelopes go at most `4 x
-/// after_envelopes` past the stored offset (the save under way covers the first 5; 15 more are
+/// At-least-once with slow offset saves: the handled envelopes go at most `8 x
+/// after_envelopes` past the stored offset (the save under way covers the first 5; 35 more are
 /// handled while it hangs), and on from there as each save completes. Without the limit it handled all 40 while the first save
 /// hung, and a crash then handled all 40 again.
 #[tokio::test]
-async fn at_least_once_handles_at_most_four_times_after_envelopes_past_the_stored_offset() {
+async fn at_least_once_handles_at_most_eight_times_after_envelopes_past_the_stored_offset() {
     let journal = InMemoryJournal::new();
-    write_many(&journal, 4, 10).await;
+    write_many(&journal, 4, 25).await;
     let store = SlowSaves::new(InMemoryOffsetStore::new());
     let recorder = Recorder::default();
     let handle = Projection::at_least_once(
@@ -388,28 +388,28 @@ async fn at_least_once_handles_at_most_four_times_after_envelopes_past_the_store
     )
     .with_save_offset(every_5th_envelope())
     .start();
-    eventually(|| recorder.handled().len() >= 20).await;
+    eventually(|| recorder.handled().len() >= 40).await;
     // The runner waits (nothing else to do) with the first save hanging.
-    assert_eq!((recorder.handled().len(), store.started()), (20, 1));
+    assert_eq!((recorder.handled().len(), store.started()), (40, 1));
 
-    // The first save (through envelope 5) completes: the second (through 20) starts, and the
-    // handler goes on to 25.
+    // The first save (through envelope 5) completes: the second (through 40) starts, and the
+    // handler goes on to 45.
     store.permits.add_permits(1);
-    eventually(|| recorder.handled().len() >= 25).await;
-    assert_eq!((recorder.handled().len(), store.started()), (25, 2));
+    eventually(|| recorder.handled().len() >= 45).await;
+    assert_eq!((recorder.handled().len(), store.started()), (45, 2));
 
     store.permits.add_permits(1_000);
     assert_eq!(handle.join().await, ProjectionState::Completed);
-    assert_eq!(recorder.counts().len(), 40);
+    assert_eq!(recorder.counts().len(), 100);
     assert!(recorder.counts().values().all(|&n| n == 1));
 }
 
-/// A crash while the first save hangs repeats exactly the 20 envelopes handled past the stored
+/// A crash while the first save hangs repeats exactly the 40 envelopes handled past the stored
 /// offset (none), and skips none.
 #[tokio::test]
-async fn at_least_once_crash_during_a_slow_save_repeats_at_most_four_times_after_envelopes() {
+async fn at_least_once_crash_during_a_slow_save_repeats_at_most_eight_times_after_envelopes() {
     let journal = InMemoryJournal::new();
-    write_many(&journal, 4, 10).await;
+    write_many(&journal, 4, 25).await;
     let offsets = InMemoryOffsetStore::new();
     let slow = SlowSaves::new(offsets.clone());
     let first = Recorder::default();
@@ -417,9 +417,9 @@ async fn at_least_once_crash_during_a_slow_save_repeats_at_most_four_times_after
         Projection::at_least_once(id(), live_source(&journal), slow.clone(), first.clone())
             .with_save_offset(every_5th_envelope())
             .start();
-    eventually(|| first.handled().len() >= 20 && slow.started() == 1).await;
+    eventually(|| first.handled().len() >= 40 && slow.started() == 1).await;
     handle.abort().await;
-    assert_eq!(first.handled().len(), 20);
+    assert_eq!(first.handled().len(), 40);
     assert_eq!(offsets.read_offset(&id()).await.unwrap(), None);
 
     let again = Recorder::default();
@@ -429,16 +429,16 @@ async fn at_least_once_crash_during_a_slow_save_repeats_at_most_four_times_after
         .join()
         .await;
     assert_eq!(state, ProjectionState::Completed);
-    assert_eq!(again.counts().len(), 40);
+    assert_eq!(again.counts().len(), 100);
     let repeated = first
         .handled()
         .iter()
         .filter(|key| again.counts().contains_key(key))
         .count();
-    assert_eq!(repeated, 20);
+    assert_eq!(repeated, 40);
 }
 
-/// A grouped at-least-once projection whose groups are larger than `4 x after_envelopes`
+/// A grouped at-least-once projection whose groups are larger than `8 x after_envelopes`
 /// still makes progress: the limit holds back the start of a group, never its size.
 #[tokio::test]
 async fn at_least_once_groups_larger_than_the_unsaved_limit_still_run() {
