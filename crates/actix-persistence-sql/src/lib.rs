@@ -81,6 +81,8 @@ mod page_row;
 mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_snapshot;
+#[cfg(feature = "postgres")]
+mod postgres_tags;
 mod snapshot_sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;

@@ -28,6 +28,7 @@ use crate::journal_common::{
     JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::postgres_snapshot::PostgresSnapshotStore;
+use crate::postgres_tags;
 use crate::DEFAULT_REPLAY_BATCH_SIZE;
 
 /// The schema migrations under `migrations/postgres/`, embedded at compile time, run by
@@ -624,7 +625,7 @@ impl Dialect for PostgresDialect {
     const METRICS_LABEL: &'static str = "postgres";
     type Db = Postgres;
     type SerializerId = i32;
-    type Tags = Vec<String>;
+    type Tags = postgres_tags::Tags;
     type Write = PreparedWrite;
     type PageReaders = ();
 
@@ -677,8 +678,8 @@ impl Dialect for PostgresDialect {
         Some(serializer_id_from_sql(id))
     }
 
-    fn tags_from_sql(tags: Vec<String>) -> Result<Vec<String>, String> {
-        Ok(tags)
+    fn tags_from_sql(tags: postgres_tags::Tags) -> Result<Vec<String>, String> {
+        Ok(tags.0)
     }
 
     fn stores_text(text: &str) -> bool {
