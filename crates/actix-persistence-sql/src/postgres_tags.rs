@@ -13,6 +13,10 @@ use sqlx::{Decode, Postgres, Type};
 /// `pg_type.oid` of `text`: the element type of the journal's `tags` column.
 const TEXT_OID: u32 = 25;
 
+/// `pg_type.oid` of `varchar`, read as `text` (as sqlx's `String` reads it): a column an
+/// operator altered to `VARCHAR[]` still reads back.
+const VARCHAR_OID: u32 = 1043;
+
 /// An event's tags as the journal stores them: `TEXT[]`, one dimension (or none when empty),
 /// no NULL element.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -74,7 +78,7 @@ pub(crate) fn from_binary(bytes: &[u8]) -> Result<Vec<String>, TagsError> {
     let dimensions = i32::from_be_bytes(word()?);
     let _has_nulls = word()?;
     let element_type = u32::from_be_bytes(word()?);
-    if element_type != TEXT_OID {
+    if element_type != TEXT_OID && element_type != VARCHAR_OID {
         return Err(TagsError::ElementType(element_type));
     }
     let len = match dimensions {
@@ -158,6 +162,12 @@ mod tests {
         let mut trailing = good.clone();
         trailing.push(0);
         assert_eq!(from_binary(&trailing), Err(TagsError::TrailingBytes(1)));
+        let mut varchar_array = good.clone();
+        varchar_array[8..12].copy_from_slice(&VARCHAR_OID.to_be_bytes());
+        assert_eq!(
+            from_binary(&varchar_array),
+            Ok(vec!["ab".to_owned(), "cd".to_owned()])
+        );
         let mut int_array = good.clone();
         int_array[8..12].copy_from_slice(&23u32.to_be_bytes());
         assert_eq!(from_binary(&int_array), Err(TagsError::ElementType(23)));
