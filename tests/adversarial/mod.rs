@@ -249,9 +249,16 @@ pub struct Acct {
 impl actix::Actor for Acct {
     type Context = Context<Self>;
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // Room for every command a test pipelines: past Actix's default capacity (16) a
+        // `send` holds its message back until the mailbox drains, so a command sent later
+        // could reach the actor before it.
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         actix_persistence::start_recovery(self, ctx);
     }
 }
+
+/// The most commands a test sends an `Acct` ahead of its replies.
+pub const MAILBOX_CAPACITY: usize = 256;
 
 impl PersistentActor for Acct {
     fn persistence(&self) -> &PersistenceState<Self> {
