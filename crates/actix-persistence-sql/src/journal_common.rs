@@ -550,6 +550,15 @@ fn corrupt_row(
     )
 }
 
+/// What a column's decoding error says, without sqlx's "error occurred while decoding column
+/// N" around it (the caller names the row and the column).
+fn decode_cause(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::ColumnDecode { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// The replay's page query: the columns in [`ReplayColumn`] order.
 const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
                                  manifest, payload, tags \
@@ -1099,9 +1108,10 @@ where
             .map_err(column_error)?;
         let serializer_id = D::serializer_id_from_sql(serializer_id)
             .ok_or_else(|| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
+        // A row whose tags do not read back is a corrupt row, named (as a page's on SQLite).
         let tags: D::Tags = row
             .try_get_unchecked(get(ReplayColumn::Tags))
-            .map_err(column_error)?;
+            .map_err(|e| corrupt(format!("tags are not readable: {}", decode_cause(&e))))?;
         let tags = D::tags_from_sql(tags).map_err(corrupt)?;
         // `Option`: sqlx decodes a NULL blob as empty bytes, which would pass for an event.
         let payload: Option<Vec<u8>> = row
@@ -1147,6 +1157,16 @@ where
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
         let storage = |e| JournalError::storage("query", e);
+        // A tag or an entity type this database cannot store (PostgreSQL: a NUL) selects no
+        // event: every stored one was checked when written. Not sent, as a replay of such an
+        // id is not (PostgreSQL refuses the text outright; SQLite finds nothing).
+        let (EventFilter::Slices {
+            entity_type: text, ..
+        }
+        | EventFilter::Tag(text)) = request.filter;
+        if !D::stores_text(text) {
+            return Ok(Vec::new());
+        }
         let sql = page_query_sql::<D>(request.filter, request.with_previous_timestamp);
         let values = page_values(&request);
         // The events are built on the thread that read the page (see `RawPage`).

@@ -13,9 +13,10 @@ use sqlx::{Decode, Postgres, Type};
 /// `pg_type.oid` of `text`: the element type of the journal's `tags` column.
 const TEXT_OID: u32 = 25;
 
-/// `pg_type.oid` of `varchar`, read as `text` (as sqlx's `String` reads it): a column an
-/// operator altered to `VARCHAR[]` still reads back.
-const VARCHAR_OID: u32 = 1043;
+/// `pg_type.oid`s of the other types whose binary form is their text, which sqlx's `String`
+/// reads too: `varchar`, `name`, `bpchar` (`char(n)`, its padding kept) and `unknown`. A column
+/// an operator altered to an array of one of them still reads back.
+const TEXT_LIKE_OIDS: [u32; 5] = [TEXT_OID, 1043, 19, 1042, 705];
 
 /// An event's tags as the journal stores them: `TEXT[]`, one dimension (or none when empty),
 /// no NULL element.
@@ -54,8 +55,9 @@ pub(crate) enum TagsError {
     /// More than one dimension.
     #[error("the tags array has {0} dimensions, not 1")]
     Dimensions(i32),
-    /// Elements of a type other than `text`.
-    #[error("the tags array holds elements of type oid {0}, not text")]
+    /// Elements of a type other than `text` (or one read as text), or a value that is not
+    /// an array at all (its first bytes read as a header).
+    #[error("not an array of text (element type oid {0}); the column must be TEXT[]")]
     ElementType(u32),
     /// A NULL element (the journal never stores one).
     #[error("the tags array holds a NULL")]
@@ -78,7 +80,7 @@ pub(crate) fn from_binary(bytes: &[u8]) -> Result<Vec<String>, TagsError> {
     let dimensions = i32::from_be_bytes(word()?);
     let _has_nulls = word()?;
     let element_type = u32::from_be_bytes(word()?);
-    if element_type != TEXT_OID && element_type != VARCHAR_OID {
+    if !TEXT_LIKE_OIDS.contains(&element_type) {
         return Err(TagsError::ElementType(element_type));
     }
     let len = match dimensions {
@@ -163,7 +165,7 @@ mod tests {
         trailing.push(0);
         assert_eq!(from_binary(&trailing), Err(TagsError::TrailingBytes(1)));
         let mut varchar_array = good.clone();
-        varchar_array[8..12].copy_from_slice(&VARCHAR_OID.to_be_bytes());
+        varchar_array[8..12].copy_from_slice(&1043u32.to_be_bytes());
         assert_eq!(
             from_binary(&varchar_array),
             Ok(vec!["ab".to_owned(), "cd".to_owned()])

@@ -62,7 +62,7 @@ mod on_a_server {
     use std::time::Duration;
 
     use actix_persistence_core::{AtomicWrite, AtomicWriteError, JournalStore, MAX_SEQ_NR};
-    use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions};
+    use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions, SqlStoreError};
 
     use crate::common::postgres::PostgresDb;
     use crate::common::{
@@ -211,6 +211,90 @@ mod on_a_server {
             assert_eq!(recover(&journal, "slow", 1, MAX, MAX).await, (vec![], 0));
             assert_eq!(recover(&journal, "fast", 1, MAX, MAX).await, (vec![1], 1));
             journal.close().await;
+        })
+        .await;
+    }
+    /// An event whose tags (`TEXT[]`, read from their binary form) are not a list of strings
+    /// (a NULL element, two dimensions, another element type: rows this crate never writes)
+    /// ends a replay and a query with `CorruptRow` naming the persistence id and the sequence
+    /// number, as a corrupt row on SQLite does, not with a bare column error.
+    #[tokio::test]
+    async fn unreadable_tags_are_a_corrupt_row_named_by_id_and_seq_nr() {
+        use actix_persistence_core::query::{
+            entity_type_of, Offset, QueryError, QuerySettings, ReadJournal,
+        };
+        use actix_persistence_core::JournalError;
+        use futures::StreamExt;
+
+        common::run(|db: PostgresDb| async move {
+            let journal = std::sync::Arc::new(db.journal().await);
+            for (n, tags) in ["ARRAY[NULL]::text[]", "'{{a,b},{c,d}}'::text[]"]
+                .into_iter()
+                .enumerate()
+            {
+                let pid = format!("Tags{n}|1");
+                write_all_ok(&*journal, vec![atomic(&pid, 1..=3)]).await;
+                db.execute(&format!(
+                    "UPDATE journal SET tags = {tags} WHERE persistence_id = '{pid}' AND seq_nr = 2"
+                ))
+                .await;
+                let replayed: Vec<_> = journal.replay_messages(&pid, 1, MAX, MAX).collect().await;
+                assert_eq!(replayed.len(), 2, "event 1, then the error: {replayed:?}");
+                assert_eq!(replayed[0].as_ref().map(|e| e.seq_nr).ok(), Some(1));
+                let query = ReadJournal::from_arc(journal.clone(), QuerySettings::default());
+                let queried: Vec<_> = query
+                    .current_events_by_slices(entity_type_of(&pid), 0, 1023, Offset::NoOffset)
+                    .collect()
+                    .await;
+                let Some(Err(replay_error)) = replayed.get(1) else {
+                    panic!("replay: expected the corrupt row's error, got {replayed:?}")
+                };
+                let Some(Err(QueryError::Journal(query_error))) = queried.last() else {
+                    panic!("query: expected the corrupt row's error, got {queried:?}")
+                };
+                for (path, error) in [("replay", replay_error), ("query", query_error)] {
+                    let JournalError::Storage { source, .. } = error else {
+                        panic!("{path}: expected a storage error, got {error:?}");
+                    };
+                    match source.downcast_ref::<SqlStoreError>() {
+                        Some(SqlStoreError::CorruptRow {
+                            persistence_id,
+                            seq_nr,
+                            reason,
+                        }) => {
+                            assert_eq!((persistence_id.as_str(), *seq_nr), (pid.as_str(), 2));
+                            assert!(reason.contains("tags"), "{path}: {reason}");
+                        }
+                        other => panic!("{path}: expected CorruptRow, got {other:?} ({source})"),
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    /// A tag or an entity type holding NUL, which PostgreSQL cannot store (and no write
+    /// stored), selects no event: the query ends empty, as on SQLite, instead of failing with
+    /// PostgreSQL's encoding error.
+    #[tokio::test]
+    async fn a_query_for_text_holding_nul_finds_nothing() {
+        use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
+        use futures::StreamExt;
+
+        common::run(|db: PostgresDb| async move {
+            let journal = std::sync::Arc::new(db.journal().await);
+            write_all_ok(&*journal, vec![atomic("Nul|1", 1..=2)]).await;
+            let query = ReadJournal::from_arc(journal, QuerySettings::default());
+            let by_tag: Vec<_> = query
+                .current_events_by_tag("a\0b", Offset::NoOffset)
+                .collect()
+                .await;
+            assert!(by_tag.is_empty(), "{by_tag:?}");
+            let by_slices: Vec<_> = query
+                .current_events_by_slices("Nul\0", 0, 1023, Offset::NoOffset)
+                .collect()
+                .await;
+            assert!(by_slices.is_empty(), "{by_slices:?}");
         })
         .await;
     }
