@@ -368,6 +368,94 @@ mod connect_failures_on_a_server {
         assert!(message.contains("authentication failed"), "{message}");
     }
 
+    /// The tag index of a journal in a schema of its own is kept by its triggers whoever
+    /// writes the journal: an insert into `"Tagged Schema".journal` from a session whose
+    /// search_path is the default (another tool, `psql`) indexes the event's tags in that
+    /// schema's `event_tag`, not in the default schema's (migration 0012), and a delete takes
+    /// them out there; the journal's queries by tag see exactly that.
+    #[tokio::test]
+    async fn tag_triggers_keep_to_their_schema_whoever_writes() {
+        use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
+        use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
+        use futures::StreamExt;
+
+        let Some(db) = TestDatabase::create().await else {
+            return;
+        };
+        let in_schema = PostgresJournalOptions {
+            schema: "Tagged Schema".to_owned(),
+            ..PostgresJournalOptions::new(db.url())
+        };
+        // Both schemas hold a journal and its `event_tag`.
+        let default = PostgresJournal::connect(&PostgresJournalOptions::new(db.url()))
+            .await
+            .expect("connect");
+        let journal =
+            std::sync::Arc::new(PostgresJournal::connect(&in_schema).await.expect("connect"));
+        let event = PersistentRepr {
+            persistence_id: "T|1".into(),
+            seq_nr: 1,
+            payload: b"{}".to_vec(),
+            serializer_id: 1,
+            manifest: String::new(),
+            writer_uuid: "w".into(),
+            timestamp: 0,
+            tags: vec!["x".to_owned()],
+        };
+        let results = journal
+            .write_messages(vec![AtomicWrite::new(vec![event]).expect("shape")])
+            .await
+            .expect("write");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+        let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+        sqlx::query(
+            r#"INSERT INTO "Tagged Schema".journal (persistence_id, seq_nr, writer_uuid,
+                   write_timestamp, serializer_id, manifest, payload, tags, db_timestamp, slice,
+                   entity_type)
+               SELECT persistence_id, 2, writer_uuid, write_timestamp, serializer_id, manifest,
+                   payload, '{y}', db_timestamp + 1, slice, entity_type
+               FROM "Tagged Schema".journal WHERE persistence_id = 'T|1' AND seq_nr = 1"#,
+        )
+        .execute(&pool)
+        .await
+        .expect("another tool's insert");
+        let count = |table: &'static str| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {table}"))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(count(r#""Tagged Schema".event_tag"#).await, 2);
+        assert_eq!(count("public.event_tag").await, 0);
+        let query = ReadJournal::from_arc(journal.clone(), QuerySettings::default());
+        let seq_nrs = |tag: &'static str| {
+            let query = &query;
+            async move {
+                query
+                    .current_events_by_tag(tag, Offset::NoOffset)
+                    .map(|e| e.expect("envelope").seq_nr)
+                    .collect::<Vec<_>>()
+                    .await
+            }
+        };
+        assert_eq!(seq_nrs("y").await, vec![2]);
+        assert_eq!(seq_nrs("x").await, vec![1]);
+
+        sqlx::query(r#"DELETE FROM "Tagged Schema".journal WHERE seq_nr = 2"#)
+            .execute(&pool)
+            .await
+            .expect("another tool's delete");
+        assert_eq!(count(r#""Tagged Schema".event_tag"#).await, 1);
+        assert_eq!(seq_nrs("y").await, Vec::<u64>::new());
+        pool.close().await;
+        default.close().await;
+        journal.close().await;
+    }
+
     #[tokio::test]
     async fn journal_tables_live_in_the_configured_schema() {
         let Some(db) = TestDatabase::create().await else {
