@@ -213,6 +213,11 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         Box::pin(async { None })
     }
 
+    /// The replay's page query with an empty list of tags in place of each event's
+    /// (`JournalStore::replay_for_recovery`): [`REPLAY_SQL`] with its `tags` column replaced by
+    /// the dialect's empty value (a test checks they agree).
+    const REPLAY_WITHOUT_TAGS_SQL: &'static str;
+
     /// The statement reading the database clock now, microseconds since the Unix epoch, never
     /// below a stored database timestamp. It may use `$1`, bound to this process's wall clock.
     const CURRENT_TIMESTAMP: &'static str;
@@ -560,7 +565,7 @@ fn decode_cause(error: &sqlx::Error) -> String {
 }
 
 /// The replay's page query: the columns in [`ReplayColumn`] order.
-const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
+pub(crate) const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
                                  manifest, payload, tags \
                           FROM journal \
                           WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
@@ -601,6 +606,8 @@ struct ReplayCursor<D: Dialect> {
     page_readers: D::PageReaders,
     /// Shared by every event of the replay (one allocation for the whole replay).
     persistence_id: Arc<str>,
+    /// The page query: [`REPLAY_SQL`], or without the tags ([`Dialect::REPLAY_WITHOUT_TAGS_SQL`]).
+    sql: &'static str,
     /// The writer uuid of the last event: a run of events of one incarnation shares one
     /// (within a page: pages read ahead have their own).
     writer_uuids: RunInterner,
@@ -815,7 +822,22 @@ where
 {
     /// The events of `pid` from `from` to `to`, at most `max`, page by page (`page_size` per
     /// query on the readers), so memory stays bounded however long the replay.
-    pub(crate) fn replay(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+    ///
+    /// `with_tags`: each event's tags are read; without, they are left empty
+    /// (`JournalStore::replay_for_recovery`: the database neither reads nor sends them).
+    pub(crate) fn replay(
+        &self,
+        pid: &str,
+        from: u64,
+        to: u64,
+        max: u64,
+        with_tags: bool,
+    ) -> ReplayStream {
+        let sql = if with_tags {
+            REPLAY_SQL
+        } else {
+            D::REPLAY_WITHOUT_TAGS_SQL
+        };
         let to = clamp_seq_nr(to);
         let Ok(from) = i64::try_from(from) else {
             return Box::pin(stream::empty());
@@ -828,6 +850,7 @@ where
             readers: self.readers.clone(),
             page_readers: self.page_readers.clone(),
             persistence_id: Arc::from(pid),
+            sql,
             writer_uuids: RunInterner::new(),
             next_from: from,
             to,
@@ -851,6 +874,7 @@ where
                         readers: readers.clone(),
                         page_readers: page_readers.clone(),
                         persistence_id: Arc::clone(&persistence_id),
+                        sql,
                         writer_uuids: RunInterner::new(),
                         next_from: window.from,
                         to,
@@ -960,7 +984,7 @@ where
         let page = D::read_page(
             &cursor.readers,
             &cursor.page_readers,
-            REPLAY_SQL,
+            cursor.sql,
             &args,
             false,
             page_limit,
@@ -972,7 +996,7 @@ where
         // Not read as a page, or not a page of well-shaped rows: read it row by row, which names
         // the corrupt row.
         let mut conn = cursor.readers.acquire().await.map_err(storage)?;
-        let rows = sqlx::query::<D::Db>(REPLAY_SQL)
+        let rows = sqlx::query::<D::Db>(cursor.sql)
             .bind(pid)
             .bind(cursor.next_from)
             .bind(upper)
@@ -1668,6 +1692,25 @@ mod tests {
             previous_timestamp: None,
             previous_seq_nr: None,
         }
+    }
+
+    /// The recovery replay's query is the replay's, its `tags` column replaced by the
+    /// dialect's empty list (one text kept in three places: this keeps them together).
+    #[test]
+    fn the_replay_without_tags_is_the_replay_with_an_empty_list_for_its_tags() {
+        let normalize = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let expected = |empty: &str| {
+            normalize(&REPLAY_SQL.replace("payload, tags", &format!("payload, {empty} AS tags")))
+        };
+        assert_eq!(
+            normalize(SqliteDialect::REPLAY_WITHOUT_TAGS_SQL),
+            expected("'[]'")
+        );
+        #[cfg(feature = "postgres")]
+        assert_eq!(
+            normalize(crate::postgres::PostgresDialect::REPLAY_WITHOUT_TAGS_SQL),
+            expected("'{}'::text[]")
+        );
     }
 
     #[test]

@@ -481,6 +481,13 @@ pub(crate) struct PreparedWrite {
 
 impl Dialect for SqliteDialect {
     const METRICS_LABEL: &'static str = "sqlite";
+    const REPLAY_WITHOUT_TAGS_SQL: &'static str =
+        "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, \
+                '[]' AS tags \
+         FROM journal \
+         WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
+         ORDER BY seq_nr \
+         LIMIT $4";
     type Db = Sqlite;
     type SerializerId = i64;
     type Tags = String;
@@ -1079,7 +1086,14 @@ impl JournalStore for SqliteJournal {
     /// runtime (three pages and two reader connections at most). Each page is read in its own
     /// snapshot: events committed while the replay runs may or may not be seen.
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
-        self.tables().replay(pid, from, to, max)
+        self.tables().replay(pid, from, to, max, true)
+    }
+
+    /// As `replay_messages`, each event's tags left empty: the page query selects an empty
+    /// list in their place, so the database neither reads nor sends them and no event
+    /// allocates them.
+    fn replay_for_recovery(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        self.tables().replay(pid, from, to, max, false)
     }
 
     /// Reads the highest sequence number from its own table (0 for an id that never wrote);

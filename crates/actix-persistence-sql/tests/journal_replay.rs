@@ -23,6 +23,7 @@ backend_tests! {
     delete_touches_only_its_own_persistence_id,
     writes_after_a_full_delete_continue_the_sequence,
     replays_and_query_pages_share_ids_and_writers,
+    a_recovery_replay_is_the_replay_without_its_tags,
 }
 
 async fn replay_of_2000_events_crosses_page_boundaries<B: TestBackend>(db: B) {
@@ -318,5 +319,48 @@ async fn replays_and_query_pages_share_ids_and_writers<B: TestBackend>(db: B) {
             b.persistence_id
         );
         assert!(Arc::ptr_eq(&a.writer_uuid, &b.writer_uuid), "one writer");
+    }
+}
+
+/// `replay_for_recovery` gives exactly `replay_messages`'s events (bounds, `max`, pages,
+/// metadata, payloads) with every event's tags left empty: the page query selects none.
+async fn a_recovery_replay_is_the_replay_without_its_tags<B: TestBackend>(db: B) {
+    let journal = db
+        .journal_with(&[common::Setting::ReplayBatchSize(3)])
+        .await;
+    let tagged = |seq_nr: u64, tags: &[&str]| {
+        let mut event = common::event("r", seq_nr);
+        event.tags = tags.iter().map(|t| (*t).to_owned()).collect();
+        event
+    };
+    let writes = vec![
+        AtomicWrite::new(vec![tagged(1, &["a"]), tagged(2, &[])]).unwrap(),
+        AtomicWrite::new(vec![tagged(3, &["a", "b\"c"]), tagged(4, &["d"])]).unwrap(),
+        AtomicWrite::new((5..=8).map(|n| tagged(n, &["e"])).collect()).unwrap(),
+    ];
+    write_all_ok(&journal, writes).await;
+    for (from, to, max) in [(1, MAX, MAX), (2, 7, MAX), (1, MAX, 5), (8, MAX, MAX)] {
+        let replayed: Vec<_> = journal
+            .replay_messages("r", from, to, max)
+            .try_collect()
+            .await
+            .expect("replay");
+        let recovered: Vec<_> = journal
+            .replay_for_recovery("r", from, to, max)
+            .try_collect()
+            .await
+            .expect("recovery replay");
+        assert!(
+            replayed.iter().any(|e| !e.tags.is_empty()),
+            "the replay keeps the tags ({from}, {to}, {max})"
+        );
+        let untagged: Vec<_> = replayed
+            .into_iter()
+            .map(|mut e| {
+                e.tags.clear();
+                e
+            })
+            .collect();
+        assert_eq!(recovered, untagged, "({from}, {to}, {max})");
     }
 }

@@ -75,6 +75,10 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
         self.store.replay_messages(pid, from, to, max)
     }
 
+    fn replay_for_recovery(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        self.store.replay_for_recovery(pid, from, to, max)
+    }
+
     async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
         self.store.read_highest_sequence_nr(pid, from).await
     }

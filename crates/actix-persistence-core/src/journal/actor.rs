@@ -11,9 +11,9 @@ use tracing::Instrument;
 use super::breaker::{CircuitBreaker, CircuitBreakerConfig, Generation};
 use super::write_queue::{self, WeakWriteSender};
 use super::{
-    write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr, Replay,
-    ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership, Unhealthy, WriteMessages,
-    WriteMessagesReply, WriteSender,
+    write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr,
+    RecoveryReplay, Replay, ReplayMessages, ReplyOrder, Resequence, Resequencer, TakeOwnership,
+    Unhealthy, WriteMessages, WriteMessagesReply, WriteSender,
 };
 use crate::clock;
 use crate::error::{AtomicWriteError, JournalError};
@@ -497,6 +497,26 @@ impl Handler<ReplayMessages> for JournalActor {
     type Result = ResponseFuture<Result<Replay, JournalError>>;
 
     fn handle(&mut self, msg: ReplayMessages, _: &mut Context<Self>) -> Self::Result {
+        self.replay(msg, false)
+    }
+}
+
+impl Handler<RecoveryReplay> for JournalActor {
+    type Result = ResponseFuture<Result<Replay, JournalError>>;
+
+    fn handle(&mut self, msg: RecoveryReplay, _: &mut Context<Self>) -> Self::Result {
+        self.replay(msg.0, true)
+    }
+}
+
+impl JournalActor {
+    /// The highest sequence number, how far events were deleted, and the events of `msg`
+    /// (through `JournalStore::replay_for_recovery` when `for_recovery`).
+    fn replay(
+        &self,
+        msg: ReplayMessages,
+        for_recovery: bool,
+    ) -> ResponseFuture<Result<Replay, JournalError>> {
         let store = Arc::clone(&self.store);
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
@@ -516,7 +536,12 @@ impl Handler<ReplayMessages> for JournalActor {
             )
             .await?;
             let to = msg.to_seq_nr.min(highest);
-            let events = store.replay_messages(&msg.persistence_id, msg.from_seq_nr, to, msg.max);
+            let (pid, from, max) = (&msg.persistence_id, msg.from_seq_nr, msg.max);
+            let events = if for_recovery {
+                store.replay_for_recovery(pid, from, to, max)
+            } else {
+                store.replay_messages(pid, from, to, max)
+            };
             Ok(Replay {
                 highest_seq_nr: highest,
                 deleted_to,

@@ -21,8 +21,8 @@ pub use actor::{JournalActor, JournalConfig};
 pub(crate) use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
-    CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, Replay, ReplayMessages,
-    ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
+    CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, RecoveryReplay, Replay,
+    ReplayMessages, ReplyTo, TakeOwnership, Unhealthy, WriteMessages, WriteMessagesReply,
 };
 pub(crate) use protocol::{ReplySlot, SlotReply};
 pub(crate) use resequencer::ReplyOrder;

@@ -317,7 +317,19 @@ impl Message for ReplayMessages {
     type Result = Result<Replay, JournalError>;
 }
 
-/// The answer to [`ReplayMessages`]: the highest sequence number the journal ever stored for
+/// [`ReplayMessages`] for a persistent actor's recovery: the same answer, with the events read
+/// through [`JournalStore::replay_for_recovery`] (their tags may be left empty: a recovering
+/// actor never reads them).
+///
+/// [`JournalStore::replay_for_recovery`]: crate::store::JournalStore::replay_for_recovery
+#[derive(Debug, Clone)]
+pub struct RecoveryReplay(pub ReplayMessages);
+
+impl Message for RecoveryReplay {
+    type Result = Result<Replay, JournalError>;
+}
+
+/// The answer to [`ReplayMessages`] and [`RecoveryReplay`]: the highest sequence number the journal ever stored for
 /// the id (never lowered by the replay's bounds or by deletes), and the events, streamed.
 pub struct Replay {
     /// Highest sequence number ever stored for the persistence id (0 if none).

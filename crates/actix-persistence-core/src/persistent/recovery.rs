@@ -16,7 +16,7 @@ use tracing::Span;
 use super::panics::catch_user;
 use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
-use crate::journal::{JournalActor, ReplayMessages, TakeOwnership};
+use crate::journal::{JournalActor, RecoveryReplay, ReplayMessages, TakeOwnership};
 use crate::serialization::SerializationError;
 use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
 use crate::store::{FencingToken, ReplayStream, MAX_SEQ_NR};
@@ -217,12 +217,12 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
     };
     let fencing_token = take_ownership(&plan).await?;
     let from = snapshot.as_ref().map(|s| s.metadata.seq_nr).unwrap_or(0) + 1;
-    let request = plan.journal.send(ReplayMessages {
+    let request = plan.journal.send(RecoveryReplay(ReplayMessages {
         persistence_id: plan.persistence_id.clone(),
         from_seq_nr: from,
         to_seq_nr: plan.recovery.to_seq_nr,
         max: plan.recovery.max_events,
-    });
+    }));
     let replay = tokio::time::timeout(plan.timeout, request)
         .await
         .map_err(|_| timed_out())?
