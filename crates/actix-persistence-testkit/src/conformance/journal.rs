@@ -21,7 +21,7 @@ use std::sync::Arc;
 use actix::{Actor, Addr};
 use actix_persistence_core::journal::{
     DeleteMessagesTo, Incarnation, JournalActor, JournalConfig, ReadHighestSequenceNr,
-    ReplayMessages, TakeOwnership, WriteMessages, WriteMessagesReply,
+    RecoveryReplay, ReplayMessages, TakeOwnership, WriteMessages, WriteMessagesReply,
 };
 use actix_persistence_core::persistent::{PersistError, PersistenceState};
 use actix_persistence_core::serialization::JSON_SERIALIZER_ID;
@@ -90,14 +90,42 @@ impl JournalUnderTest {
 
     /// `replay(from, to, max)` through [`ReplayMessages`], collected.
     pub(crate) async fn replay(&self, pid: &str, from: u64, to: u64, max: u64) -> Replayed {
-        let what = format!("replay({from}, {to}, {max}) of {pid:?}");
-        let request = self.actor.send(ReplayMessages {
+        self.replay_of(pid, from, to, max, false).await
+    }
+
+    /// `replay(from, to, max)` through [`RecoveryReplay`] (`JournalStore::replay_for_recovery`),
+    /// collected.
+    pub(crate) async fn recovery_replay(
+        &self,
+        pid: &str,
+        from: u64,
+        to: u64,
+        max: u64,
+    ) -> Replayed {
+        self.replay_of(pid, from, to, max, true).await
+    }
+
+    async fn replay_of(
+        &self,
+        pid: &str,
+        from: u64,
+        to: u64,
+        max: u64,
+        for_recovery: bool,
+    ) -> Replayed {
+        let what = format!("replay({from}, {to}, {max}) of {pid:?} (for recovery: {for_recovery})");
+        let message = ReplayMessages {
             persistence_id: pid.to_owned(),
             from_seq_nr: from,
             to_seq_nr: to,
             max,
-        });
-        let replay = match within(&what, request).await {
+        };
+        let answer = if for_recovery {
+            within(&what, self.actor.send(RecoveryReplay(message))).await
+        } else {
+            within(&what, self.actor.send(message)).await
+        };
+        let replay = match answer {
             Ok(Ok(replay)) => replay,
             Ok(Err(e)) => panic!("{what} failed: {e}"),
             Err(e) => panic!("{what}: the journal actor is gone: {e}"),
@@ -370,6 +398,13 @@ impl Fixture {
     /// `replay(from, to, max)` of the case's id.
     async fn replay(&self, from: u64, to: u64, max: u64) -> Replayed {
         self.journal.replay(self.pid(), from, to, max).await
+    }
+
+    /// `replay(from, to, max)` of the setup's id for a recovery ([`RecoveryReplay`]).
+    async fn recovery_replay(&self, from: u64, to: u64, max: u64) -> Replayed {
+        self.journal
+            .recovery_replay(self.pid(), from, to, max)
+            .await
     }
 
     /// Checks `replay(from, to, max)` gives the setup's events `want` and highest `highest`.
@@ -1014,6 +1049,33 @@ pub async fn j26_metadata_round_trip(store: Arc<dyn JournalStore>) {
         assert_eq!(got, want, "J26: event {n} as a whole");
     }
     assert_eq!(got.highest, 8, "J26: highest sequence number");
+
+    // A recovery's replay: the same events, each with its tags or none (a store may skip
+    // reading them: a recovering actor never does).
+    let recovered = f.recovery_replay(6, MAX, MAX).await;
+    assert_eq!(
+        recovered.highest, 8,
+        "J26: highest sequence number (recovery)"
+    );
+    assert_eq!(
+        recovered.events.len(),
+        written.len(),
+        "J26: recovery replay"
+    );
+    for (got, want) in recovered.events.iter().zip(&written) {
+        let n = want.seq_nr;
+        assert!(
+            got.tags == want.tags || got.tags.is_empty(),
+            "J26: tags of {n} in a recovery replay: {:?}",
+            got.tags
+        );
+        let mut got = got.clone();
+        got.tags.clone_from(&want.tags);
+        assert_eq!(
+            &got, want,
+            "J26: event {n} of a recovery replay, tags aside"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
