@@ -56,6 +56,21 @@ pub enum SqlStoreError {
         #[source]
         source: Box<actix_persistence_core::JournalError>,
     },
+    /// The PostgreSQL database's encoding cannot hold every text the journal stores
+    /// (persistence ids, manifests, tags, writer ids are any Unicode): a write of a character
+    /// it has no equivalent for would fail, and stop its actor, long after startup. Nothing was
+    /// changed. Create the journal's database with `ENCODING 'UTF8'` (`SQL_ASCII`, which stores
+    /// the bytes as given, is accepted too).
+    #[error(
+        "the journal's database at {url} has encoding {encoding}, which cannot hold every \
+         character of persistence ids, manifests and tags: create it with ENCODING 'UTF8'"
+    )]
+    DatabaseEncoding {
+        /// The database URL, password hidden.
+        url: String,
+        /// The database's encoding (`server_encoding`), e.g. `LATIN1`.
+        encoding: String,
+    },
     /// An option holds a value the store cannot work with.
     #[error("journal store option `{option}` = {value} is invalid: {reason}")]
     InvalidOption {

@@ -184,9 +184,29 @@ async fn open_pools(options: &PostgresJournalOptions) -> Result<(PgPool, PgPool)
 /// Opens the pool and brings the schema (journal and snapshots) up to date.
 pub(crate) async fn open_pool(options: &PostgresJournalOptions) -> Result<PgPool, SqlStoreError> {
     let pool = connect_pool(options).await?;
+    check_encoding(&pool, &options.url).await?;
     let schema = quoted_schema(&options.schema)?;
     migrate_postgres_in(&pool, schema.as_deref()).await?;
     Ok(pool)
+}
+
+/// Refuses a database whose encoding cannot hold any Unicode text
+/// ([`SqlStoreError::DatabaseEncoding`]); `UTF8` and `SQL_ASCII` (bytes stored as given) can.
+/// A failure to read the encoding is left to the migrations that follow, which report it.
+async fn check_encoding(pool: &PgPool, url: &str) -> Result<(), SqlStoreError> {
+    let encoding: Result<String, _> =
+        sqlx::query_scalar("SELECT current_setting('server_encoding')")
+            .fetch_one(pool)
+            .await;
+    match encoding {
+        Ok(encoding) if encoding != "UTF8" && encoding != "SQL_ASCII" => {
+            Err(SqlStoreError::DatabaseEncoding {
+                url: redact_password(url),
+                encoding,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Brings the schema of the PostgreSQL database behind `pool` up to date with the migrations
@@ -458,7 +478,9 @@ impl PostgresJournal {
     ///   or the server refuses or cannot be reached within `acquire_timeout`;
     /// - [`SqlStoreError::Migrate`] when the schema cannot be brought up to date;
     /// - [`SqlStoreError::ForeignTable`] when the schema holds a table of one of the
-    ///   journal's names that the journal's migrations did not create.
+    ///   journal's names that the journal's migrations did not create;
+    /// - [`SqlStoreError::DatabaseEncoding`] when the database's encoding is neither `UTF8`
+    ///   nor `SQL_ASCII`.
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let (pool, readers) = open_pools(options).await?;

@@ -341,6 +341,59 @@ mod connect_failures_on_a_server {
         }
     }
 
+    /// A database whose encoding cannot hold any Unicode text is refused at connect, naming
+    /// the encoding, before anything is created in it (a write of a character it lacks would
+    /// fail, and stop its actor, long after startup).
+    #[tokio::test]
+    async fn a_database_not_in_utf8_is_refused_at_connect() {
+        let Some(admin_url) = actix_persistence_sql::test_util::database_url() else {
+            return;
+        };
+        let name = format!("ap_latin1_{}", std::process::id());
+        let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+        sqlx::query(&format!(
+            "CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' \
+             TEMPLATE template0"
+        ))
+        .execute(&admin)
+        .await
+        .unwrap();
+        let url = url_with_database(&admin_url, &name);
+        let result = PostgresJournal::connect(&PostgresJournalOptions::new(url.clone())).await;
+        if let Ok(journal) = &result {
+            journal.close().await;
+        }
+        let tables: i64 = {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            let count = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'public'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+            count
+        };
+        sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+        match result {
+            Err(error @ SqlStoreError::DatabaseEncoding { .. }) => {
+                let message = error.to_string();
+                let SqlStoreError::DatabaseEncoding { encoding, .. } = error else {
+                    unreachable!()
+                };
+                assert_eq!(encoding, "LATIN1");
+                assert!(message.contains("ENCODING 'UTF8'"), "{message}");
+            }
+            Err(other) => panic!("expected DatabaseEncoding, got {other}"),
+            Ok(_) => panic!("a LATIN1 database was accepted"),
+        }
+        assert_eq!(tables, 0, "nothing is created in a refused database");
+    }
+
     #[tokio::test]
     async fn unknown_database_says_the_database_does_not_exist() {
         let Some(db) = TestDatabase::create().await else {
