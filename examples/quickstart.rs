@@ -182,7 +182,13 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
 async fn start_read_model(
     persistence: &Persistence,
 ) -> Result<Option<(SqliteJournal, ProjectionHandle<Offset>)>, Box<dyn std::error::Error>> {
-    if persistence.settings().journal.plugin != JournalPlugin::Sqlite {
+    let plugin = persistence.settings().journal.plugin;
+    if plugin != JournalPlugin::Sqlite {
+        println!(
+            "quickstart: the read model's projection is shown on the SQLite journal; with \
+             journal.plugin = {plugin:?} it is skipped (projections on PostgreSQL: \
+             docs/projections.md)"
+        );
         return Ok(None);
     }
     let url = persistence.settings().journal.sqlite.url.clone();
