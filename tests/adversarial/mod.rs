@@ -258,7 +258,7 @@ impl actix::Actor for Acct {
 }
 
 /// The most commands a test sends an `Acct` ahead of its replies.
-pub const MAILBOX_CAPACITY: usize = 256;
+const MAILBOX_CAPACITY: usize = 256;
 
 impl PersistentActor for Acct {
     fn persistence(&self) -> &PersistenceState<Self> {

@@ -565,7 +565,7 @@ fn decode_cause(error: &sqlx::Error) -> String {
 }
 
 /// The replay's page query: the columns in [`ReplayColumn`] order.
-pub(crate) const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
+const REPLAY_SQL: &str = "SELECT seq_nr, writer_uuid, write_timestamp, serializer_id, \
                                  manifest, payload, tags \
                           FROM journal \
                           WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \

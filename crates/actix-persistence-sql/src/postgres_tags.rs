@@ -59,7 +59,7 @@ pub(crate) enum TagsError {
     /// an array at all (its first bytes read as a header).
     #[error("not an array of text (element type oid {0}); the column must be TEXT[]")]
     ElementType(u32),
-    /// A NULL element (the journal never stores one).
+    /// A NULL element (the journal never stores one), or a negative element length.
     #[error("the tags array holds a NULL")]
     Null,
     /// An element that is not UTF-8.
@@ -72,22 +72,17 @@ pub(crate) enum TagsError {
 /// bound, then each element as a 4-byte length (-1: NULL) and its bytes; all big-endian.
 pub(crate) fn from_binary(bytes: &[u8]) -> Result<Vec<String>, TagsError> {
     let mut rest = bytes;
-    let mut word = || -> Result<[u8; 4], TagsError> {
-        let (head, tail) = rest.split_first_chunk::<4>().ok_or(TagsError::Truncated)?;
-        rest = tail;
-        Ok(*head)
-    };
-    let dimensions = i32::from_be_bytes(word()?);
-    let _has_nulls = word()?;
-    let element_type = u32::from_be_bytes(word()?);
+    let dimensions = i32::from_be_bytes(take_word(&mut rest)?);
+    let _has_nulls = take_word(&mut rest)?;
+    let element_type = u32::from_be_bytes(take_word(&mut rest)?);
     if !TEXT_LIKE_OIDS.contains(&element_type) {
         return Err(TagsError::ElementType(element_type));
     }
     let len = match dimensions {
         0 => 0,
         1 => {
-            let len = i32::from_be_bytes(word()?);
-            let _lower_bound = word()?;
+            let len = i32::from_be_bytes(take_word(&mut rest)?);
+            let _lower_bound = take_word(&mut rest)?;
             usize::try_from(len).map_err(|_| TagsError::Truncated)?
         }
         n => return Err(TagsError::Dimensions(n)),
@@ -96,16 +91,13 @@ pub(crate) fn from_binary(bytes: &[u8]) -> Result<Vec<String>, TagsError> {
     // reason to reserve room for it.
     let mut tags = Vec::with_capacity(len.min(rest.len() / 4));
     for _ in 0..len {
-        let (head, tail) = rest.split_first_chunk::<4>().ok_or(TagsError::Truncated)?;
-        let element_len = i32::from_be_bytes(*head);
-        if element_len < 0 {
-            return Err(TagsError::Null);
-        }
-        let element_len = usize::try_from(element_len).map_err(|_| TagsError::Truncated)?;
-        if element_len > tail.len() {
+        // -1 (NULL) and any other negative length fail the conversion.
+        let element_len = usize::try_from(i32::from_be_bytes(take_word(&mut rest)?))
+            .map_err(|_| TagsError::Null)?;
+        if element_len > rest.len() {
             return Err(TagsError::Truncated);
         }
-        let (element, tail) = tail.split_at(element_len);
+        let (element, tail) = rest.split_at(element_len);
         tags.push(std::str::from_utf8(element)?.to_owned());
         rest = tail;
     }
@@ -113,6 +105,13 @@ pub(crate) fn from_binary(bytes: &[u8]) -> Result<Vec<String>, TagsError> {
         return Err(TagsError::TrailingBytes(rest.len()));
     }
     Ok(tags)
+}
+
+/// The next 4 bytes of `rest` (a big-endian integer of the format), taken off it.
+fn take_word(rest: &mut &[u8]) -> Result<[u8; 4], TagsError> {
+    let (head, tail) = rest.split_first_chunk::<4>().ok_or(TagsError::Truncated)?;
+    *rest = tail;
+    Ok(*head)
 }
 
 #[cfg(test)]
