@@ -111,6 +111,10 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// Runs one statement (test setup such as a trigger) on a connection of its own.
     async fn execute(&self, sql: &str);
 
+    /// The SQL literal of an event's `tags` column holding `tags` (a JSON array on SQLite, a
+    /// `TEXT[]` on PostgreSQL); the tags are plain words.
+    fn tags_literal(tags: &[&str]) -> String;
+
     /// The integers `sql` (valid on both databases) selects, on a connection of its own.
     async fn query_i64s(&self, sql: &str) -> Vec<i64>;
 

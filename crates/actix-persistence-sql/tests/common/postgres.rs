@@ -97,6 +97,16 @@ impl TestBackend for PostgresDb {
         )
     }
 
+    fn tags_literal(tags: &[&str]) -> String {
+        format!(
+            "ARRAY[{}]::text[]",
+            tags.iter()
+                .map(|t| format!("'{t}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
+
     async fn execute(&self, sql: &str) {
         super::execute::<Postgres>(self.db.url(), sql).await;
     }

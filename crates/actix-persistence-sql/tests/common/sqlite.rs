@@ -103,6 +103,16 @@ impl TestBackend for SqliteDb {
         )
     }
 
+    fn tags_literal(tags: &[&str]) -> String {
+        format!(
+            "'[{}]'",
+            tags.iter()
+                .map(|t| format!("\"{t}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
+
     async fn execute(&self, sql: &str) {
         super::execute::<Sqlite>(&self.url, sql).await;
     }

@@ -1,0 +1,96 @@
+//! The tag index (`event_tag`) follows the journal's rows on SQLite and on PostgreSQL, also when
+//! a row is changed in place by hand or by another tool (migrations: SQLite 0011, PostgreSQL
+//! 0013): a query by tag finds an event under the tags its row holds now, never under tags it
+//! no longer holds.
+#![cfg(any(feature = "sqlite", feature = "test-util"))]
+
+mod common;
+
+use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
+use actix_persistence_core::AtomicWrite;
+use common::{backend_tests, event, write_all_ok, TestBackend};
+use futures::TryStreamExt;
+
+backend_tests! {
+    an_event_retagged_in_place_is_found_under_its_new_tags_only,
+}
+
+/// Events 1 to `n` of `pid`, each tagged `tags`.
+fn tagged(pid: &str, n: u64, tags: &[&str]) -> AtomicWrite {
+    let events = (1..=n)
+        .map(|seq_nr| {
+            let mut event = event(pid, seq_nr);
+            event.tags = tags.iter().map(|t| (*t).to_owned()).collect();
+            event
+        })
+        .collect();
+    AtomicWrite::new(events).expect("consecutive")
+}
+
+/// The (persistence id, seq_nr) of every event `current_events_by_tag(tag)` delivers.
+async fn by_tag<B: TestBackend>(journal: &B::Journal, tag: &str) -> Vec<(String, u64)> {
+    ReadJournal::new(journal.clone(), QuerySettings::default())
+        .current_events_by_tag(tag, Offset::NoOffset)
+        .map_ok(|envelope| (envelope.persistence_id.to_string(), envelope.seq_nr))
+        .try_collect()
+        .await
+        .expect("query by tag")
+}
+
+fn events(pid: &str, seq_nrs: &[u64]) -> Vec<(String, u64)> {
+    seq_nrs.iter().map(|&n| (pid.to_owned(), n)).collect()
+}
+
+async fn an_event_retagged_in_place_is_found_under_its_new_tags_only<B: TestBackend>(db: B) {
+    let journal = db.journal().await;
+    write_all_ok(&journal, vec![tagged("Acct|1", 4, &["old"])]).await;
+    assert_eq!(
+        by_tag::<B>(&journal, "old").await,
+        events("Acct|1", &[1, 2, 3, 4])
+    );
+
+    // An update of other columns, or of the tags to what they were, changes nothing.
+    db.execute("UPDATE journal SET manifest = 'Renamed' WHERE persistence_id = 'Acct|1'")
+        .await;
+    db.execute(&format!(
+        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1'",
+        B::tags_literal(&["old"])
+    ))
+    .await;
+    assert_eq!(
+        by_tag::<B>(&journal, "old").await,
+        events("Acct|1", &[1, 2, 3, 4])
+    );
+
+    // One event re-tagged, one stripped of its tags, in one statement each.
+    db.execute(&format!(
+        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1' AND seq_nr = 2",
+        B::tags_literal(&["new", "other"])
+    ))
+    .await;
+    db.execute(&format!(
+        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1' AND seq_nr = 3",
+        B::tags_literal(&[])
+    ))
+    .await;
+    assert_eq!(
+        by_tag::<B>(&journal, "old").await,
+        events("Acct|1", &[1, 4])
+    );
+    assert_eq!(by_tag::<B>(&journal, "new").await, events("Acct|1", &[2]));
+    assert_eq!(by_tag::<B>(&journal, "other").await, events("Acct|1", &[2]));
+
+    // Many rows in one statement (PostgreSQL's trigger runs once per statement).
+    db.execute(&format!(
+        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1'",
+        B::tags_literal(&["all"])
+    ))
+    .await;
+    assert_eq!(
+        by_tag::<B>(&journal, "all").await,
+        events("Acct|1", &[1, 2, 3, 4])
+    );
+    for gone in ["old", "new", "other"] {
+        assert_eq!(by_tag::<B>(&journal, gone).await, Vec::new(), "{gone}");
+    }
+}
