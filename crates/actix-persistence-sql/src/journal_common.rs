@@ -1822,18 +1822,7 @@ mod postgres_plan_tests {
     use actix_persistence_core::{AtomicWrite, JournalStore};
     use sqlx::{Connection, PgConnection};
 
-    fn tagged(pid: &str, seq_nr: u64, tag: &str) -> PersistentRepr {
-        PersistentRepr {
-            persistence_id: pid.into(),
-            seq_nr,
-            payload: b"{}".to_vec(),
-            serializer_id: 1,
-            manifest: String::new(),
-            writer_uuid: "w".into(),
-            timestamp: 0,
-            tags: vec![tag.to_owned()],
-        }
-    }
+    use crate::test_util::tagged;
 
     async fn write(journal: &PostgresJournal, ids: std::ops::Range<u64>, per_id: u64, tag: &str) {
         let writes = ids

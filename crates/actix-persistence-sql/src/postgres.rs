@@ -1229,7 +1229,7 @@ mod tests {
     #[tokio::test]
     async fn the_readers_plan_their_statements_once() {
         use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
-        use actix_persistence_core::{AtomicWrite, JournalStore, PersistentRepr};
+        use actix_persistence_core::{AtomicWrite, JournalStore};
         use futures::TryStreamExt;
 
         let Some(db) = crate::test_util::TestDatabase::create().await else {
@@ -1240,16 +1240,7 @@ mod tests {
         options.replay_batch_size = 2;
         let journal = PostgresJournal::connect(&options).await.expect("connect");
         let events = (1..=20)
-            .map(|seq_nr| PersistentRepr {
-                persistence_id: "Plan|1".into(),
-                seq_nr,
-                payload: b"{}".to_vec(),
-                serializer_id: 1,
-                manifest: String::new(),
-                writer_uuid: "w".into(),
-                timestamp: 0,
-                tags: vec!["t".into()],
-            })
+            .map(|seq_nr| crate::test_util::tagged("Plan|1", seq_nr, "t"))
             .collect();
         let write = AtomicWrite::new(events).expect("consecutive");
         let results = journal.write_messages(vec![write]).await.expect("write");

@@ -27,6 +27,15 @@ fn tagged(pid: &str, n: u64, tags: &[&str]) -> AtomicWrite {
     AtomicWrite::new(events).expect("consecutive")
 }
 
+/// Sets the `tags` of the journal rows `condition` selects to `tags`, as another tool would.
+async fn set_tags<B: TestBackend>(db: &B, condition: &str, tags: &[&str]) {
+    let tags = B::tags_literal(tags);
+    db.execute(&format!(
+        "UPDATE journal SET tags = {tags} WHERE {condition}"
+    ))
+    .await;
+}
+
 /// The (persistence id, seq_nr) of every event `current_events_by_tag(tag)` delivers.
 async fn by_tag<B: TestBackend>(journal: &B::Journal, tag: &str) -> Vec<(String, u64)> {
     ReadJournal::new(journal.clone(), QuerySettings::default())
@@ -52,27 +61,20 @@ async fn an_event_retagged_in_place_is_found_under_its_new_tags_only<B: TestBack
     // An update of other columns, or of the tags to what they were, changes nothing.
     db.execute("UPDATE journal SET manifest = 'Renamed' WHERE persistence_id = 'Acct|1'")
         .await;
-    db.execute(&format!(
-        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1'",
-        B::tags_literal(&["old"])
-    ))
-    .await;
+    set_tags(&db, "persistence_id = 'Acct|1'", &["old"]).await;
     assert_eq!(
         by_tag::<B>(&journal, "old").await,
         events("Acct|1", &[1, 2, 3, 4])
     );
 
     // One event re-tagged, one stripped of its tags, in one statement each.
-    db.execute(&format!(
-        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1' AND seq_nr = 2",
-        B::tags_literal(&["new", "other"])
-    ))
+    set_tags(
+        &db,
+        "persistence_id = 'Acct|1' AND seq_nr = 2",
+        &["new", "other"],
+    )
     .await;
-    db.execute(&format!(
-        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1' AND seq_nr = 3",
-        B::tags_literal(&[])
-    ))
-    .await;
+    set_tags(&db, "persistence_id = 'Acct|1' AND seq_nr = 3", &[]).await;
     assert_eq!(
         by_tag::<B>(&journal, "old").await,
         events("Acct|1", &[1, 4])
@@ -81,11 +83,7 @@ async fn an_event_retagged_in_place_is_found_under_its_new_tags_only<B: TestBack
     assert_eq!(by_tag::<B>(&journal, "other").await, events("Acct|1", &[2]));
 
     // Many rows in one statement (PostgreSQL's trigger runs once per statement).
-    db.execute(&format!(
-        "UPDATE journal SET tags = {} WHERE persistence_id = 'Acct|1'",
-        B::tags_literal(&["all"])
-    ))
-    .await;
+    set_tags(&db, "persistence_id = 'Acct|1'", &["all"]).await;
     assert_eq!(
         by_tag::<B>(&journal, "all").await,
         events("Acct|1", &[1, 2, 3, 4])
