@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// Entries of dropped listeners a notifier's look-back registry may hold beyond twice its live
+/// listeners before it forgets them (see `WriteNotifier::register_lookback`).
+const REGISTRY_SLACK: usize = 16;
+
 /// Sends a notification to every live query of a store after each commit. Held by a store;
 /// cheap to clone (clones notify the same queries).
 #[derive(Debug, Clone)]
@@ -82,13 +86,24 @@ impl WriteNotifier {
             .send_modify(|count| *count = count.wrapping_add(1));
     }
 
-    /// A new listener's look-back, registered with this notifier.
-    fn register_lookback(lookbacks: &Arc<Mutex<Vec<Weak<AtomicU64>>>>) -> Arc<AtomicU64> {
+    /// A new listener's look-back, registered with this notifier (`listeners`: how many
+    /// listeners exist, this one included).
+    ///
+    /// The look-backs of dropped listeners are forgotten here once they make up most of the
+    /// registry (amortized O(1) per listener), not only by a notification with a look-back:
+    /// a store that never sends one (SQLite, in memory) kept one entry per live query ever
+    /// opened, so a process opening a live query per request grew without bound.
+    fn register_lookback(
+        lookbacks: &Arc<Mutex<Vec<Weak<AtomicU64>>>>,
+        listeners: &AtomicUsize,
+    ) -> Arc<AtomicU64> {
         let lookback = Arc::new(AtomicU64::new(0));
-        lookbacks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::downgrade(&lookback));
+        let mut registered = lookbacks.lock().unwrap_or_else(PoisonError::into_inner);
+        let live = listeners.load(Ordering::SeqCst);
+        if registered.len() >= live.saturating_mul(2).saturating_add(REGISTRY_SLACK) {
+            registered.retain(|listener| listener.strong_count() > 0);
+        }
+        registered.push(Arc::downgrade(&lookback));
         lookback
     }
 
@@ -100,7 +115,7 @@ impl WriteNotifier {
         WriteNotifications {
             receiver: self.sender.subscribe(),
             listeners: Arc::clone(&self.listeners),
-            lookback: Self::register_lookback(&self.lookbacks),
+            lookback: Self::register_lookback(&self.lookbacks, &self.listeners),
             lookbacks: Arc::clone(&self.lookbacks),
         }
     }
@@ -113,7 +128,7 @@ impl Clone for WriteNotifications {
         WriteNotifications {
             receiver: self.receiver.clone(),
             listeners: Arc::clone(&self.listeners),
-            lookback: WriteNotifier::register_lookback(&self.lookbacks),
+            lookback: WriteNotifier::register_lookback(&self.lookbacks, &self.listeners),
             lookbacks: Arc::clone(&self.lookbacks),
         }
     }
@@ -209,5 +224,28 @@ mod tests {
             1,
             "the dropped listener is forgotten"
         );
+    }
+
+    /// A store that never notifies with a look-back (SQLite, in memory) still forgets the
+    /// look-backs of dropped listeners: a process that opens and drops live queries (one per
+    /// request, say) keeps its notifier's memory bounded by the queries alive.
+    #[tokio::test]
+    async fn dropped_listeners_are_forgotten_without_lookbacks() {
+        let notifier = WriteNotifier::new();
+        let kept = notifier.subscribe();
+        for _ in 0..10_000 {
+            let listener = notifier.subscribe();
+            let clone = listener.clone();
+            notifier.notify();
+            drop((listener, clone));
+        }
+        let registered = notifier.lookbacks.lock().expect("lock").len();
+        // At most three listeners at once: a few dozen entries, not one per listener ever.
+        assert!(
+            registered <= 2 * 3 + REGISTRY_SLACK + 1,
+            "{registered} look-backs registered for {} listeners",
+            listeners(&notifier)
+        );
+        drop(kept);
     }
 }
