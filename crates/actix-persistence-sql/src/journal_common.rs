@@ -619,6 +619,9 @@ struct ReplayCursor<D: Dialect> {
     /// without statistics (a table filled a moment ago) never sorts the whole rest of the
     /// journal for one page; windows that hold no event (deleted ranges) double.
     window: i64,
+    /// Whether `to` is at most the id's highest sequence number: read when a window first
+    /// comes back empty (see [`JournalTables::read_page`]).
+    to_within_highest: bool,
 }
 
 /// The events of one page (a failed page ends with its error), and the query of the next page
@@ -857,6 +860,7 @@ where
             remaining: max,
             page_size: self.page_size,
             window: page_size,
+            to_within_highest: false,
         };
         // Read ahead beyond the next page only when `max` cannot end the replay before `to`:
         // then every page's query is its window's, whatever the pages before it held.
@@ -881,6 +885,7 @@ where
                         remaining: max,
                         page_size: page_size_u32,
                         window: window.size,
+                        to_within_highest: false,
                     })
                 }),
             }
@@ -942,6 +947,24 @@ where
             }
             _ => None,
         };
+        // A window that held nothing may lie past the id's last event (a live query by
+        // persistence id reads from its next sequence number up to `MAX_SEQ_NR` on every
+        // round): no event is stored above the highest sequence number, so the replay ends
+        // there instead of doubling its windows up to `i64::MAX` (about 50 empty queries per
+        // call). Read once per replay, only when a window came back empty.
+        let next_from = match next_from {
+            Some((from, window)) if read == 0 && !cursor.to_within_highest => {
+                match Self::read_highest_of(&cursor).await {
+                    Ok(highest) => {
+                        cursor.to = cursor.to.min(highest);
+                        cursor.to_within_highest = true;
+                        Some((from, window))
+                    }
+                    Err(error) => return Page::failed(error),
+                }
+            }
+            other => other,
+        };
         let next = match next_from {
             Some((from, window)) if cursor.remaining > 0 && from <= cursor.to => {
                 cursor.next_from = from;
@@ -951,6 +974,21 @@ where
             _ => None,
         };
         Page { events, next }
+    }
+
+    /// The highest sequence number of the cursor's persistence id (0 when it never wrote), on
+    /// a connection of the readers that is back in the pool when this returns.
+    async fn read_highest_of(cursor: &ReplayCursor<D>) -> Result<i64, JournalError> {
+        let storage = |e| JournalError::storage("replay", e);
+        let mut conn = cursor.readers.acquire().await.map_err(storage)?;
+        let highest = sqlx::query_scalar::<D::Db, i64>(
+            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+        )
+        .bind(&*cursor.persistence_id)
+        .fetch_optional(&mut *conn)
+        .await;
+        conn.return_to_pool().await;
+        Ok(highest.map_err(storage)?.unwrap_or(0))
     }
 
     /// The rows of one replay page: `persistence_id`'s events from `cursor.next_from` to
@@ -1809,6 +1847,96 @@ mod tests {
             .expect("an event");
         assert_eq!(event.tags, ["a", "b c"]);
         assert_eq!(event.manifest, "M");
+    }
+    /// Follows a replay of `pid` from `from` to `to` page by page, as its stream does (without
+    /// the reads ahead): the page queries it ran, and the sequence numbers it read.
+    async fn replay_pages(
+        journal: &crate::SqliteJournal,
+        pid: &str,
+        from: i64,
+        to: i64,
+    ) -> (usize, Vec<u64>) {
+        let tables = journal.tables();
+        let cursor = ReplayCursor::<SqliteDialect> {
+            readers: tables.readers.clone(),
+            page_readers: tables.page_readers.clone(),
+            persistence_id: Arc::from(pid),
+            sql: REPLAY_SQL,
+            writer_uuids: RunInterner::new(),
+            next_from: from,
+            to,
+            remaining: u64::MAX,
+            page_size: tables.page_size,
+            window: i64::from(tables.page_size),
+            to_within_highest: false,
+        };
+        let mut page = JournalTables::<'static, SqliteDialect>::read_page(cursor).await;
+        let (mut pages, mut seq_nrs) = (1, Vec::new());
+        loop {
+            for event in page.events {
+                seq_nrs.push(event.expect("an event").seq_nr);
+            }
+            let Some((_, next)) = page.next else {
+                return (pages, seq_nrs);
+            };
+            pages += 1;
+            page = next.await;
+        }
+    }
+
+    /// A replay up to `MAX_SEQ_NR` (what a live query by persistence id asks on every round)
+    /// ends at the id's highest sequence number: it doubled its empty windows up to `i64::MAX`
+    /// past the last event instead, about 60 queries per call with pages of 10. Windows over a
+    /// deleted range still widen and find the events after it.
+    #[tokio::test]
+    async fn a_replay_past_the_last_event_ends_at_the_highest_sequence_number() {
+        use actix_persistence_core::{AtomicWrite, FencingToken, JournalStore};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite:{}", dir.path().join("tail.db").display());
+        let journal = crate::SqliteJournal::connect(&crate::SqliteJournalOptions {
+            replay_batch_size: 10,
+            ..crate::SqliteJournalOptions::new(url)
+        })
+        .await
+        .expect("open");
+        let pid = "Acc|tail";
+        let events = (1..=25)
+            .map(|seq_nr| PersistentRepr {
+                persistence_id: pid.into(),
+                seq_nr,
+                payload: b"{}".to_vec(),
+                serializer_id: 1,
+                manifest: String::new(),
+                writer_uuid: "w".into(),
+                timestamp: 0,
+                tags: Vec::new(),
+            })
+            .collect();
+        let written = journal
+            .write_messages(vec![AtomicWrite::new(events).expect("one id")])
+            .await
+            .expect("write");
+        assert!(written.iter().all(Result::is_ok), "{written:?}");
+
+        let (pages, read) = replay_pages(&journal, pid, 26, i64::MAX).await;
+        assert!(read.is_empty(), "{read:?}");
+        assert_eq!(pages, 1, "queries past the last event");
+        let (pages, read) = replay_pages(&journal, pid, 1, i64::MAX).await;
+        assert_eq!(read, (1..=25).collect::<Vec<_>>());
+        assert_eq!(pages, 4, "three pages and the empty window after them");
+        let (pages, read) = replay_pages(&journal, "Acc|never", 1, i64::MAX).await;
+        assert_eq!((pages, read.len()), (1, 0));
+
+        journal
+            .delete_messages_to(pid, 22, FencingToken::UNOWNED)
+            .await
+            .expect("delete");
+        let (pages, read) = replay_pages(&journal, pid, 1, i64::MAX).await;
+        assert_eq!(read, [23, 24, 25]);
+        assert_eq!(
+            pages, 2,
+            "an empty window, then a wider one up to the highest"
+        );
     }
 }
 

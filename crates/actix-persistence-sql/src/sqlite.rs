@@ -455,7 +455,7 @@ impl SqliteJournal {
     }
 
     /// The journal tables: read through the reader pool, deleted from through the writer.
-    fn tables(&self) -> JournalTables<'_, SqliteDialect> {
+    pub(crate) fn tables(&self) -> JournalTables<'_, SqliteDialect> {
         JournalTables {
             readers: &self.pools.readers,
             page_readers: &self.pools.page_readers,
