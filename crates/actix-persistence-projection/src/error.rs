@@ -100,6 +100,22 @@ pub enum ProjectionError {
         /// The owner epoch this instance held.
         epoch: u64,
     },
+    /// The projection id names a slice range ([`ProjectionId::for_slices`]) other than the
+    /// one its source reads ([`SourceProvider::slice_range`](crate::SourceProvider::slice_range)):
+    /// the instance's stored offset, and those of the instances whose ranges overlap the id's,
+    /// would be taken as covering slices the source never read, and their events before the
+    /// offset skipped. The instance does not start (state
+    /// [`ProjectionState::Failed`](crate::ProjectionState::Failed), no restart): give the id
+    /// and the source the same range.
+    #[error("projection {id} names slices {}-{} but its source reads slices {}-{}: give both the same range", id_range.0, id_range.1, source_range.0, source_range.1)]
+    SliceRangeMismatch {
+        /// The projection instance.
+        id: ProjectionId,
+        /// The id's slice range, inclusive.
+        id_range: (u16, u16),
+        /// The source's slice range, inclusive.
+        source_range: (u16, u16),
+    },
     /// The source could not be opened or its stream failed.
     #[error("source of projection {id} failed: {source}")]
     Source {

@@ -215,6 +215,21 @@ impl<E: Envelope> Projection<E> {
         ProjectionHandle::new(id, commands, watcher, source, task)
     }
 
+    /// Checks that an id naming a slice range and a source split by slices name the same
+    /// range ([`ProjectionError::SliceRangeMismatch`]).
+    fn check_slice_range(&self) -> Result<(), ProjectionError> {
+        match (self.id.slice_range(), self.source.slice_range()) {
+            (Some(id_range), Some(source_range)) if id_range != source_range => {
+                Err(ProjectionError::SliceRangeMismatch {
+                    id: self.id.clone(),
+                    id_range,
+                    source_range,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Runs until stopped, completed or failed for good, restarting after failures.
     async fn run(
         self,
@@ -227,6 +242,14 @@ impl<E: Envelope> Projection<E> {
         // taken again on each restart only while still held (fencing this instance's own
         // transactions of the failed run that may still be on their way).
         let mut epoch: Option<u64> = None;
+        if let Err(error) = self.check_slice_range() {
+            tracing::error!(projection = %self.id, %error, "projection not started");
+            progress.send_modify(|p| {
+                p.last_error = Some(error.to_string());
+                p.state = ProjectionState::Failed;
+            });
+            return;
+        }
         loop {
             progress.send_modify(|p| p.state = ProjectionState::Starting);
             // Whether the run stored an offset past the one it started from: only that counts

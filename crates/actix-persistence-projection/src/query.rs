@@ -195,6 +195,17 @@ impl<Ev: Send + Sync + 'static> SourceProvider for QuerySource<Ev> {
     /// of those (from the beginning when a slice has none), and skips each envelope that any
     /// of them covers: written before its timestamp, or at most its seen sequence number of
     /// the persistence id. By tag: after `own`.
+    fn slice_range(&self) -> Option<(u16, u16)> {
+        match self.filter {
+            Filter::Slices {
+                min_slice,
+                max_slice,
+                ..
+            } => Some((min_slice, max_slice)),
+            Filter::Tag(_) => None,
+        }
+    }
+
     fn resume(
         &self,
         own: Option<Offset>,

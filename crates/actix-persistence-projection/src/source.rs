@@ -139,6 +139,15 @@ pub trait SourceProvider: Send + Sync + 'static {
         Resume::after(own)
     }
 
+    /// The slice range this source reads (`(min_slice, max_slice)`, inclusive), `None` for a
+    /// source not split by slices (the default). A projection whose id names a slice range
+    /// ([`ProjectionId::for_slices`](crate::ProjectionId::for_slices)) refuses to start with a
+    /// source over another range ([`ProjectionError::SliceRangeMismatch`](crate::ProjectionError::SliceRangeMismatch)):
+    /// its stored offset would be taken as covering slices it never read.
+    fn slice_range(&self) -> Option<(u16, u16)> {
+        None
+    }
+
     /// How many events the source holds after `offset`, and the write timestamp of the oldest
     /// of them: the projection's lag behind the journal.
     ///

@@ -330,3 +330,56 @@ async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
     );
     assert!(recorder.handled().is_empty());
 }
+
+/// An id naming one slice range over a source reading another (the source's range changed,
+/// the id kept): the instance's stored offset would be taken as covering slices it never
+/// read, and their events before it skipped. The projection does not start, says why, and
+/// handles nothing; with matching ranges it handles every event of its range.
+#[tokio::test]
+async fn an_id_and_a_source_over_different_slice_ranges_do_not_start() {
+    let journal = InMemoryJournal::new();
+    // Two ids in each half of the slices, two events each.
+    for pid in ids_in_every_range(2, 2) {
+        write_events(&journal, &pid, 1, 2).await;
+    }
+    let store = InMemoryOffsetStore::new();
+    let half = ProjectionId::for_slices("errors", 0, 511);
+    let recorder = Recorder::default();
+    let whole = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        1023,
+    )
+    .current();
+    let handle =
+        Projection::at_least_once(half.clone(), whole, store.clone(), recorder.clone()).start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal())
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 0);
+    let error = progress.last_error.expect("reported");
+    assert!(
+        error.contains("slices 0-511") && error.contains("slices 0-1023"),
+        "{error}"
+    );
+    assert!(recorder.handled().is_empty());
+    use actix_persistence_projection::OffsetStore;
+    assert!(store.read_progress("errors").await.unwrap().is_empty());
+
+    let matching = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        511,
+    )
+    .current();
+    let state = Projection::at_least_once(half, matching, store, recorder.clone())
+        .start()
+        .join()
+        .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(recorder.handled().len(), 4);
+}
