@@ -70,8 +70,6 @@ pub(crate) struct OffsetQuery {
     delivered: HashMap<Arc<str>, SeenEvent, foldhash::fast::RandomState>,
     /// The envelopes of the page being read, handed to the consumer as one batch.
     buffer: Vec<RawEnvelope>,
-    /// The envelopes of the page being handed to the consumer, [`HANDOVER_CHUNK`] at a time.
-    handing: std::vec::IntoIter<RawEnvelope>,
     phase: Phase,
     notifications: Option<WriteNotifications>,
     next_round: Instant,
@@ -94,6 +92,87 @@ struct IdRun {
     id: Arc<str>,
     slice: u16,
     entity_type: Arc<str>,
+}
+
+/// The envelopes of one page, for the consumer.
+struct Batch {
+    envelopes: Vec<RawEnvelope>,
+    /// Whether reads ahead were in flight when the page was handed over: then the page goes
+    /// to the consumer [`HANDOVER_CHUNK`] envelopes at a time (see [`HandOver`]).
+    in_chunks: bool,
+}
+
+/// Hands the pages of a query to its consumer envelope by envelope. Between two chunks of a
+/// page handed [`in chunks`](Batch::in_chunks), the task yields, so that the reads in flight
+/// get the thread: on a single-threaded runtime (an Actix arbiter) a consumer that takes
+/// envelopes without waiting never yields, and a read's next step (a connection's ping
+/// answered, its query sent, its rows decoded) waited for the next page's await: the reads
+/// ahead ran one after another instead of at once. The page's own vector is handed over, not
+/// a new vector per chunk (its allocation and the copy of 100 envelopes: 53-56 instructions
+/// per envelope of a catch-up, callgrind, docs/benchmarks.md "Session 15").
+struct HandOver<S> {
+    pages: S,
+    page: std::vec::IntoIter<RawEnvelope>,
+    in_chunks: bool,
+    /// Envelopes left before the next yield of a page in chunks.
+    until_yield: usize,
+    /// The yield under way.
+    yielding: Option<future::BoxFuture<'static, ()>>,
+}
+
+impl<S> HandOver<S> {
+    fn new(pages: S) -> Self {
+        HandOver {
+            pages,
+            page: Vec::new().into_iter(),
+            in_chunks: false,
+            until_yield: HANDOVER_CHUNK,
+            yielding: None,
+        }
+    }
+}
+
+impl<S> futures::Stream for HandOver<S>
+where
+    S: futures::Stream<Item = Result<Batch, QueryError>> + Unpin,
+{
+    type Item = Result<RawEnvelope, QueryError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if let Some(yielding) = &mut this.yielding {
+                futures::ready!(yielding.as_mut().poll(cx));
+                this.yielding = None;
+            }
+            if this.page.len() > 0 {
+                if this.until_yield == 0 {
+                    this.until_yield = HANDOVER_CHUNK;
+                    if this.in_chunks {
+                        // As `tokio::task::yield_now`, which lets the runtime poll its I/O
+                        // before the task runs again (a wake-up of its own would not).
+                        this.yielding = Some(Box::pin(tokio::task::yield_now()));
+                        continue;
+                    }
+                }
+                this.until_yield -= 1;
+                return Poll::Ready(this.page.next().map(Ok));
+            }
+            match futures::ready!(this.pages.poll_next_unpin(cx)) {
+                None => return Poll::Ready(None),
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                Some(Ok(batch)) => {
+                    this.page = batch.envelopes.into_iter();
+                    this.in_chunks = batch.in_chunks;
+                    this.until_yield = HANDOVER_CHUNK;
+                }
+            }
+        }
+    }
 }
 
 /// A page read ahead by the fast pass: the request it answers (position, bound) and the task
@@ -199,7 +278,6 @@ impl OffsetQuery {
             seen,
             delivered,
             buffer: Vec::new(),
-            handing: Vec::new().into_iter(),
             phase: Phase::Start,
             notifications,
             next_round: Instant::now(),
@@ -209,43 +287,31 @@ impl OffsetQuery {
             id_run: None,
         };
         // A page at a time through `unfold` (moving the state in and out of a future per
-        // element cost more than the rest of a delivery), flattened into envelopes.
-        stream::unfold(state, |mut state| async move {
-            let batch = state.next_batch().await?;
-            if batch.is_err() {
-                state.phase = Phase::Done;
-            }
-            Some((batch, state))
-        })
-        .flat_map(|batch| match batch {
-            Ok(envelopes) => Either::Left(stream::iter(envelopes.into_iter().map(Ok))),
-            Err(error) => Either::Right(stream::once(future::ready(Err(error)))),
-        })
+        // element cost more than the rest of a delivery), handed over envelope by envelope.
+        HandOver::new(
+            stream::unfold(state, |mut state| async move {
+                let batch = state.next_batch().await?;
+                if batch.is_err() {
+                    state.phase = Phase::Done;
+                }
+                Some((batch, state))
+            })
+            .boxed(),
+        )
         .boxed()
     }
 
     /// The next envelopes (those of one page that were not delivered before), reading pages
     /// (and waiting, when live) as needed.
-    async fn next_batch(&mut self) -> Option<Result<Vec<RawEnvelope>, QueryError>> {
+    async fn next_batch(&mut self) -> Option<Result<Batch, QueryError>> {
         loop {
-            if self.handing.len() > 0 {
-                // Between two chunks of a page, the reads in flight get the thread: on a
-                // single-threaded runtime (an Actix arbiter) a consumer that takes envelopes
-                // without waiting never yields, and a read's next step (a connection's ping
-                // answered, its query sent, its rows decoded) waited for the next page's
-                // await: the reads ahead ran one after another instead of at once.
-                if self.reading_ahead() {
-                    tokio::task::yield_now().await;
-                }
-                return Some(Ok(self.next_chunk()));
-            }
             if !self.buffer.is_empty() {
                 // In chunks only while reads are in flight: otherwise nothing needs the thread.
-                if self.buffer.len() <= HANDOVER_CHUNK || !self.reading_ahead() {
-                    return Some(Ok(std::mem::take(&mut self.buffer)));
-                }
-                self.handing = std::mem::take(&mut self.buffer).into_iter();
-                return Some(Ok(self.next_chunk()));
+                let in_chunks = self.buffer.len() > HANDOVER_CHUNK && self.reading_ahead();
+                return Some(Ok(Batch {
+                    envelopes: std::mem::take(&mut self.buffer),
+                    in_chunks,
+                }));
             }
             let step = match self.phase {
                 Phase::Done => return None,
@@ -261,11 +327,6 @@ impl OffsetQuery {
                 return Some(Err(error));
             }
         }
-    }
-
-    /// The next [`HANDOVER_CHUNK`] envelopes of the page being handed over.
-    fn next_chunk(&mut self) -> Vec<RawEnvelope> {
-        self.handing.by_ref().take(HANDOVER_CHUNK).collect()
     }
 
     /// Whether a page is being read ahead (by either pass).
