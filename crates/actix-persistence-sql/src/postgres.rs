@@ -48,6 +48,51 @@ macro_rules! statement_micros {
 /// (in the same savepoint), keeping each under PostgreSQL's 65535 bind parameters.
 const ROWS_PER_STATEMENT: usize = 1000;
 
+/// Bytes of event data one `INSERT` statement sends at most (see [`event_bytes`]); the events
+/// beyond go in further statements of the same transaction (or savepoint), so that atomicity
+/// is unchanged. PostgreSQL refuses a bind message, and an array value, of 1 GiB or more (and
+/// closes the connection): events within the [limits](actix_persistence_core::limits) (each
+/// payload up to 10 MiB, 10,000 events per atomic write, 512 atomic writes per batch) add up
+/// to far more. One event is at most about 10 MiB + 17 KiB, so a statement stays well below.
+const STATEMENT_BYTES: usize = 64 * 1024 * 1024;
+
+/// What `event` adds to a statement's bind message, roughly: its payload and text fields (each
+/// array element and parameter also takes a length word).
+fn event_bytes(event: &PersistentRepr) -> usize {
+    const WORD: usize = 4;
+    let tags: usize = event.tags.iter().map(|tag| tag.len() + WORD).sum();
+    event.payload.len()
+        + event.manifest.len()
+        + event.writer_uuid.len()
+        + event.persistence_id.len()
+        + tags
+        + 12 * WORD
+}
+
+/// `events` split into consecutive runs of at most [`ROWS_PER_STATEMENT`] events and at most
+/// [`STATEMENT_BYTES`] bytes ([`event_bytes`]); a run holds at least one event.
+fn statement_chunks(events: &[PersistentRepr]) -> impl Iterator<Item = &[PersistentRepr]> {
+    let mut rest = events;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut end = 0;
+        while end < rest.len().min(ROWS_PER_STATEMENT) {
+            let size = event_bytes(&rest[end]);
+            if end > 0 && bytes + size > STATEMENT_BYTES {
+                break;
+            }
+            bytes += size;
+            end += 1;
+        }
+        let (chunk, after) = rest.split_at(end);
+        rest = after;
+        Some(chunk)
+    })
+}
+
 /// How [`PostgresJournal::connect`] reaches the database.
 ///
 /// # Examples
@@ -768,8 +813,46 @@ impl Dialect for PostgresDialect {
     );
 }
 
+/// The statement of [`insert_batch`] (see there).
+const BATCH_INSERT: &str = concat!(
+    "\
+    WITH batch AS (\
+        SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::bigint[], \
+                             $5::integer[], $6::text[], $7::bytea[], $8::text[], \
+                             $9::integer[], $10::text[], $11::bigint[]) \
+        AS b(persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+             payload, tags, slice, entity_type, fencing_token)\
+    ), owned AS (\
+        INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+        SELECT persistence_id, max(seq_nr), max(fencing_token) FROM batch \
+        GROUP BY persistence_id ORDER BY persistence_id \
+        ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
+            GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr) \
+        WHERE journal_highest.owner_epoch <= EXCLUDED.owner_epoch \
+        RETURNING persistence_id\
+    ), inserted AS (\
+        INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
+                             serializer_id, manifest, payload, tags, slice, entity_type, \
+                             db_timestamp) \
+        SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
+               payload, ARRAY(SELECT json_array_elements_text(tags::json)), slice, \
+               entity_type, GREATEST(",
+    statement_micros!(),
+    ", COALESCE((\
+                   SELECT p.db_timestamp FROM journal p \
+                   WHERE p.persistence_id = batch.persistence_id \
+                     AND p.seq_nr < batch.seq_nr \
+                   ORDER BY p.seq_nr DESC LIMIT 1), 0)) \
+        FROM batch WHERE persistence_id IN (SELECT persistence_id FROM owned) \
+        ORDER BY persistence_id, seq_nr \
+        ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
+    ) \
+    SELECT count(*) FROM inserted"
+);
+
 /// Inserts every event of `writes` and raises each persistence id's highest sequence number in
-/// one statement (its column values bound as nine arrays, whatever the number of events), for
+/// one statement (its column values bound as arrays, whatever the number of events; one
+/// statement per [`STATEMENT_BYTES`] of events when they add up to more), for
 /// the ids whose owner epoch is not above their writes' fencing token (the rows of
 /// `journal_highest` are locked first). Events of fenced ids, and events whose sequence number
 /// is already stored, are skipped: `Ok(false)` then tells the caller to roll back and find out
@@ -779,52 +862,42 @@ async fn insert_batch(
     conn: &mut PgConnection,
     writes: &[PreparedWrite],
 ) -> Result<bool, JournalError> {
-    const BATCH_INSERT: &str = concat!(
-        "\
-        WITH batch AS (\
-            SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::bigint[], \
-                                 $5::integer[], $6::text[], $7::bytea[], $8::text[], \
-                                 $9::integer[], $10::text[], $11::bigint[]) \
-            AS b(persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                 payload, tags, slice, entity_type, fencing_token)\
-        ), owned AS (\
-            INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
-            SELECT persistence_id, max(seq_nr), max(fencing_token) FROM batch \
-            GROUP BY persistence_id ORDER BY persistence_id \
-            ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
-                GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr) \
-            WHERE journal_highest.owner_epoch <= EXCLUDED.owner_epoch \
-            RETURNING persistence_id\
-        ), inserted AS (\
-            INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
-                                 serializer_id, manifest, payload, tags, slice, entity_type, \
-                                 db_timestamp) \
-            SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                   payload, ARRAY(SELECT json_array_elements_text(tags::json)), slice, \
-                   entity_type, GREATEST(",
-        statement_micros!(),
-        ", COALESCE((\
-                       SELECT p.db_timestamp FROM journal p \
-                       WHERE p.persistence_id = batch.persistence_id \
-                         AND p.seq_nr < batch.seq_nr \
-                       ORDER BY p.seq_nr DESC LIMIT 1), 0)) \
-            FROM batch WHERE persistence_id IN (SELECT persistence_id FROM owned) \
-            ORDER BY persistence_id, seq_nr \
-            ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
-        ) \
-        SELECT count(*) FROM inserted"
-    );
     if mixes_tokens(writes) {
         return Ok(false);
     }
     let count = writes.iter().map(|w| w.write.events.len()).sum::<usize>();
+    // One statement, unless the events add up to more than `STATEMENT_BYTES`: then one per
+    // run of that size, in the same transaction (each raises the highest sequence numbers of
+    // its own events' ids; a later run of an id raises it further).
+    let mut inserted = 0;
     let mut columns = BatchColumns::with_capacity(count);
+    let mut bytes = 0;
+    let mut left = count;
     for write in writes {
         for event in &write.write.events {
+            let size = event_bytes(event);
+            if !columns.is_empty() && bytes + size > STATEMENT_BYTES {
+                let full = std::mem::replace(&mut columns, BatchColumns::with_capacity(left));
+                inserted += run_batch_insert(conn, full).await?;
+                bytes = 0;
+            }
             columns.push(event, write.write.fencing_token);
+            bytes += size;
+            left -= 1;
         }
     }
-    let inserted: i64 = sqlx::query_scalar(BATCH_INSERT)
+    if !columns.is_empty() {
+        inserted += run_batch_insert(conn, columns).await?;
+    }
+    Ok(usize::try_from(inserted).is_ok_and(|n| n == count))
+}
+
+/// Runs [`insert_batch`]'s statement over `columns`; returns how many events it inserted.
+async fn run_batch_insert(
+    conn: &mut PgConnection,
+    columns: BatchColumns<'_>,
+) -> Result<i64, JournalError> {
+    sqlx::query_scalar(BATCH_INSERT)
         .bind(columns.persistence_ids)
         .bind(columns.seq_nrs)
         .bind(columns.writer_uuids)
@@ -838,8 +911,7 @@ async fn insert_batch(
         .bind(columns.fencing_tokens)
         .fetch_one(&mut *conn)
         .await
-        .map_err(|e| JournalError::storage("write", e))?;
-    Ok(usize::try_from(inserted).is_ok_and(|n| n == count))
+        .map_err(|e| JournalError::storage("write", e))
 }
 
 /// [`Dialect::take_ownerships`] for PostgreSQL: distinct ids in one statement (the ids bound
@@ -908,6 +980,10 @@ struct BatchColumns<'a> {
 }
 
 impl<'a> BatchColumns<'a> {
+    fn is_empty(&self) -> bool {
+        self.seq_nrs.is_empty()
+    }
+
     fn with_capacity(n: usize) -> Self {
         BatchColumns {
             persistence_ids: Vec::with_capacity(n),
@@ -1015,8 +1091,8 @@ fn serializer_id_from_sql(id: i32) -> u32 {
     u32::from_ne_bytes(id.to_ne_bytes())
 }
 
-/// [`Dialect::insert_atomic_write`] for PostgreSQL: [`ROWS_PER_STATEMENT`] events per
-/// statement, each statement also checking the fencing token and raising the highest sequence
+/// [`Dialect::insert_atomic_write`] for PostgreSQL: up to [`ROWS_PER_STATEMENT`] events and
+/// [`STATEMENT_BYTES`] per statement, each statement also checking the fencing token and raising the highest sequence
 /// number. A fenced write is reported as [`JournalError::Fenced`]; an event whose sequence
 /// number is taken is skipped (`DO NOTHING`) and reported as [`JournalError::ConcurrentWrite`].
 async fn insert_atomic_write(
@@ -1024,7 +1100,7 @@ async fn insert_atomic_write(
     write: &PreparedWrite,
 ) -> Result<(), JournalError> {
     let persistence_id = write.write.persistence_id();
-    for chunk in write.write.events.chunks(ROWS_PER_STATEMENT) {
+    for chunk in statement_chunks(&write.write.events) {
         let sql = insert_statement(chunk.len());
         let mut query = sqlx::query_scalar::<_, i64>(&sql)
             .bind(persistence_id)

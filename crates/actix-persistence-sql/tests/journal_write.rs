@@ -32,6 +32,7 @@ backend_tests! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     twenty_concurrent_write_calls_all_succeed,
     atomic_write_of_thousands_of_events_is_stored_whole_or_not_at_all,
+    events_at_the_payload_limit_over_one_gib_in_all_are_stored,
 }
 
 async fn empty_batch_gives_no_results<B: TestBackend>(db: B) {
@@ -462,5 +463,50 @@ async fn atomic_write_of_thousands_of_events_is_stored_whole_or_not_at_all<B: Te
     assert_eq!(
         recover(&journal, "big-2", 1, MAX, MAX).await,
         (vec![2400], 2400)
+    );
+}
+
+/// Events within the limits (each payload at `MAX_PAYLOAD_BYTES`) whose payloads add up to more
+/// than 1 GiB, PostgreSQL's limit on one bind message and on one array value: in one atomic
+/// write, and as one batch of single-event writes of many persistence ids (what group commit
+/// makes of many actors persisting at once). Each write is within the limits, so each is
+/// stored; a store must split its statements, not fail the writes (which stopped every actor
+/// of the batch, and again after each restart).
+async fn events_at_the_payload_limit_over_one_gib_in_all_are_stored<B: TestBackend>(db: B) {
+    use actix_persistence_core::limits::MAX_PAYLOAD_BYTES;
+    // 103 x 10 MiB = 1.006 GiB: just over PostgreSQL's 1 GiB - 1 byte.
+    const EVENTS: u64 = 103;
+    let journal = db.journal().await;
+    let payload = vec![b'x'; MAX_PAYLOAD_BYTES];
+    let big = |pid: &str, seq_nr: u64| event_with_payload(pid, seq_nr, &payload);
+
+    let one_write = AtomicWrite::new((1..=EVENTS).map(|n| big("huge", n)).collect()).unwrap();
+    let results = journal.write_messages(vec![one_write]).await.unwrap();
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+
+    let many_ids = (1..=EVENTS)
+        .map(|n| AtomicWrite::new(vec![big(&format!("many-{n}"), 1)]).unwrap())
+        .collect();
+    let results = journal.write_messages(many_ids).await.unwrap();
+    assert_eq!(results.len(), EVENTS as usize);
+    common::assert_all_ok(&results);
+
+    let stored = db
+        .query_i64s(
+            "SELECT count(*) FROM journal \
+             WHERE persistence_id = 'huge' AND length(payload) = 10485760",
+        )
+        .await;
+    assert_eq!(stored, [EVENTS as i64]);
+    let stored = db
+        .query_i64s(
+            "SELECT count(*) FROM journal \
+             WHERE persistence_id LIKE 'many-%' AND seq_nr = 1 AND length(payload) = 10485760",
+        )
+        .await;
+    assert_eq!(stored, [EVENTS as i64]);
+    assert_eq!(
+        journal.read_highest_sequence_nr("huge", 1).await.unwrap(),
+        EVENTS
     );
 }
