@@ -81,17 +81,34 @@ pub enum JournalError {
     /// The journal actor stopped (or its reply was lost) before the operation was answered.
     #[error("the journal actor stopped before it answered")]
     JournalStopped,
+    /// An earlier atomic write of the same writer (persistence id, fencing token and writer
+    /// id: one persistent actor incarnation) in the same batch failed, so this one was not attempted and nothing of it was stored: stored, its events would follow a
+    /// hole (the failed write's sequence numbers) that recovery cannot tell from a rejected
+    /// write's gap, and every later recovery would replay them without the earlier events. Not
+    /// a store failure by itself (the earlier write's failure is what counts).
+    #[error(
+        "write of persistence id {persistence_id:?} at sequence number {seq_nr} not attempted: \
+         an earlier write of that persistence id in the same batch failed"
+    )]
+    EarlierWriteFailed {
+        /// The persistence id of the write that was not attempted.
+        persistence_id: String,
+        /// The sequence number of its first event.
+        seq_nr: u64,
+    },
 }
 
 impl JournalError {
     /// Whether this error is a failure of the store itself (unreachable, timed out, failed
     /// commit, broken answer), which the circuit breaker counts; `false` for a refusal of one
     /// write that leaves the store healthy ([`JournalError::ConcurrentWrite`],
-    /// [`JournalError::Fenced`]).
+    /// [`JournalError::Fenced`], [`JournalError::EarlierWriteFailed`]).
     pub fn is_store_failure(&self) -> bool {
         !matches!(
             self,
-            JournalError::ConcurrentWrite { .. } | JournalError::Fenced { .. }
+            JournalError::ConcurrentWrite { .. }
+                | JournalError::Fenced { .. }
+                | JournalError::EarlierWriteFailed { .. }
         )
     }
 

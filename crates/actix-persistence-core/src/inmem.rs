@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use futures::stream;
 
-use crate::error::JournalError;
+use crate::error::{AtomicWriteError, JournalError};
 use crate::query::{
     slice_for_persistence_id, wall_clock_micros, EventKey, EventsRequest, QueryStore, StoredEvent,
     WriteNotifications, WriteNotifier,
 };
 use crate::store::{
-    AtomicWrite, AtomicWriteResult, CheckedBatch, FencingToken, JournalStore, Ownership,
-    PersistentRepr, ReplayStream, WriteBatch, WriteNow, WriteResults,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, FailedIds, FencingToken, JournalStore, Ownership,
+    PersistentRepr, ReplayStream, WriteBatch, WriteNow, WriteResults, WriterKey,
 };
 use chunks::{Chunks, Place};
 
@@ -191,7 +191,9 @@ impl Journal {
 ///
 /// Behaves as the SQL stores do: atomic writes are all or nothing, a sequence number that is
 /// already stored fails with [`JournalError::ConcurrentWrite`], a write with a fencing token
-/// older than the id's owner epoch fails with [`JournalError::Fenced`], writes over the
+/// older than the id's owner epoch fails with [`JournalError::Fenced`], a later write of an id
+/// whose write failed earlier in the batch is not attempted
+/// ([`JournalError::EarlierWriteFailed`]), writes over the
 /// [limits](crate::limits) are rejected, and deletes keep the highest sequence number. Every
 /// write is committed under one lock, with a timestamp that never goes down, and notifies the
 /// live queries.
@@ -232,8 +234,15 @@ impl InMemoryJournal {
         checked: bool,
     ) -> WriteResults {
         let mut stored = false;
-        let mut store = |write| {
+        // A write of an id whose earlier write in this batch failed is not attempted.
+        let mut failed = FailedIds::default();
+        let mut store = |write: AtomicWrite| {
+            failed.check(&write)?;
+            let writer = WriterKey::of(&write);
             let result = self.write_atomic(write, checked);
+            if let (Err(AtomicWriteError::Failed(_)), Some(writer)) = (&result, writer) {
+                failed.record_writer(writer);
+            }
             stored |= result.is_ok();
             result
         };

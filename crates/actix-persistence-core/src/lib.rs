@@ -36,6 +36,6 @@ pub use snapshot::{
     SnapshotSelectionCriteria, SnapshotStore,
 };
 pub use store::{
-    AtomicWrite, AtomicWriteResult, CheckedBatch, FencingToken, JournalStore, Ownership,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, FailedIds, FencingToken, JournalStore, Ownership,
     PersistentRepr, ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults, MAX_SEQ_NR,
 };

@@ -235,6 +235,116 @@ impl AtomicWrite {
 /// The outcome of one atomic write: stored, rejected (not stored, go on) or failed.
 pub type AtomicWriteResult = Result<(), AtomicWriteError>;
 
+/// The writers whose atomic write failed earlier in a batch: a store keeps one while it stores
+/// a batch in order, so that no later write of such a writer is stored (see
+/// [`JournalStore::write_messages`]). A writer is a persistence id with a fencing token and a
+/// writer id (one persistent actor incarnation); a write of the same id by another writer (a
+/// newer owner's next to a fenced stale one's, an independent caller racing for the same
+/// sequence number) goes on. Allocates nothing until a write fails.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::{AtomicWrite, AtomicWriteError, FailedIds, JournalError, PersistentRepr};
+///
+/// let write = |seq_nr| {
+///     let event = PersistentRepr {
+///         persistence_id: "p".into(),
+///         seq_nr,
+///         payload: b"{}".to_vec(),
+///         serializer_id: 1,
+///         manifest: String::new(),
+///         writer_uuid: "w".into(),
+///         timestamp: 0,
+///         tags: Vec::new(),
+///     };
+///     AtomicWrite::new(vec![event]).unwrap()
+/// };
+/// let mut failed = FailedIds::default();
+/// assert!(failed.check(&write(1)).is_ok());
+/// let taken = JournalError::ConcurrentWrite { persistence_id: "p".into(), seq_nr: 1 };
+/// failed.note(&write(1), &Err(AtomicWriteError::Failed(taken)));
+/// assert!(matches!(
+///     failed.check(&write(2)),
+///     Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed { seq_nr: 2, .. }))
+/// ));
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct FailedIds(Vec<WriterKey>);
+
+/// Who wrote an atomic write: its persistence id, writer id and fencing token (the ids shared
+/// with its first event, not copied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WriterKey {
+    persistence_id: Arc<str>,
+    writer_uuid: Arc<str>,
+    fencing_token: FencingToken,
+}
+
+impl WriterKey {
+    /// The writer of `write` (`None` for a write without events).
+    pub(crate) fn of(write: &AtomicWrite) -> Option<Self> {
+        write.events.first().map(|first| WriterKey {
+            persistence_id: Arc::clone(&first.persistence_id),
+            writer_uuid: Arc::clone(&first.writer_uuid),
+            fencing_token: write.fencing_token,
+        })
+    }
+
+    fn wrote(&self, write: &AtomicWrite) -> bool {
+        write.fencing_token == self.fencing_token
+            && write.events.first().is_some_and(|first| {
+                first.persistence_id == self.persistence_id && first.writer_uuid == self.writer_uuid
+            })
+    }
+}
+
+impl FailedIds {
+    /// `Ok` when `write` may be attempted; else the [`JournalError::EarlierWriteFailed`] it
+    /// fails with, unattempted.
+    ///
+    /// # Errors
+    /// [`JournalError::EarlierWriteFailed`] when an earlier write of its writer failed.
+    #[inline]
+    pub fn check(&self, write: &AtomicWrite) -> AtomicWriteResult {
+        if self.0.is_empty() || !self.0.iter().any(|key| key.wrote(write)) {
+            return Ok(());
+        }
+        Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed {
+            persistence_id: write.persistence_id().to_owned(),
+            seq_nr: write.lowest_seq_nr(),
+        }))
+    }
+
+    /// Notes the result of an attempted write: a failure (not a rejection) keeps the later
+    /// writes of its writer from being attempted.
+    #[inline]
+    pub fn note(&mut self, write: &AtomicWrite, result: &AtomicWriteResult) {
+        if let Err(AtomicWriteError::Failed(_)) = result {
+            self.record(write);
+        }
+    }
+
+    /// Records that `write` failed.
+    pub fn record(&mut self, write: &AtomicWrite) {
+        if let Some(key) = WriterKey::of(write) {
+            self.record_writer(key);
+        }
+    }
+
+    /// Records that a write of the writer `key` failed.
+    pub(crate) fn record_writer(&mut self, key: WriterKey) {
+        if !self.0.contains(&key) {
+            self.0.push(key);
+        }
+    }
+
+    /// Whether no write failed so far.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// The results of a batch of atomic writes: one per write, in the order of the writes.
 ///
 /// One result is held inline, so the results of a batch of one atomic write (what a lone
@@ -318,7 +428,13 @@ pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>
 /// - a write over the [limits](crate::limits) is rejected ([`AtomicWrite::check`]; the writes
 ///   of a [`CheckedBatch`] passed it already);
 /// - once `write_messages` returned `Ok` for a write, the events are durable and visible to
-///   every later replay.
+///   every later replay;
+/// - within a batch, once an atomic write of a persistence id failed (not a rejection), no
+///   later write of that id by the same writer (fencing token and writer id) in the batch is
+///   stored: each fails with [`JournalError::EarlierWriteFailed`] without being attempted
+///   ([`FailedIds`] keeps track). Stored, it would follow a hole that recovery cannot see (as
+///   Akka, where a failure fails the actor's whole batch). A rejected write leaves a gap by
+///   design, and the writes of other ids (or other writers) are unaffected either way.
 #[async_trait]
 pub trait JournalStore: Send + Sync + 'static {
     /// Stores a batch of atomic writes, possibly of many persistence ids.

@@ -39,7 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, Ownership, WriteRejection,
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, FailedIds, JournalError, Ownership,
+    WriteRejection,
 };
 use tokio::sync::{mpsc, oneshot, Mutex, OwnedMutexGuard};
 
@@ -198,16 +199,22 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Checks an atomic write and converts it, or says why it is rejected.
     fn prepare(write: AtomicWrite) -> Result<Self::Write, WriteRejection>;
 
+    /// The atomic write `write` was prepared from.
+    fn atomic_write(write: &Self::Write) -> &AtomicWrite;
+
     /// Stores `writes`, then takes ownership of each of `owners`, in one transaction, and
     /// records it in `counters` if it commits: one result per write and one per owner, in
     /// order; a success only once the transaction has committed. `turn` is dropped after the
-    /// last statement, before the commit (see [`InsertTurn`]).
+    /// last statement, before the commit (see [`InsertTurn`]). A write of an id in `failed`
+    /// (its write failed in an earlier transaction of the same batch), or of an id whose write
+    /// failed earlier in this one, is not attempted ([`JournalError::EarlierWriteFailed`]).
     fn commit_batch<'a>(
         &'a self,
         writes: &'a [Self::Write],
         owners: &'a [String],
         counters: &'a WriteCounters,
         turn: InsertTurn,
+        failed: &'a FailedIds,
     ) -> impl Future<Output = BatchOutcome> + Send + 'a;
 }
 
@@ -355,12 +362,15 @@ impl<B: Backend> Writer<B> {
                     // the last transaction of this call has committed.
                     let _turn = self.turns.take(ids).await;
                     let mut stored = Vec::with_capacity(prepared.len());
+                    // A later write of an id whose write failed is not attempted.
+                    let mut failed = FailedIds::default();
                     for write in &prepared {
                         let one = std::slice::from_ref(write);
                         let (results, _) = self
                             .backend
-                            .commit_batch(one, &[], &self.counters, InsertTurn::none())
+                            .commit_batch(one, &[], &self.counters, InsertTurn::none(), &failed)
                             .await;
+                        note_failures::<B>(&mut failed, one, &results);
                         stored.extend(results);
                     }
                     stored
@@ -401,7 +411,13 @@ impl<B: Backend> Writer<B> {
             None => {
                 let (_, mut owned) = self
                     .backend
-                    .commit_batch(&[], &owners, &self.counters, InsertTurn::none())
+                    .commit_batch(
+                        &[],
+                        &owners,
+                        &self.counters,
+                        InsertTurn::none(),
+                        &FailedIds::default(),
+                    )
                     .await;
                 owned.pop().unwrap_or_else(|| Err(stopped_error()))
             }
@@ -531,6 +547,8 @@ async fn store_batch<B: Backend>(
     let last = chunks.len() - 1;
     // Kept across the commits of all but the last transaction (a lone oversized request).
     let mut turn = Some(turn);
+    // Ids whose write failed in an earlier transaction: their later writes are not attempted.
+    let mut failed = FailedIds::default();
     for (i, chunk) in chunks.into_iter().enumerate() {
         let chunk_owners: &[String] = if i == last { &owners } else { &[] };
         let this_turn = if i == last {
@@ -539,8 +557,11 @@ async fn store_batch<B: Backend>(
             InsertTurn::none()
         };
         let (stored, taken) = backend
-            .commit_batch(chunk, chunk_owners, counters, this_turn)
+            .commit_batch(chunk, chunk_owners, counters, this_turn, &failed)
             .await;
+        if i != last {
+            note_failures::<B>(&mut failed, chunk, &stored);
+        }
         results.extend(stored);
         owned.extend(taken);
     }
@@ -551,6 +572,17 @@ async fn store_batch<B: Backend>(
     }
     for (reply, result) in own_replies.into_iter().zip(owned) {
         let _ = reply.send(result);
+    }
+}
+
+/// Records in `failed` the ids of `writes` whose result is a failure.
+fn note_failures<B: Backend>(
+    failed: &mut FailedIds,
+    writes: &[B::Write],
+    results: &[AtomicWriteResult],
+) {
+    for (write, result) in writes.iter().zip(results) {
+        failed.note(B::atomic_write(write), result);
     }
 }
 

@@ -16,8 +16,8 @@ use actix_persistence_core::query::{
     StoredEvent, NUMBER_OF_SLICES,
 };
 use actix_persistence_core::{
-    AtomicWrite, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream, RunInterner,
-    WriteRejection,
+    AtomicWrite, AtomicWriteError, FailedIds, FencingToken, JournalError, Ownership,
+    PersistentRepr, ReplayStream, RunInterner, WriteRejection,
 };
 use futures::future::BoxFuture;
 use futures::stream;
@@ -87,6 +87,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// Checks what the database cannot store of a well-shaped atomic write whose highest
     /// sequence number (`highest_seq_nr`) fits, and converts it.
     fn prepare(write: AtomicWrite, highest_seq_nr: i64) -> Result<Self::Write, WriteRejection>;
+
+    /// The atomic write `write` was prepared from.
+    fn atomic_write(write: &Self::Write) -> &AtomicWrite;
 
     /// Begins the transaction of a batch on the writer connection.
     fn begin(
@@ -380,12 +383,17 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         D::prepare(write, highest_seq_nr)
     }
 
+    fn atomic_write(write: &D::Write) -> &AtomicWrite {
+        D::atomic_write(write)
+    }
+
     async fn commit_batch(
         &self,
         writes: &[D::Write],
         owners: &[String],
         counters: &WriteCounters,
         turn: InsertTurn,
+        failed: &FailedIds,
     ) -> BatchOutcome {
         let storage = |e| JournalError::storage("write", e);
         let fail = |error: JournalError| -> BatchOutcome {
@@ -406,7 +414,13 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         let size = writes.len() + owners.len();
         // Fast path: the whole batch in one statement. Rare conflicts fall back to savepoints.
         let mut outcomes = None;
-        if writes.len() > 1 || (D::BATCHES_SINGLE_WRITES && !writes.is_empty()) {
+        // A write of an id whose write failed in an earlier transaction of the same batch is
+        // not attempted: only the savepoints' path leaves single writes out.
+        let skips = !failed.is_empty()
+            && writes
+                .iter()
+                .any(|w| failed.check(D::atomic_write(w)).is_err());
+        if !skips && (writes.len() > 1 || (D::BATCHES_SINGLE_WRITES && !writes.is_empty())) {
             match D::insert_batch(&mut tx, writes).await {
                 None => {}
                 Some(Ok(true)) => outcomes = Some(vec![Ok(()); writes.len()]),
@@ -422,13 +436,15 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         }
         let outcomes = match outcomes {
             Some(outcomes) => outcomes,
-            None => match insert_in_savepoints::<D>(&mut tx, writes, !owners.is_empty()).await {
-                Ok(outcomes) => outcomes,
-                Err(error) => {
-                    rollback(tx, size).await;
-                    return fail(error);
+            None => {
+                match insert_in_savepoints::<D>(&mut tx, writes, !owners.is_empty(), failed).await {
+                    Ok(outcomes) => outcomes,
+                    Err(error) => {
+                        rollback(tx, size).await;
+                        return fail(error);
+                    }
                 }
-            },
+            }
         };
         let owned = if owners.is_empty() {
             Vec::new()
@@ -481,8 +497,10 @@ async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
 
 /// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
 /// own (a batch of one needs none unless `shared` says other work commits with it: the
-/// transaction is rolled back instead), so one that fails is rolled back alone. Returns the
-/// outcome of each write.
+/// transaction is rolled back instead), so one that fails is rolled back alone. A write of an
+/// id whose write failed before (in `failed`, or earlier here) is not attempted: it fails with
+/// [`JournalError::EarlierWriteFailed`] (stored, it would follow a hole recovery cannot see).
+/// Returns the outcome of each write.
 ///
 /// # Errors
 /// When a savepoint cannot be opened, released or rolled back: the transaction can then no
@@ -491,13 +509,27 @@ async fn insert_in_savepoints<D: Dialect>(
     conn: &mut <D::Db as Database>::Connection,
     writes: &[D::Write],
     shared: bool,
+    failed: &FailedIds,
 ) -> Result<Vec<Result<(), JournalError>>, JournalError> {
+    let skipped = |failed: &FailedIds, write: &D::Write| match failed.check(D::atomic_write(write))
+    {
+        Err(AtomicWriteError::Failed(error)) => Some(error),
+        _ => None,
+    };
     if let ([single], false) = (writes, shared) {
+        if let Some(error) = skipped(failed, single) {
+            return Ok(vec![Err(error)]);
+        }
         return Ok(vec![D::insert_atomic_write(conn, single).await]);
     }
     let storage = |e| JournalError::storage("write", e);
+    let mut failed = failed.clone();
     let mut outcomes = Vec::with_capacity(writes.len());
     for write in writes {
+        if let Some(error) = skipped(&failed, write) {
+            outcomes.push(Err(error));
+            continue;
+        }
         let mut savepoint = conn.begin().await.map_err(storage)?;
         match D::insert_atomic_write(&mut savepoint, write).await {
             Ok(()) => {
@@ -506,6 +538,7 @@ async fn insert_in_savepoints<D: Dialect>(
             }
             Err(error) => {
                 savepoint.rollback().await.map_err(storage)?;
+                failed.record(D::atomic_write(write));
                 outcomes.push(Err(error));
             }
         }

@@ -760,6 +760,10 @@ impl Dialect for PostgresDialect {
         })
     }
 
+    fn atomic_write(write: &PreparedWrite) -> &AtomicWrite {
+        &write.write
+    }
+
     fn begin(
         conn: &mut PgConnection,
     ) -> BoxFuture<'_, Result<Transaction<'_, Postgres>, sqlx::Error>> {
@@ -1158,8 +1162,10 @@ impl JournalStore for PostgresJournal {
     /// Per atomic write: a bad shape, a sequence number above `i64::MAX` or a NUL character in
     /// a text field is rejected (not stored, nothing attempted); a sequence number already
     /// stored fails it with [`JournalError::ConcurrentWrite`] (the first such one); another
-    /// database error on one of its rows fails it with [`JournalError::Storage`]. The other
-    /// writes of the batch are unaffected by either. When the transaction cannot begin or
+    /// database error on one of its rows fails it with [`JournalError::Storage`]. The later
+    /// writes of the same writer (id, fencing token, writer id) in the batch are then not
+    /// attempted ([`JournalError::EarlierWriteFailed`]: stored, they would follow a hole); the
+    /// other writes of the batch are unaffected. When the transaction cannot begin or
     /// commit (or no connection can be had within `acquire_timeout`), every write of that
     /// transaction fails with [`JournalError::Storage`] and none of them is stored.
     ///

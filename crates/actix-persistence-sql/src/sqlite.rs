@@ -543,6 +543,10 @@ impl Dialect for SqliteDialect {
         })
     }
 
+    fn atomic_write(write: &PreparedWrite) -> &AtomicWrite {
+        &write.write
+    }
+
     /// `BEGIN IMMEDIATE` takes the write lock up front (waiting up to the busy timeout), so the
     /// transaction never has to upgrade a read lock, which SQLite may refuse with
     /// `SQLITE_BUSY`.
@@ -1057,8 +1061,10 @@ impl JournalStore for SqliteJournal {
     /// Per atomic write: a bad shape or a sequence number above `i64::MAX` is rejected (not
     /// stored, nothing attempted); a sequence number already stored fails it with
     /// [`JournalError::ConcurrentWrite`] (the first such one); another database error on one
-    /// of its rows fails it with [`JournalError::Storage`]. The other writes of the batch are
-    /// unaffected by either. When the transaction cannot begin or commit (or the writer
+    /// of its rows fails it with [`JournalError::Storage`]. The later writes of the same writer
+    /// (id, fencing token, writer id) in the batch are then not attempted
+    /// ([`JournalError::EarlierWriteFailed`]: stored, they would follow a hole); the other
+    /// writes of the batch are unaffected. When the transaction cannot begin or commit (or the writer
     /// connection cannot be had), every write of that transaction fails with
     /// [`JournalError::Storage`] and none of them is stored.
     ///

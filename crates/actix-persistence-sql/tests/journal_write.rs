@@ -33,6 +33,7 @@ backend_tests! {
     twenty_concurrent_write_calls_all_succeed,
     atomic_write_of_thousands_of_events_is_stored_whole_or_not_at_all,
     events_at_the_payload_limit_over_one_gib_in_all_are_stored,
+    a_write_after_a_failed_one_of_its_id_in_the_batch_is_not_stored,
 }
 
 async fn empty_batch_gives_no_results<B: TestBackend>(db: B) {
@@ -509,4 +510,57 @@ async fn events_at_the_payload_limit_over_one_gib_in_all_are_stored<B: TestBacke
         journal.read_highest_sequence_nr("huge", 1).await.unwrap(),
         EVENTS
     );
+}
+
+/// A failed atomic write (here the database refuses its event) is followed in the same batch
+/// by a later write of the same persistence id: that one must not be stored either (it fails,
+/// not attempted), or its events would follow a hole no recovery can see, and every recovery
+/// would replay them without the failed ones (as Akka, where a failure fails the actor's whole
+/// batch). Writes of other ids are unaffected. With group commit, without it, and with a call
+/// larger than a transaction.
+async fn a_write_after_a_failed_one_of_its_id_in_the_batch_is_not_stored<B: TestBackend>(db: B) {
+    use common::Setting;
+    let journal = db.journal().await;
+    write_one_to_five(&journal, "p-1").await;
+    db.fail_insert_of("p-1", 6).await;
+    let not_attempted = |result: &actix_persistence_core::AtomicWriteResult, seq: u64| match result
+    {
+        Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed {
+            persistence_id,
+            seq_nr,
+        })) => {
+            assert_eq!(persistence_id, "p-1");
+            assert_eq!(*seq_nr, seq);
+        }
+        other => panic!("expected write {seq}.. not to be attempted, got {other:?}"),
+    };
+
+    let unbatched = db.journal_with(&[Setting::MaxBatchSize(1)]).await;
+    // Batches of 2: the call's 4 writes take two transactions, the failure in the first.
+    let split = db.journal_with(&[Setting::MaxBatchSize(2)]).await;
+    for (journal, other) in [(journal, "p-2"), (unbatched, "p-3"), (split, "p-4")] {
+        let results = journal
+            .write_messages(vec![
+                atomic("p-1", 6..=6),
+                atomic(other, 1..=1),
+                atomic("p-1", 7..=8),
+                atomic("p-1", 9..=9),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(results.len(), 4);
+        assert_write_failed_with(&results[0], "injected fault at 6");
+        assert!(
+            results[1].is_ok(),
+            "other ids are unaffected: {:?}",
+            results[1]
+        );
+        not_attempted(&results[2], 7);
+        not_attempted(&results[3], 9);
+        assert_eq!(
+            recover(&journal, "p-1", 1, MAX, MAX).await,
+            (vec![1, 2, 3, 4, 5], 5)
+        );
+        assert_eq!(recover(&journal, other, 1, MAX, MAX).await, (vec![1], 1));
+    }
 }

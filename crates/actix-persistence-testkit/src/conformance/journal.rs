@@ -1,4 +1,4 @@
-//! The journal conformance cases J1-J27 of `conformance/journal.md`, the fencing cases F1-F5, and the model check.
+//! The journal conformance cases J1-J28 (J1-J27 of `conformance/journal.md`, J28 this suite's own), the fencing cases F1-F5, and the model check.
 //!
 //! Every case drives the store through the real [`JournalActor`]: writes as
 //! [`WriteMessages`] (checking the batch-level answer and one result per atomic write, routed
@@ -921,6 +921,76 @@ pub async fn j24_second_writer_fails(store: Arc<dyn JournalStore>) {
         &f.replay(6, MAX, MAX).await,
         &[winner],
         6,
+    );
+}
+
+/// J28: within one batch, once an atomic write of an id failed (here: its sequence number 6 is
+/// taken by another writer), no later write of that id is stored: each fails with
+/// [`JournalError::EarlierWriteFailed`] (stored, its events would follow a hole that no
+/// recovery can see); the write of another id between them is stored.
+pub async fn j28_no_write_of_an_id_after_its_failed_one(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let intruder = Writer::new(f.pid());
+    let six = intruder.event(6, "z-6");
+    let reply = f
+        .journal
+        .write(
+            "J28 write of 6",
+            intruder.incarnation,
+            vec![atomic(vec![six.clone()])],
+        )
+        .await;
+    expect_all_stored("J28: a write of 6 alone", reply, 1);
+
+    let other = Writer::new(fresh_pid());
+    let other_events = other.events("o", [1]);
+    let reply = f
+        .journal
+        .write(
+            "J28 batch [6] [other 1] [7, 8] [9]",
+            f.writer.incarnation,
+            vec![
+                atomic(f.writer.events("a", [6])),
+                atomic(other_events.clone()),
+                atomic(f.writer.events("a", 7..=8)),
+                atomic(f.writer.events("a", [9])),
+            ],
+        )
+        .await;
+    let got = outcomes("J28 batch", reply, 4);
+    assert!(
+        matches!(&got[0], WriteOutcome::Failed(_)),
+        "J28: the write of 6, already stored, must fail, got {:?}",
+        got[0]
+    );
+    assert!(
+        matches!(&got[1], WriteOutcome::Stored),
+        "J28: the write of another id in the batch must be stored, got {:?}",
+        got[1]
+    );
+    for (i, first) in [(2, 7), (3, 9)] {
+        match &got[i] {
+            WriteOutcome::Failed(JournalError::EarlierWriteFailed {
+                persistence_id,
+                seq_nr,
+            }) if *persistence_id == f.pid() && *seq_nr == first => {}
+            other => panic!(
+                "J28: the write of {first}.. after the failed write of its id must fail with \
+                 EarlierWriteFailed (not be stored after a hole), got {other:?}"
+            ),
+        }
+    }
+    check_replay(
+        "J28: nothing of the id stored after its failed write",
+        &f.replay(1, MAX, MAX).await,
+        &[f.written(1..=5), vec![six]].concat(),
+        6,
+    );
+    check_replay(
+        "J28: the other id's write",
+        &f.journal.replay(&other.pid, 1, MAX, MAX).await,
+        &other_events,
+        1,
     );
 }
 
