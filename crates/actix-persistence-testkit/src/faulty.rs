@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, AtomicWriteResult, JournalError, JournalStore, ReplayStream,
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, FailedIds, JournalError, JournalStore,
+    ReplayStream,
 };
 use async_trait::async_trait;
 use futures::{stream, StreamExt};
@@ -150,21 +151,55 @@ impl<S: JournalStore> FaultyJournal<S> {
         Ok(())
     }
 
-    /// Writes `writes` except the one at `failing`, which fails with `fault`.
+    /// Writes `writes` except the one at `failing`, which fails with `fault`, and the later
+    /// writes of its writer, which are not attempted ([`JournalError::EarlierWriteFailed`]), as
+    /// every store does after a failed write ([`FailedIds`]).
     async fn write_all_but(
         &self,
-        mut writes: Vec<AtomicWrite>,
+        writes: Vec<AtomicWrite>,
         failing: usize,
         fault: InjectedFault,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        writes.remove(failing);
-        let mut results = if writes.is_empty() {
+        let count = writes.len();
+        let mut failed = FailedIds::default();
+        let mut answers: Vec<Option<AtomicWriteResult>> = Vec::with_capacity(count);
+        let mut attempted = Vec::with_capacity(count);
+        for (index, write) in writes.into_iter().enumerate() {
+            if index == failing {
+                failed.record(&write);
+                let failure =
+                    AtomicWriteError::Failed(JournalError::storage("write", fault.clone()));
+                answers.push(Some(Err(failure)));
+            } else if let Err(skipped) = failed.check(&write) {
+                answers.push(Some(Err(skipped)));
+            } else {
+                answers.push(None);
+                attempted.push(write);
+            }
+        }
+        let expected = attempted.len();
+        let stored = if attempted.is_empty() {
             Vec::new()
         } else {
-            self.inner.write_messages(writes).await?
+            self.inner.write_messages(attempted).await?
         };
-        let failure = AtomicWriteError::Failed(JournalError::storage("write", fault));
-        results.insert(failing.min(results.len()), Err(failure));
+        let actual = stored.len();
+        let mut stored = stored.into_iter();
+        let mut results: Vec<AtomicWriteResult> = answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    stored.next().unwrap_or_else(|| {
+                        Err(AtomicWriteError::Failed(
+                            JournalError::ResultCountMismatch { expected, actual },
+                        ))
+                    })
+                })
+            })
+            .collect();
+        // A wrapped store that answered too many results: pass them on (the journal actor
+        // fails such a batch).
+        results.extend(stored);
         Ok(results)
     }
 }
@@ -347,7 +382,9 @@ impl FaultHandle {
 
     /// The atomic write holding the `n`th event written from now on (1 is the next one) fails
     /// with a storage error ([`InjectedFault::EventWrite`]); nothing of that atomic write is
-    /// stored. The other atomic writes of its batch are stored as usual. Once.
+    /// stored. The later atomic writes of its writer in the batch are not attempted
+    /// ([`JournalError::EarlierWriteFailed`], as every store does); the other atomic writes of
+    /// its batch are stored as usual. Once.
     ///
     /// # Panics
     /// If `n` is 0.

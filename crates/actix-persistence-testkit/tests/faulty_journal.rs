@@ -88,18 +88,19 @@ fn failed_with(result: &AtomicWriteResult) -> Option<&InjectedFault> {
 }
 
 #[actix::test]
-async fn failing_the_nth_event_fails_only_the_atomic_write_holding_it() {
+async fn failing_the_nth_event_fails_its_atomic_write_and_the_later_ones_of_its_writer() {
     let (store, faults) = faulty();
     faults.fail_nth_event(3);
     let results = store
         .write_messages(vec![
             write("a", 1..=1),
             write("a", 2..=3),
+            write("other", 1..=1),
             write("a", 4..=4),
         ])
         .await
         .expect("the batch is attempted");
-    assert_eq!(results.len(), 3);
+    assert_eq!(results.len(), 4);
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
     assert_eq!(
         failed_with(&results[1]),
@@ -108,11 +109,22 @@ async fn failing_the_nth_event_fails_only_the_atomic_write_holding_it() {
             seq_nr: 3
         })
     );
+    // Stored, [4] would follow the hole of [2, 3], and recovery would replay it without them.
+    assert!(
+        matches!(
+            &results[3],
+            Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed { persistence_id, seq_nr: 4 }))
+                if persistence_id == "a"
+        ),
+        "{:?}",
+        results[3]
+    );
     assert_eq!(
         stored(&*store, "a").await,
-        vec![1, 4],
-        "nothing of [2, 3] is stored"
+        vec![1],
+        "nothing of [2, 3] is stored, nor [4] after it"
     );
+    assert_eq!(stored(&*store, "other").await, vec![1]);
 
     let again = store
         .write_messages(vec![write("a", 2..=3)])
