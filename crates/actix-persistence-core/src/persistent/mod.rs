@@ -343,7 +343,8 @@ pub trait PersistentActor: EventSourced {
     /// [`last_seq_nr`](Self::last_seq_nr)
     /// in the background; [`EventSourced::on_snapshot_saved`] or
     /// [`EventSourced::on_snapshot_failure`] runs when the store answered. Commands are not
-    /// held back meanwhile.
+    /// held back meanwhile. Before recovery completed (from `Actor::started`) nothing is saved:
+    /// `on_snapshot_failure` runs at once with [`SnapshotError::NotSupported`].
     fn save_snapshot(&mut self, ctx: &mut Context<Self>) {
         snapshots::save_snapshot(self, ctx);
     }
@@ -364,7 +365,9 @@ pub trait PersistentActor: EventSourced {
     /// The delete carries the actor's fencing token, as its writes do: after a newer
     /// incarnation took ownership of the id (here or in another process) it deletes nothing
     /// and fails with [`JournalError::Fenced`]; `on_delete_failure` runs, then the actor stops
-    /// with [`StopReason::Fenced`] (a supervisor does not restart it).
+    /// with [`StopReason::Fenced`] (a supervisor does not restart it). Before recovery
+    /// completed (from `Actor::started`) nothing is sent: `on_delete_failure` runs at once
+    /// with [`DeleteError::NotRecovered`].
     fn delete_events_to(&mut self, ctx: &mut Context<Self>, to_seq_nr: u64) {
         snapshots::delete_events_to(self, ctx, to_seq_nr);
     }

@@ -157,6 +157,18 @@ pub enum DeleteError {
     /// The journal failed to delete.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// Asked before recovery completed (from `Actor::started`, say): the last sequence number
+    /// is not known yet, and the incarnation does not own the persistence id yet (its fencing
+    /// token would have made the journal answer [`JournalError::Fenced`]). Nothing was sent.
+    #[error(
+        "cannot delete events of {persistence_id:?} before its recovery completed: the last \
+         sequence number is not known yet (delete from a command handler or \
+         on_recovery_completed)"
+    )]
+    NotRecovered {
+        /// Whose events.
+        persistence_id: String,
+    },
 }
 
 pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
@@ -169,6 +181,12 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         act.on_snapshot_failure(&not_supported("no snapshot store is configured"), ctx);
         return;
     };
+    if !act.persistence().recovered {
+        let reason = "recovery has not completed: the state and its sequence number are not \
+                      known yet (save snapshots from a command handler or on_recovery_completed)";
+        act.on_snapshot_failure(&not_supported(reason), ctx);
+        return;
+    }
     if act.persistence().partially_recovered {
         let reason = "recovery was bounded (to_seq_nr, max_events or Recovery::none), so the \
                       state misses stored events; a snapshot would drop them";
@@ -315,6 +333,13 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
     ctx: &mut Context<A>,
     to_seq_nr: u64,
 ) {
+    if !act.persistence().recovered {
+        let error = DeleteError::NotRecovered {
+            persistence_id: act.persistence_id().to_owned(),
+        };
+        act.on_delete_failure(&error, ctx);
+        return;
+    }
     let last_seq_nr = act.last_seq_nr();
     if to_seq_nr > last_seq_nr && to_seq_nr != u64::MAX {
         let error = DeleteError::BeyondLastSeqNr {
