@@ -73,6 +73,7 @@ impl EventSourced for Eager {
             DeleteError::NotRecovered { .. } => "not recovered",
             DeleteError::Journal(_) => "journal",
             DeleteError::BeyondLastSeqNr { .. } => "beyond",
+            _ => "other",
         };
         let _ = self.log.send(format!("delete failed ({kind}): {cause}"));
     }

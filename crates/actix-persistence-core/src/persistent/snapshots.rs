@@ -138,8 +138,9 @@ impl<A: 'static> Snapshotting<A> {
     }
 }
 
-/// Why deleting events did not happen.
+/// Why deleting events did not happen. Non-exhaustive: later releases may add reasons.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum DeleteError {
     /// Asked to delete beyond the last sequence number (only `u64::MAX`, "all", may).
     #[error(
