@@ -315,8 +315,8 @@ enum Plans {
     /// events by slices: planning 0.22 ms of the page's 0.6 ms, 0.008 ms with the generic
     /// plan; docs/benchmarks.md "Session 15"). Every reader statement's generic plan scans the
     /// index its custom plans scan (checked for pages by slices, by slice range, by tag, with
-    /// the previous event's timestamp, and the replay's pages). A server without the setting
-    /// (before PostgreSQL 12, or a compatible database) keeps its own choice.
+    /// the previous event's timestamp, and the replay's pages). A server that refuses the
+    /// setting (before PostgreSQL 12, or a compatible database) keeps its own choice.
     Generic,
 }
 
@@ -372,16 +372,18 @@ async fn connect_pool(
     Ok(pool)
 }
 
-/// Sets `plan_cache_mode = force_generic_plan` on `conn` ([`Plans::Generic`]); a server that
-/// does not know the setting (SQLSTATE 42704, before PostgreSQL 12) keeps its own choice.
+/// Sets `plan_cache_mode = force_generic_plan` on `conn` ([`Plans::Generic`]). A server that
+/// refuses it (one that does not know the setting, SQLSTATE 42704, as before PostgreSQL 12, or
+/// a compatible database that does not take this value) keeps its own choice: the setting only
+/// saves planning time, so it never fails a connection.
 async fn force_generic_plans(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     match conn
         .execute(sqlx::raw_sql("SET plan_cache_mode = force_generic_plan"))
         .await
     {
         Ok(_) => Ok(()),
-        Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("42704") => {
-            tracing::debug!("plan_cache_mode unknown to this server: {error}");
+        Err(sqlx::Error::Database(error)) => {
+            tracing::debug!("the server refused plan_cache_mode = force_generic_plan: {error}");
             Ok(())
         }
         Err(error) => Err(error),
