@@ -262,6 +262,50 @@ async fn failures_at_once_open_the_breaker_and_a_trial_handed_back_closes_it() {
     }
 }
 
+/// An empty batch is answered without the store and without the breaker: while half-open it
+/// does not take the one trial call, which would close the breaker without the store tried.
+#[actix_rt::test]
+async fn an_empty_batch_never_takes_the_half_open_breakers_trial() {
+    tokio::time::pause();
+    let store = Scripted::new(Now::Fail);
+    let journal = journal(&store, 2, Duration::from_secs(30));
+    for _ in 0..2 {
+        assert!(matches!(
+            reply(send(&journal, "empty-b", 1).await).await,
+            WriteMessagesReply::Failed(JournalError::Storage { .. })
+        ));
+    }
+    tokio::time::advance(Duration::from_secs(31)).await;
+    // Half-open. An empty batch from a direct caller: answered, the store not called.
+    store.script(Now::Store);
+    let (reply_to, empty) = oneshot::channel();
+    journal
+        .send(WriteMessages {
+            writes: Vec::new().into(),
+            incarnation: Incarnation::from_raw(1),
+            reply_to: reply_to.into(),
+        })
+        .await
+        .expect("the journal runs");
+    match reply(empty).await {
+        WriteMessagesReply::Completed(results) => assert!(results.is_empty()),
+        other => panic!("expected an empty batch answered, got {other:?}"),
+    }
+    assert_eq!(store.now_calls.load(Ordering::SeqCst), 2);
+    // The next write is still the trial: it fails, and the breaker opens again (had the empty
+    // batch closed it, one failure of two would have left it closed).
+    store.script(Now::Fail);
+    assert!(matches!(
+        reply(send(&journal, "empty-b", 1).await).await,
+        WriteMessagesReply::Failed(JournalError::Storage { .. })
+    ));
+    assert!(matches!(
+        reply(send(&journal, "empty-b", 1).await).await,
+        WriteMessagesReply::Failed(JournalError::CircuitOpen { .. })
+    ));
+    assert_eq!(store.now_calls.load(Ordering::SeqCst), 3);
+}
+
 #[actix_rt::test]
 async fn a_reply_at_once_waits_for_an_earlier_pending_write_of_its_group() {
     let store = Scripted::new(Now::Later);

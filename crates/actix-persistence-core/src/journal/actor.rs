@@ -325,6 +325,10 @@ impl JournalActor {
 /// callers (a [`JournalStore`] rejects a write over them, which the conformance suite holds
 /// every store to), so a rejection never counts against the breaker.
 ///
+/// An empty batch is answered at once, without the store or the breaker: it says nothing of
+/// the store's health, and while the breaker is half-open it would take the one trial call and
+/// close the breaker untried.
+///
 /// `Err` when the store cannot answer at once: its writes back, with the breaker's permit for
 /// [`write_batch`] (taken once per batch, so a half-open breaker's one trial call is this one).
 fn write_now(
@@ -333,6 +337,9 @@ fn write_now(
     writes: WriteBatch,
     checked: bool,
 ) -> Result<WriteMessagesReply, (WriteBatch, Generation)> {
+    if writes.is_empty() {
+        return Ok(WriteMessagesReply::Completed(WriteResults::new()));
+    }
     let generation = match breaker.permit() {
         Ok(generation) => generation,
         Err(open) => return Ok(WriteMessagesReply::Failed(open)),
