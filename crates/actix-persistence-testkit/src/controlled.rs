@@ -3,8 +3,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, AtomicWriteResult, InMemoryJournal, JournalError, JournalStore,
-    ReplayStream, WriteRejection,
+    AtomicWrite, AtomicWriteError, AtomicWriteResult, FailedIds, InMemoryJournal, JournalError,
+    JournalStore, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -123,9 +123,19 @@ impl ControlledJournal {
         match decision {
             Decision::Raw(result) => result,
             Decision::Outcomes(outcomes) => {
+                // As every store: no write of a writer after its failed one in the batch
+                // (conformance J28), whatever the script chose for it.
+                let mut failed = FailedIds::default();
                 let mut results = Vec::with_capacity(writes.len());
                 for (write, outcome) in writes.into_iter().zip(outcomes) {
-                    results.push(self.apply_one(write, outcome).await?);
+                    if let Err(earlier) = failed.check(&write) {
+                        results.push(Err(earlier));
+                        continue;
+                    }
+                    let key = write.clone();
+                    let result = self.apply_one(write, outcome).await?;
+                    failed.note(&key, &result);
+                    results.push(result);
                 }
                 Ok(results)
             }
