@@ -7,9 +7,12 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use actix_persistence::actix::Addr;
 use actix_persistence::limits::MAX_PAYLOAD_BYTES;
-use actix_persistence::{PersistError, MAX_SEQ_NR};
+use actix_persistence::{PersistError, PersistenceState, MAX_SEQ_NR};
 use actix_persistence_testkit::Outcome;
 use futures::TryStreamExt;
 use support::*;
@@ -18,6 +21,7 @@ on_every_backend!(
     an_unserializable_event_keeps_its_sequence_number,
     a_write_over_the_limits_keeps_its_sequence_numbers,
     a_write_the_store_rejects_keeps_its_sequence_number,
+    a_snapshot_after_a_rejected_write_stays_below_its_numbers,
 );
 
 /// The kind of rejection a test makes.
@@ -126,4 +130,64 @@ async fn a_write_over_the_limits_keeps_its_sequence_numbers(backend: Backend) {
 
 async fn a_write_the_store_rejects_keeps_its_sequence_number(backend: Backend) {
     rejected_write_keeps_its_sequence_numbers(backend, "r-store", Kind::StoreRejects).await;
+}
+
+/// A snapshot saved after a rejected write is at the last stored event, not at the numbers
+/// the rejection used up. An incarnation already replaced by a newer one, and not fenced yet
+/// (it has not written since), may use up a number at which the newer one stores an event: a
+/// snapshot at that number would hide the newer one's event from every later recovery.
+async fn a_snapshot_after_a_rejected_write_stays_below_its_numbers(backend: Backend) {
+    let pid = "r-snapshot";
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
+    let with_snapshots = || {
+        let store = Arc::clone(&snapshots);
+        move |state: PersistenceState<Probe>| {
+            state.with_snapshot_store(store, Duration::from_secs(5))
+        }
+    };
+    let old: Addr<Probe> = h.probe_with(pid, 0, with_snapshots()).await;
+    let kept = old.send(Persist(vec![named("kept")]));
+    h.control.next_write_for(pid).await.complete();
+    assert_eq!(kept.await.expect("mailbox").expect("stored"), 1);
+
+    // A newer incarnation recovers (and owns the id); the old one does not know yet.
+    h.seen_so_far();
+    let newer: Addr<Probe> = h.probe_with(pid, 0, with_snapshots()).await;
+    // The old one's next write is rejected before it is sent: number 2 used up.
+    match old
+        .send(PersistAll(vec![named(&"x".repeat(MAX_PAYLOAD_BYTES))]))
+        .await
+        .expect("mailbox")
+    {
+        Err(PersistError::Rejected(rejection)) => assert_eq!(rejection.seq_nr, 2),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    // The newer one stores its event at 2.
+    let stored = newer.send(Persist(vec![named("newer")]));
+    h.control.next_write_for(pid).await.complete();
+    assert_eq!(stored.await.expect("mailbox").expect("stored"), 2);
+    // The old one saves a snapshot of its state (without the newer event).
+    old.send(SaveSnapshot).await.expect("mailbox");
+    let seen = h
+        .seen_until(|s| matches!(s, Seen::SnapshotSaved { .. } | Seen::SnapshotFailed { .. }))
+        .await;
+    assert!(
+        seen.contains(&Seen::SnapshotSaved {
+            pid: pid.to_owned(),
+            seq_nr: 1
+        }),
+        "the snapshot is at the last stored event: {seen:?}"
+    );
+    old.send(Stop).await.expect("mailbox");
+    newer.send(Stop).await.expect("mailbox");
+    h.seen_so_far();
+
+    // A later incarnation recovers both events.
+    let later = h.probe_with(pid, 0, with_snapshots()).await;
+    let (applied, last_seq_nr) = later.send(Inspect).await.expect("mailbox");
+    assert_eq!(
+        (applied, last_seq_nr),
+        (vec![named("kept"), named("newer")], 2)
+    );
 }

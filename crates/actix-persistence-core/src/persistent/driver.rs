@@ -338,7 +338,7 @@ fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: Write
                 // As Akka's `updateLastSequenceNr` before `onPersistRejected`: the rejected
                 // write's numbers are used up, whichever kind of rejection it was (0, a no-op,
                 // for a persist before recovery completed, which took none).
-                act.persistence_mut().confirm_seq_nr(highest_seq_nr);
+                act.persistence_mut().use_up_seq_nr(highest_seq_nr);
                 let hook = catch_user(|| act.on_persist_rejected(&rejection, ctx));
                 let _ = then.call(Some((act, ctx)), Err(PersistError::Rejected(rejection)));
                 if let Err(reason) = hook {

@@ -339,9 +339,10 @@ pub trait PersistentActor: EventSourced {
         persist_events(self, ctx, EventBuf::from_vec(events), then)
     }
 
-    /// Saves the actor's state ([`EventSourced::snapshotting`]) as the snapshot at
-    /// [`last_seq_nr`](Self::last_seq_nr)
-    /// in the background; [`EventSourced::on_snapshot_saved`] or
+    /// Saves the actor's state ([`EventSourced::snapshotting`]) as the snapshot at the last
+    /// stored event's sequence number ([`last_seq_nr`](Self::last_seq_nr), except after a
+    /// rejected write: the numbers it used up are not in the state, and the snapshot stays
+    /// below them) in the background; [`EventSourced::on_snapshot_saved`] or
     /// [`EventSourced::on_snapshot_failure`] runs when the store answered. Commands are not
     /// held back meanwhile. Before recovery completed (from `Actor::started`) nothing is saved:
     /// `on_snapshot_failure` runs at once with [`SnapshotError::NotSupported`].

@@ -194,9 +194,13 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
         act.on_snapshot_failure(&not_supported(reason), ctx);
         return;
     }
+    // The last stored event's number, not a rejected write's used-up one: an incarnation
+    // already replaced by a newer one (not fenced yet, it has not written since) may have used
+    // up a number the newer one stored an event at, which a snapshot there would hide from
+    // every recovery.
     let metadata = SnapshotMetadata {
         persistence_id: persistence_id.clone(),
-        seq_nr: act.last_seq_nr(),
+        seq_nr: act.persistence().stored_seq_nr(),
         timestamp: now_millis(),
     };
     let Some(snapshotting) = A::snapshotting() else {

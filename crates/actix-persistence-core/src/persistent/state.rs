@@ -64,8 +64,12 @@ pub struct PersistenceState<A: EventSourced> {
     writer_uuid: Arc<str>,
     /// The token recovery got when it took ownership of the id; every write carries it.
     fencing_token: FencingToken,
-    /// Highest sequence number recovered or stored and applied.
+    /// Highest sequence number recovered or stored and applied, or used up by a rejected
+    /// write.
     last_seq_nr: u64,
+    /// Highest sequence number recovered or stored and applied (a rejected write's numbers
+    /// not counted): what the state covers of the journal, the sequence number of a snapshot.
+    stored_seq_nr: u64,
     /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
     assigned_seq_nr: u64,
     pub(crate) recovered: bool,
@@ -176,6 +180,7 @@ impl<A: EventSourced> PersistenceState<A> {
             writer_uuid: Arc::from(uuid::Uuid::new_v4().to_string()),
             fencing_token: FencingToken::UNOWNED,
             last_seq_nr: 0,
+            stored_seq_nr: 0,
             assigned_seq_nr: 0,
             recovered: false,
             partially_recovered: false,
@@ -348,11 +353,25 @@ impl<A: EventSourced> PersistenceState<A> {
 
     pub(crate) fn set_recovered_seq_nr(&mut self, seq_nr: u64) {
         self.last_seq_nr = seq_nr;
+        self.stored_seq_nr = seq_nr;
         self.assigned_seq_nr = seq_nr;
     }
 
+    /// An event at `seq_nr` was stored and is being applied.
     pub(crate) fn confirm_seq_nr(&mut self, seq_nr: u64) {
         self.last_seq_nr = self.last_seq_nr.max(seq_nr);
+        self.stored_seq_nr = self.stored_seq_nr.max(seq_nr);
+    }
+
+    /// A rejected write used up the numbers up to `seq_nr` (as Akka's `onPersistRejected`);
+    /// nothing was stored.
+    pub(crate) fn use_up_seq_nr(&mut self, seq_nr: u64) {
+        self.last_seq_nr = self.last_seq_nr.max(seq_nr);
+    }
+
+    /// The highest sequence number recovered or stored (see `stored_seq_nr`).
+    pub(crate) fn stored_seq_nr(&self) -> u64 {
+        self.stored_seq_nr
     }
 
     pub(crate) fn recovery_plan(&self) -> RecoveryPlan {
