@@ -1934,16 +1934,7 @@ mod tests {
         .expect("open");
         let pid = "Acc|tail";
         let events = (1..=25)
-            .map(|seq_nr| PersistentRepr {
-                persistence_id: pid.into(),
-                seq_nr,
-                payload: b"{}".to_vec(),
-                serializer_id: 1,
-                manifest: String::new(),
-                writer_uuid: "w".into(),
-                timestamp: 0,
-                tags: Vec::new(),
-            })
+            .map(|seq_nr| crate::test_events::event(pid, seq_nr, &[]))
             .collect();
         let written = journal
             .write_messages(vec![AtomicWrite::new(events).expect("one id")])
@@ -1983,14 +1974,12 @@ mod postgres_plan_tests {
     use actix_persistence_core::{AtomicWrite, JournalStore};
     use sqlx::{Connection, PgConnection};
 
-    use crate::test_util::tagged;
-
     async fn write(journal: &PostgresJournal, ids: std::ops::Range<u64>, per_id: u64, tag: &str) {
         let writes = ids
             .map(|id| {
                 let pid = format!("Tagged|{id}");
                 let events = (1..=per_id)
-                    .map(|seq_nr| tagged(&pid, seq_nr, tag))
+                    .map(|seq_nr| crate::test_events::event(&pid, seq_nr, &[tag]))
                     .collect();
                 AtomicWrite::new(events).expect("shape")
             })

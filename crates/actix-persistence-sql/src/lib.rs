@@ -93,6 +93,8 @@ mod sqlite_readers;
 #[cfg(feature = "sqlite")]
 mod sqlite_snapshot;
 
+#[cfg(test)]
+mod test_events;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 

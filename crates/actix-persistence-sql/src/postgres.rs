@@ -1324,7 +1324,7 @@ mod tests {
         options.replay_batch_size = 2;
         let journal = PostgresJournal::connect(&options).await.expect("connect");
         let events = (1..=20)
-            .map(|seq_nr| crate::test_util::tagged("Plan|1", seq_nr, "t"))
+            .map(|seq_nr| crate::test_events::event("Plan|1", seq_nr, &["t"]))
             .collect();
         let write = AtomicWrite::new(events).expect("consecutive");
         let results = journal.write_messages(vec![write]).await.expect("write");

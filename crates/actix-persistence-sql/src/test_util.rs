@@ -135,18 +135,3 @@ pub fn sqlite_page_query_sql(
         with_previous_timestamp,
     )
 }
-
-/// Event `seq_nr` of `pid` with payload `{}` and the one tag `tag` (the crate's own tests).
-#[cfg(test)]
-pub(crate) fn tagged(pid: &str, seq_nr: u64, tag: &str) -> actix_persistence_core::PersistentRepr {
-    actix_persistence_core::PersistentRepr {
-        persistence_id: pid.into(),
-        seq_nr,
-        payload: b"{}".to_vec(),
-        serializer_id: 1,
-        manifest: String::new(),
-        writer_uuid: "w".into(),
-        timestamp: 0,
-        tags: vec![tag.to_owned()],
-    }
-}
