@@ -987,9 +987,9 @@ where
         // call). Read once per replay, only when a window came back empty.
         let next_from = match next_from {
             Some((from, window)) if read == 0 && !cursor.to_within_highest => {
-                match Self::read_highest_of(&cursor).await {
+                match Self::read_highest_on(&cursor.readers, &cursor.persistence_id).await {
                     Ok(highest) => {
-                        cursor.to = cursor.to.min(highest);
+                        cursor.to = cursor.to.min(i64::try_from(highest).unwrap_or(i64::MAX));
                         cursor.to_within_highest = true;
                         Some((from, window))
                     }
@@ -1007,21 +1007,6 @@ where
             _ => None,
         };
         Page { events, next }
-    }
-
-    /// The highest sequence number of the cursor's persistence id (0 when it never wrote), on
-    /// a connection of the readers that is back in the pool when this returns.
-    async fn read_highest_of(cursor: &ReplayCursor<D>) -> Result<i64, JournalError> {
-        let storage = |e| JournalError::storage("replay", e);
-        let mut conn = cursor.readers.acquire().await.map_err(storage)?;
-        let highest = sqlx::query_scalar::<D::Db, i64>(
-            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
-        )
-        .bind(&*cursor.persistence_id)
-        .fetch_optional(&mut *conn)
-        .await;
-        conn.return_to_pool().await;
-        Ok(highest.map_err(storage)?.unwrap_or(0))
     }
 
     /// The rows of one replay page: `persistence_id`'s events from `cursor.next_from` to
@@ -1446,29 +1431,7 @@ where
     /// Reads the highest sequence number of `pid` from `journal_highest` (0 for an id that
     /// never wrote).
     pub(crate) async fn read_highest(&self, pid: &str) -> Result<u64, JournalError> {
-        if !D::stores_text(pid) {
-            return Ok(0);
-        }
-        let highest = self
-            .read_column(
-                "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
-                pid,
-            )
-            .await
-            .map_err(|e| JournalError::storage("read highest sequence number", e))?;
-        match highest {
-            None => Ok(0),
-            Some(highest) => u64::try_from(highest).map_err(|_| {
-                JournalError::storage(
-                    "read highest sequence number",
-                    SqlStoreError::CorruptRow {
-                        persistence_id: pid.to_owned(),
-                        seq_nr: highest,
-                        reason: "negative highest sequence number".to_owned(),
-                    },
-                )
-            }),
-        }
+        Self::read_highest_on(self.readers, pid).await
     }
 
     /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) and
@@ -1540,20 +1503,51 @@ where
         if !D::stores_text(pid) {
             return Ok(0);
         }
-        let deleted_to = self
-            .read_column(
-                "SELECT deleted_to FROM journal_highest WHERE persistence_id = $1",
-                pid,
-            )
-            .await
-            .map_err(|e| JournalError::storage("read how far events were deleted", e))?;
+        let deleted_to = Self::read_column_on(
+            self.readers,
+            "SELECT deleted_to FROM journal_highest WHERE persistence_id = $1",
+            pid,
+        )
+        .await
+        .map_err(|e| JournalError::storage("read how far events were deleted", e))?;
         Ok(deleted_to.map_or(0, |d| u64::try_from(d).unwrap_or(0)))
     }
+    /// Reads the highest sequence number of `pid` from `journal_highest` on `readers` (0 for an id
+    /// that never wrote).
+    async fn read_highest_on(readers: &Pool<D::Db>, pid: &str) -> Result<u64, JournalError> {
+        if !D::stores_text(pid) {
+            return Ok(0);
+        }
+        let highest = Self::read_column_on(
+            readers,
+            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+            pid,
+        )
+        .await
+        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        match highest {
+            None => Ok(0),
+            Some(highest) => u64::try_from(highest).map_err(|_| {
+                JournalError::storage(
+                    "read highest sequence number",
+                    SqlStoreError::CorruptRow {
+                        persistence_id: pid.to_owned(),
+                        seq_nr: highest,
+                        reason: "negative highest sequence number".to_owned(),
+                    },
+                )
+            }),
+        }
+    }
 
-    /// The integer `sql` selects for `pid` (`$1`), if a row matched, read on a reader
-    /// connection that is back in the pool when this returns (see [`Self::next_page`]).
-    async fn read_column(&self, sql: &'static str, pid: &str) -> Result<Option<i64>, sqlx::Error> {
-        let mut conn = self.readers.acquire().await?;
+    /// The integer `sql` selects for `pid` (`$1`), if a row matched, read on a connection of
+    /// `readers` that is back in the pool when this returns (see [`Self::next_page`]).
+    async fn read_column_on(
+        readers: &Pool<D::Db>,
+        sql: &'static str,
+        pid: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let mut conn = readers.acquire().await?;
         let value = sqlx::query_scalar::<D::Db, i64>(sql)
             .bind(pid)
             .fetch_optional(&mut *conn)
