@@ -69,6 +69,25 @@ fn event_bytes(event: &PersistentRepr) -> usize {
         + 12 * WORD
 }
 
+/// The event bytes ([`event_bytes`]) of the statement being built, against
+/// [`STATEMENT_BYTES`].
+#[derive(Debug, Default)]
+struct StatementBytes(usize);
+
+impl StatementBytes {
+    /// Counts `event` in: `false` when the statement, holding events already, has no room for
+    /// it; the count then starts anew with `event`, the first of the next statement.
+    fn fits(&mut self, event: &PersistentRepr) -> bool {
+        let size = event_bytes(event);
+        if self.0 > 0 && self.0 + size > STATEMENT_BYTES {
+            self.0 = size;
+            return false;
+        }
+        self.0 += size;
+        true
+    }
+}
+
 /// `events` split into consecutive runs of at most [`ROWS_PER_STATEMENT`] events and at most
 /// [`STATEMENT_BYTES`] bytes ([`event_bytes`]); a run holds at least one event.
 fn statement_chunks(events: &[PersistentRepr]) -> impl Iterator<Item = &[PersistentRepr]> {
@@ -77,16 +96,12 @@ fn statement_chunks(events: &[PersistentRepr]) -> impl Iterator<Item = &[Persist
         if rest.is_empty() {
             return None;
         }
-        let mut bytes = 0;
-        let mut end = 0;
-        while end < rest.len().min(ROWS_PER_STATEMENT) {
-            let size = event_bytes(&rest[end]);
-            if end > 0 && bytes + size > STATEMENT_BYTES {
-                break;
-            }
-            bytes += size;
-            end += 1;
-        }
+        let mut bytes = StatementBytes::default();
+        let end = rest
+            .iter()
+            .take(ROWS_PER_STATEMENT)
+            .take_while(|event| bytes.fits(event))
+            .count();
         let (chunk, after) = rest.split_at(end);
         rest = after;
         Some(chunk)
@@ -877,18 +892,15 @@ async fn insert_batch(
     // its own events' ids; a later run of an id raises it further).
     let mut inserted = 0;
     let mut columns = BatchColumns::with_capacity(count);
-    let mut bytes = 0;
+    let mut bytes = StatementBytes::default();
     let mut left = count;
     for write in writes {
         for event in &write.write.events {
-            let size = event_bytes(event);
-            if !columns.is_empty() && bytes + size > STATEMENT_BYTES {
+            if !bytes.fits(event) {
                 let full = std::mem::replace(&mut columns, BatchColumns::with_capacity(left));
                 inserted += run_batch_insert(conn, full).await?;
-                bytes = 0;
             }
             columns.push(event, write.write.fencing_token);
-            bytes += size;
             left -= 1;
         }
     }
@@ -1374,6 +1386,25 @@ mod tests {
         );
         let (mode, _) = plans(journal.pool.clone()).await;
         assert_eq!(mode, "auto");
+    }
+
+    #[test]
+    fn statements_are_cut_by_rows_and_by_bytes() {
+        let event = |bytes: usize| PersistentRepr {
+            payload: vec![0; bytes],
+            ..crate::test_events::event("p", 1, &[])
+        };
+        let runs = |events: &[PersistentRepr]| -> Vec<usize> {
+            statement_chunks(events).map(<[_]>::len).collect()
+        };
+        let small: Vec<_> = (0..2500).map(|_| event(10)).collect();
+        assert_eq!(runs(&small), [1000, 1000, 500]);
+        // 30 MiB each: two fit under STATEMENT_BYTES (64 MiB), a third does not.
+        let big: Vec<_> = (0..3).map(|_| event(30 << 20)).collect();
+        assert_eq!(runs(&big), [2, 1]);
+        // One event above the budget still makes a statement of its own.
+        assert_eq!(runs(&[event(STATEMENT_BYTES + 1)]), [1]);
+        assert!(runs(&[]).is_empty());
     }
 
     #[test]
