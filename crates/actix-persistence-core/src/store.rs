@@ -306,13 +306,23 @@ impl FailedIds {
     /// [`JournalError::EarlierWriteFailed`] when an earlier write of its writer failed.
     #[inline]
     pub fn check(&self, write: &AtomicWrite) -> AtomicWriteResult {
-        if self.0.is_empty() || !self.0.iter().any(|key| key.wrote(write)) {
-            return Ok(());
+        match self.earlier_failure(write) {
+            None => Ok(()),
+            Some(error) => Err(AtomicWriteError::Failed(error)),
         }
-        Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed {
+    }
+
+    /// The [`JournalError::EarlierWriteFailed`] `write` fails with, unattempted, when an
+    /// earlier write of its writer failed; `None` when it may be attempted.
+    #[inline]
+    pub fn earlier_failure(&self, write: &AtomicWrite) -> Option<JournalError> {
+        if self.0.is_empty() || !self.0.iter().any(|key| key.wrote(write)) {
+            return None;
+        }
+        Some(JournalError::EarlierWriteFailed {
             persistence_id: write.persistence_id().to_owned(),
             seq_nr: write.lowest_seq_nr(),
-        }))
+        })
     }
 
     /// Notes the result of an attempted write: a failure (not a rejection) keeps the later

@@ -16,8 +16,8 @@ use actix_persistence_core::query::{
     StoredEvent, NUMBER_OF_SLICES,
 };
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteError, FailedIds, FencingToken, JournalError, Ownership,
-    PersistentRepr, ReplayStream, RunInterner, WriteRejection,
+    AtomicWrite, FailedIds, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
+    RunInterner, WriteRejection,
 };
 use futures::future::BoxFuture;
 use futures::stream;
@@ -511,11 +511,8 @@ async fn insert_in_savepoints<D: Dialect>(
     shared: bool,
     failed: &FailedIds,
 ) -> Result<Vec<Result<(), JournalError>>, JournalError> {
-    let skipped = |failed: &FailedIds, write: &D::Write| match failed.check(D::atomic_write(write))
-    {
-        Err(AtomicWriteError::Failed(error)) => Some(error),
-        _ => None,
-    };
+    let skipped =
+        |failed: &FailedIds, write: &D::Write| failed.earlier_failure(D::atomic_write(write));
     if let ([single], false) = (writes, shared) {
         if let Some(error) = skipped(failed, single) {
             return Ok(vec![Err(error)]);
