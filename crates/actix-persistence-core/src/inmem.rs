@@ -190,7 +190,7 @@ impl Journal {
 /// events.
 ///
 /// Behaves as the SQL stores do: atomic writes are all or nothing, a sequence number that is
-/// already stored fails with [`JournalError::ConcurrentWrite`], a write with a fencing token
+/// already stored or was deleted fails with [`JournalError::ConcurrentWrite`], a write with a fencing token
 /// older than the id's owner epoch fails with [`JournalError::Fenced`], a later write of an id
 /// whose write failed earlier in the batch is not attempted
 /// ([`JournalError::EarlierWriteFailed`]), writes over the
@@ -303,7 +303,9 @@ impl InMemoryJournal {
             }
             .into());
         }
-        if let Some(taken) = write.events.iter().find(|e| events.get(e.seq_nr).is_some()) {
+        // A deleted number stays used (conformance J29), as a stored one.
+        let used = |seq_nr| seq_nr <= events.deleted_to || events.get(seq_nr).is_some();
+        if let Some(taken) = write.events.iter().find(|e| used(e.seq_nr)) {
             return Err(JournalError::ConcurrentWrite {
                 persistence_id: taken.persistence_id.to_string(),
                 seq_nr: taken.seq_nr,

@@ -116,6 +116,17 @@ pub enum ProjectionError {
         /// The source's slice range, inclusive.
         source_range: (u16, u16),
     },
+    /// The projection id's key starts with `"slices-"` but is not the key
+    /// [`ProjectionId::for_slices`] makes (`"slices-<min>-<max>"`, decimal without leading
+    /// zeros, `min <= max <= 1023`): run as an instance of no range, it would not take over
+    /// or hand over the progress of the ranges it overlaps, and another spelling of the same
+    /// range would keep an offset of its own. The instance does not start (state
+    /// [`ProjectionState::Failed`](crate::ProjectionState::Failed), no restart).
+    #[error("projection {id}: its key is not a slice range key \"slices-<min>-<max>\" (decimal, no leading zeros, min <= max <= 1023); make the id with ProjectionId::for_slices")]
+    MalformedSliceKey {
+        /// The projection instance.
+        id: ProjectionId,
+    },
     /// The source could not be opened or its stream failed.
     #[error("source of projection {id} failed: {source}")]
     Source {

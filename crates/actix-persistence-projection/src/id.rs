@@ -2,6 +2,24 @@
 
 use std::fmt;
 
+use actix_persistence_core::query::NUMBER_OF_SLICES;
+
+/// How the key of an instance over a slice range begins.
+const SLICES_PREFIX: &str = "slices-";
+
+/// A slice number written as [`ProjectionId::for_slices`] writes it: decimal digits, no
+/// leading zero (but `"0"`), no sign, below [`NUMBER_OF_SLICES`].
+fn canonical_slice(text: &str) -> Option<u16> {
+    let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let leading_zero = text.len() > 1 && text.starts_with('0');
+    if !digits_only || leading_zero {
+        return None;
+    }
+    text.parse::<u16>()
+        .ok()
+        .filter(|&slice| usize::from(slice) < usize::from(NUMBER_OF_SLICES))
+}
+
 /// One projection instance: the projection's name and the part of the source it consumes (as
 /// Akka Projections' `ProjectionId`). The offset store keeps one row per id.
 ///
@@ -30,12 +48,23 @@ impl ProjectionId {
         Self::new(name, format!("slices-{min_slice}-{max_slice}"))
     }
 
-    /// The slice range of an instance made by [`for_slices`](Self::for_slices) (its key is
-    /// `"slices-<min>-<max>"`, `min <= max`); `None` for any other key.
+    /// The slice range of an instance made by [`for_slices`](Self::for_slices): its key is
+    /// exactly `"slices-<min>-<max>"` in decimal without leading zeros or signs, with
+    /// `min <= max <= 1023`. `None` for any other key, also for one that names the same range
+    /// in another spelling (`"slices-00-511"`): two spellings of one range would be two
+    /// instances with two stored offsets. A projection whose key starts with `"slices-"` but
+    /// is not such a key does not start
+    /// ([`ProjectionError::MalformedSliceKey`](crate::ProjectionError::MalformedSliceKey)).
     pub fn slice_range(&self) -> Option<(u16, u16)> {
-        let (min, max) = self.key.strip_prefix("slices-")?.split_once('-')?;
-        let (min, max) = (min.parse::<u16>().ok()?, max.parse::<u16>().ok()?);
+        let (min, max) = self.key.strip_prefix(SLICES_PREFIX)?.split_once('-')?;
+        let (min, max) = (canonical_slice(min)?, canonical_slice(max)?);
         (min <= max).then_some((min, max))
+    }
+
+    /// Whether the key claims a slice range (starts with `"slices-"`) without being one that
+    /// [`slice_range`](Self::slice_range) reads.
+    pub(crate) fn is_malformed_slice_key(&self) -> bool {
+        self.key.starts_with(SLICES_PREFIX) && self.slice_range().is_none()
     }
 
     /// The instance of `name` over the events tagged `tag`: key `"tag-<tag>"`.
@@ -67,8 +96,27 @@ mod tests {
             "slices-a-2",
             "slices-1-2-3",
             "slices--1-2",
+            "slices-00-511",
+            "slices-0-0511",
+            "slices-+1-2",
+            "slices-0-1024",
+            "slices-0-65535",
+            "slices- 1-2",
+            "slices-1-2 ",
         ] {
-            assert_eq!(ProjectionId::new("p", key).slice_range(), None, "{key}");
+            let id = ProjectionId::new("p", key);
+            assert_eq!(id.slice_range(), None, "{key}");
+            assert!(id.is_malformed_slice_key(), "{key}");
         }
+        assert_eq!(
+            ProjectionId::new("p", "slices-0-1023").slice_range(),
+            Some((0, 1023))
+        );
+        assert_eq!(
+            ProjectionId::new("p", "slices-10-10").slice_range(),
+            Some((10, 10))
+        );
+        assert!(!ProjectionId::for_tag("p", "x").is_malformed_slice_key());
+        assert!(!ProjectionId::for_slices("p", 0, 1023).is_malformed_slice_key());
     }
 }

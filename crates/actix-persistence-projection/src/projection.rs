@@ -216,8 +216,14 @@ impl<E: Envelope> Projection<E> {
     }
 
     /// Checks that an id naming a slice range and a source split by slices name the same
-    /// range ([`ProjectionError::SliceRangeMismatch`]).
+    /// range ([`ProjectionError::SliceRangeMismatch`]), and that a key claiming a range is
+    /// one ([`ProjectionError::MalformedSliceKey`]).
     fn check_slice_range(&self) -> Result<(), ProjectionError> {
+        if self.id.is_malformed_slice_key() {
+            return Err(ProjectionError::MalformedSliceKey {
+                id: self.id.clone(),
+            });
+        }
         match (self.id.slice_range(), self.source.slice_range()) {
             (Some(id_range), Some(source_range)) if id_range != source_range => {
                 Err(ProjectionError::SliceRangeMismatch {

@@ -383,3 +383,34 @@ async fn an_id_and_a_source_over_different_slice_ranges_do_not_start() {
     assert_eq!(state, ProjectionState::Completed);
     assert_eq!(recorder.handled().len(), 4);
 }
+
+#[tokio::test]
+async fn a_key_that_spells_a_slice_range_another_way_does_not_start() {
+    let journal = InMemoryJournal::new();
+    for pid in ids_in_every_range(2, 1) {
+        write_events(&journal, &pid, 1, 2).await;
+    }
+    let store = InMemoryOffsetStore::new();
+    let recorder = Recorder::default();
+    // "slices-00-511" names the range of "slices-0-511" with an offset row of its own.
+    let spelled = ProjectionId::new("errors", "slices-00-511");
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        511,
+    )
+    .current();
+    let progress = Projection::at_least_once(spelled, source, store.clone(), recorder.clone())
+        .start()
+        .wait_for(|p| p.state.is_terminal())
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 0);
+    let error = progress.last_error.expect("reported");
+    assert!(error.contains("not a slice range key"), "{error}");
+    assert!(recorder.handled().is_empty());
+    use actix_persistence_projection::OffsetStore;
+    assert!(store.read_progress("errors").await.unwrap().is_empty());
+}

@@ -850,7 +850,7 @@ const BATCH_INSERT: &str = concat!(
         ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
             GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr) \
         WHERE journal_highest.owner_epoch <= EXCLUDED.owner_epoch \
-        RETURNING persistence_id\
+        RETURNING persistence_id, deleted_to\
     ), inserted AS (\
         INSERT INTO journal (persistence_id, seq_nr, writer_uuid, write_timestamp, \
                              serializer_id, manifest, payload, tags, slice, entity_type, \
@@ -864,7 +864,7 @@ const BATCH_INSERT: &str = concat!(
                    WHERE p.persistence_id = batch.persistence_id \
                      AND p.seq_nr < batch.seq_nr \
                    ORDER BY p.seq_nr DESC LIMIT 1), 0)) \
-        FROM batch WHERE persistence_id IN (SELECT persistence_id FROM owned) \
+        FROM batch JOIN owned USING (persistence_id) WHERE batch.seq_nr > owned.deleted_to \
         ORDER BY persistence_id, seq_nr \
         ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING 1\
     ) \
@@ -876,7 +876,7 @@ const BATCH_INSERT: &str = concat!(
 /// statement per [`STATEMENT_BYTES`] of events when they add up to more), for
 /// the ids whose owner epoch is not above their writes' fencing token (the rows of
 /// `journal_highest` are locked first). Events of fenced ids, and events whose sequence number
-/// is already stored, are skipped: `Ok(false)` then tells the caller to roll back and find out
+/// is already stored or deleted (J29), are skipped: `Ok(false)` then tells the caller to roll back and find out
 /// which write failed, one savepoint each. So does a batch holding writes of one id with
 /// different tokens (a stale incarnation's next to its successor's), before any statement.
 async fn insert_batch(
@@ -1043,8 +1043,8 @@ impl<'a> BatchColumns<'a> {
 /// fencing token `$3`: it first raises the id's highest sequence number to `$2` if the id's
 /// owner epoch is not above the token (locking its `journal_highest` row), and inserts the
 /// events only then. Returns the sequence numbers it inserted, or a single 0 when the write
-/// was fenced. Events whose sequence number is already stored are skipped (`DO NOTHING`),
-/// which the caller detects.
+/// was fenced. Events whose sequence number is already stored (`DO NOTHING`) or deleted (up to
+/// the id's `deleted_to`, conformance J29) are skipped, which the caller detects.
 fn insert_statement(rows: usize) -> String {
     // After the rows' parameters: the slice and the entity type of `$1`.
     let slice = 4 + rows * 7;
@@ -1056,7 +1056,7 @@ fn insert_statement(rows: usize) -> String {
              ON CONFLICT (persistence_id) DO UPDATE SET highest_seq_nr = \
                  GREATEST(journal_highest.highest_seq_nr, EXCLUDED.highest_seq_nr) \
              WHERE journal_highest.owner_epoch <= EXCLUDED.owner_epoch \
-             RETURNING 1\
+             RETURNING deleted_to\
          ), query_timestamp AS (\
              SELECT GREATEST({}, COALESCE((\
                  SELECT p.db_timestamp FROM journal p \
@@ -1090,7 +1090,7 @@ fn insert_statement(rows: usize) -> String {
     }
     sql.push_str(
         ") AS v(seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, payload, tags) \
-             WHERE EXISTS (SELECT 1 FROM owned) \
+             WHERE v.seq_nr > (SELECT deleted_to FROM owned) \
              ON CONFLICT (persistence_id, seq_nr) DO NOTHING RETURNING seq_nr\
          ) \
          SELECT seq_nr FROM inserted \

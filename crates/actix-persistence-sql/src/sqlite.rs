@@ -877,7 +877,7 @@ async fn take_ownership(
 /// sequence number or a fenced write: first the fencing check, raising the highest sequence
 /// number only if the id's owner epoch is not above the write's token (no row back:
 /// [`JournalError::Fenced`]); then a look for a sequence number of the write that is already
-/// stored (then [`JournalError::ConcurrentWrite`] naming the lowest one; the caller rolls back,
+/// stored or deleted (then [`JournalError::ConcurrentWrite`] naming the lowest one; the caller rolls back,
 /// which undoes the raise), else its events in one multi-row statement. The writer connection
 /// holds SQLite's write lock for the whole transaction, so nothing can be stored between the
 /// look and the insert.
@@ -887,13 +887,13 @@ async fn insert_atomic_write(
 ) -> Result<(), JournalError> {
     let storage = |e| JournalError::storage("write", e);
     let persistence_id = write.write.persistence_id();
-    let owned = sqlx::query(
+    let owned: Option<i64> = sqlx::query_scalar(
         "INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
          VALUES (?1, ?2, ?3) \
          ON CONFLICT (persistence_id) \
          DO UPDATE SET highest_seq_nr = max(highest_seq_nr, excluded.highest_seq_nr) \
          WHERE owner_epoch <= excluded.owner_epoch \
-         RETURNING 1",
+         RETURNING deleted_to",
     )
     .bind(persistence_id)
     .bind(write.highest_seq_nr)
@@ -901,10 +901,17 @@ async fn insert_atomic_write(
     .fetch_optional(&mut *conn)
     .await
     .map_err(storage)?;
-    if owned.is_none() {
+    let Some(deleted_to) = owned else {
         return Err(JournalError::Fenced {
             persistence_id: persistence_id.to_owned(),
             fencing_token: write.write.fencing_token.get(),
+        });
+    };
+    // A deleted number stays used (J29; the insert would skip it, migration 0012).
+    if clamp_seq_nr(write.write.lowest_seq_nr()) <= deleted_to {
+        return Err(JournalError::ConcurrentWrite {
+            persistence_id: persistence_id.to_owned(),
+            seq_nr: write.write.lowest_seq_nr(),
         });
     }
     let taken: Option<i64> = sqlx::query_scalar(

@@ -1,4 +1,4 @@
-//! The journal conformance cases J1-J28 (J1-J27 of `conformance/journal.md`, J28 this suite's own), the fencing cases F1-F5, and the model check.
+//! The journal conformance cases J1-J29 (J1-J27 of `conformance/journal.md`, J28 and J29 this suite's own), the fencing cases F1-F5, and the model check.
 //!
 //! Every case drives the store through the real [`JournalActor`]: writes as
 //! [`WriteMessages`] (checking the batch-level answer and one result per atomic write, routed
@@ -988,6 +988,77 @@ pub async fn j28_no_write_of_an_id_after_its_failed_one(store: Arc<dyn JournalSt
     );
     check_replay(
         "J28: the other id's write",
+        &f.journal.replay(&other.pid, 1, MAX, MAX).await,
+        &other_events,
+        1,
+    );
+}
+
+/// J29: a sequence number once deleted stays used: after a delete up to 3, a write of 2..3
+/// (and one of 3 in a batch) fails with [`JournalError::ConcurrentWrite`] and stores nothing,
+/// while the write of another id in the batch and the next number (6) are stored. Stored, the
+/// event would sit below events already delivered to a query and replayed, never seen by a
+/// query resumed past them, and lost again to the next recovery from a snapshot.
+pub async fn j29_a_deleted_sequence_number_is_not_written_again(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    f.journal.delete(f.pid(), 3).await;
+    let reply = f
+        .journal
+        .write(
+            "J29 write of 2..3 after delete up to 3",
+            f.writer.incarnation,
+            vec![atomic(f.writer.events("again", 2..=3))],
+        )
+        .await;
+    let got = outcomes("J29 write of 2..3", reply, 1);
+    assert!(
+        matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 2),
+        "J29: a write of deleted numbers 2..3 must fail with ConcurrentWrite at 2, got {:?}",
+        got[0]
+    );
+
+    let other = Writer::new(fresh_pid());
+    let other_events = other.events("o", [1]);
+    let six = f.writer.events("a", [6]);
+    let reply = f
+        .journal
+        .write(
+            "J29 batch [3] [other 1]",
+            f.writer.incarnation,
+            vec![
+                atomic(f.writer.events("again", [3])),
+                atomic(other_events.clone()),
+            ],
+        )
+        .await;
+    let got = outcomes("J29 batch", reply, 2);
+    assert!(
+        matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 3),
+        "J29: a write of deleted number 3 in a batch must fail with ConcurrentWrite at 3, got {:?}",
+        got[0]
+    );
+    assert!(
+        matches!(&got[1], WriteOutcome::Stored),
+        "J29: the write of another id in the batch must be stored, got {:?}",
+        got[1]
+    );
+    let reply = f
+        .journal
+        .write(
+            "J29 write of 6",
+            f.writer.incarnation,
+            vec![atomic(six.clone())],
+        )
+        .await;
+    expect_all_stored("J29: the next number after the highest", reply, 1);
+    check_replay(
+        "J29: nothing stored at the deleted numbers",
+        &f.replay(1, MAX, MAX).await,
+        &[f.written(4..=5), six].concat(),
+        6,
+    );
+    check_replay(
+        "J29: the other id's write",
         &f.journal.replay(&other.pid, 1, MAX, MAX).await,
         &other_events,
         1,
