@@ -303,9 +303,14 @@ impl InMemoryJournal {
             }
             .into());
         }
-        // A deleted number stays used (conformance J29), as a stored one.
-        let used = |seq_nr| seq_nr <= events.deleted_to || events.get(seq_nr).is_some();
-        if let Some(taken) = write.events.iter().find(|e| used(e.seq_nr)) {
+        // A deleted number stays used (conformance J29), as a stored one; the numbers are
+        // consecutive and ascending (checked), so the lowest tells.
+        let deleted = write.lowest_seq_nr() <= events.deleted_to;
+        let taken = match write.events.first() {
+            Some(first) if deleted => Some(first),
+            _ => write.events.iter().find(|e| events.get(e.seq_nr).is_some()),
+        };
+        if let Some(taken) = taken {
             return Err(JournalError::ConcurrentWrite {
                 persistence_id: taken.persistence_id.to_string(),
                 seq_nr: taken.seq_nr,

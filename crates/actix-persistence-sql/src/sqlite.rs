@@ -46,6 +46,22 @@ macro_rules! clock_floor {
     };
 }
 
+/// How far the events of the id `$id` (an SQL expression) were deleted, 0 for an id without a
+/// `journal_highest` row: an insert skips the events numbered up to it, as it skips numbers
+/// already stored (a deleted number stays used, conformance J29), and the caller sees it in
+/// the number of rows inserted. One lookup of the id's row per event, in the insert's own
+/// statement (a `BEFORE INSERT` trigger doing the same cost 5,500 instructions per event, most
+/// of them copying the new row into the trigger's frame; this costs ~1,500).
+macro_rules! deleted_to {
+    ($id:literal) => {
+        concat!(
+            "COALESCE((SELECT h.deleted_to FROM journal_highest h WHERE h.persistence_id = ",
+            $id,
+            "), 0)"
+        )
+    };
+}
+
 /// The journal's columns an insert fills, in the order [`bind_event`] binds them (the wall
 /// clock's parameter becomes `db_timestamp`).
 macro_rules! journal_insert_columns {
@@ -636,8 +652,9 @@ fn insert_events_statement(rows: usize) -> String {
         journal_insert_columns!(),
         "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
                 payload, tags, max(wall_clock, clock.floor), slice, entity_type \
-         FROM batch, clock WHERE batch.persistence_id IS NOT NULL \
-         ON CONFLICT (persistence_id, seq_nr) DO NOTHING"
+         FROM batch, clock WHERE batch.persistence_id IS NOT NULL AND batch.seq_nr > ",
+        deleted_to!("batch.persistence_id"),
+        " ON CONFLICT (persistence_id, seq_nr) DO NOTHING"
     ));
     sql
 }
@@ -907,7 +924,7 @@ async fn insert_atomic_write(
             fencing_token: write.write.fencing_token.get(),
         });
     };
-    // A deleted number stays used (J29; the insert would skip it, migration 0012).
+    // A deleted number stays used (J29; the insert would skip it, `deleted_to!`).
     if clamp_seq_nr(write.write.lowest_seq_nr()) <= deleted_to {
         return Err(JournalError::ConcurrentWrite {
             persistence_id: persistence_id.to_owned(),
@@ -1023,12 +1040,20 @@ fn small_batch_sql(rows: usize, ids: usize) -> Cow<'static, str> {
 /// statements, cheaper to run than the padded forms' `WITH` tables and `SELECT` (same
 /// parameters, same changes; one actor's sequential persist p99 was 1.37x the raw floor's with
 /// the padded form, docs/benchmarks.md).
+///
+/// Numbered parameters (the id and the sequence number are read twice, by the row and by the
+/// deleted-number check of [`deleted_to!`]), 14 in all: sqlx's name lookup per parameter stays
+/// cheap at this size. Both statements number theirs, since sqlx counts only anonymous
+/// parameters from one statement to the next.
 const LONE_WRITE_SQL: &str = concat!(
     journal_insert_columns!(),
-    "VALUES (?,?,?,?,?,?,?,?,max(?,",
+    "SELECT ?1,?2,?3,?4,?5,?6,?7,?8,max(?9,",
     clock_floor!(),
-    "),?,?) ON CONFLICT (persistence_id, seq_nr) DO NOTHING; \
-     INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) VALUES (?,?,?)",
+    "),?10,?11 WHERE ?2 > ",
+    deleted_to!("?1"),
+    " ON CONFLICT (persistence_id, seq_nr) DO NOTHING; \
+     INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
+     VALUES (?12,?13,?14)",
     raise_highest_on_conflict!()
 );
 

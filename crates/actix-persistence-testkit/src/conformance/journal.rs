@@ -994,8 +994,8 @@ pub async fn j28_no_write_of_an_id_after_its_failed_one(store: Arc<dyn JournalSt
     );
 }
 
-/// J29: a sequence number once deleted stays used: after a delete up to 3, a write of 2..3
-/// (and one of 3 in a batch) fails with [`JournalError::ConcurrentWrite`] and stores nothing,
+/// J29: a sequence number once deleted stays used: after a delete up to 3, a write of 2..3,
+/// a lone write of 1 and a write of 3 in a batch fail with [`JournalError::ConcurrentWrite`] and stores nothing,
 /// while the write of another id in the batch and the next number (6) are stored. Stored, the
 /// event would sit below events already delivered to a query and replayed, never seen by a
 /// query resumed past them, and lost again to the next recovery from a snapshot.
@@ -1014,6 +1014,22 @@ pub async fn j29_a_deleted_sequence_number_is_not_written_again(store: Arc<dyn J
     assert!(
         matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 2),
         "J29: a write of deleted numbers 2..3 must fail with ConcurrentWrite at 2, got {:?}",
+        got[0]
+    );
+
+    // A lone event (the one-row write path of the SQL stores).
+    let reply = f
+        .journal
+        .write(
+            "J29 write of 1 after delete up to 3",
+            f.writer.incarnation,
+            vec![atomic(f.writer.events("again", [1]))],
+        )
+        .await;
+    let got = outcomes("J29 write of 1", reply, 1);
+    assert!(
+        matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 1),
+        "J29: a lone write of deleted number 1 must fail with ConcurrentWrite at 1, got {:?}",
         got[0]
     );
 
