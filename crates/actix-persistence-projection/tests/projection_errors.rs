@@ -272,10 +272,7 @@ async fn an_event_that_does_not_decode_fails_the_projection_and_is_never_skipped
 #[tokio::test]
 async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
     use actix_persistence_projection::OffsetStore;
-    let journal = InMemoryJournal::new();
-    for id in ids_in_every_range(2, 2) {
-        write_events(&journal, &id, 1, 2).await;
-    }
+    let journal = two_events_per_id_in_both_halves(2).await;
     let store = InMemoryOffsetStore::new();
     let half = ProjectionId::for_slices("errors", 512, 1023);
     let epoch = store.take_ownership(&half, None).await.unwrap();
@@ -286,13 +283,7 @@ async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
 
     let lower = ProjectionId::for_slices("errors", 0, 511);
     let recorder = Recorder::default();
-    let source = actix_persistence_projection::QuerySource::events_by_slices(
-        read_journal(&journal),
-        "Account",
-        0,
-        511,
-    )
-    .current();
+    let source = current_slices(&journal, 0, 511);
     let state = Projection::at_least_once(lower, source, store.clone(), recorder.clone())
         .with_restart_backoff(RestartBackoff {
             max_restarts: Some(0),
@@ -305,13 +296,7 @@ async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
     assert_eq!(recorder.handled().len(), 4);
 
     let recorder = Recorder::default();
-    let source = actix_persistence_projection::QuerySource::events_by_slices(
-        read_journal(&journal),
-        "Account",
-        512,
-        1023,
-    )
-    .current();
+    let source = current_slices(&journal, 512, 1023);
     let handle = Projection::at_least_once(half, source, store, recorder.clone())
         .with_restart_backoff(RestartBackoff {
             max_restarts: Some(1),
@@ -337,21 +322,12 @@ async fn a_corrupt_stored_offset_fails_its_own_instance_only() {
 /// handles nothing; with matching ranges it handles every event of its range.
 #[tokio::test]
 async fn an_id_and_a_source_over_different_slice_ranges_do_not_start() {
-    let journal = InMemoryJournal::new();
     // Two ids in each half of the slices, two events each.
-    for pid in ids_in_every_range(2, 2) {
-        write_events(&journal, &pid, 1, 2).await;
-    }
+    let journal = two_events_per_id_in_both_halves(2).await;
     let store = InMemoryOffsetStore::new();
     let half = ProjectionId::for_slices("errors", 0, 511);
     let recorder = Recorder::default();
-    let whole = actix_persistence_projection::QuerySource::events_by_slices(
-        read_journal(&journal),
-        "Account",
-        0,
-        1023,
-    )
-    .current();
+    let whole = current_slices(&journal, 0, 1023);
     let handle =
         Projection::at_least_once(half.clone(), whole, store.clone(), recorder.clone()).start();
     let progress = handle
@@ -369,13 +345,7 @@ async fn an_id_and_a_source_over_different_slice_ranges_do_not_start() {
     use actix_persistence_projection::OffsetStore;
     assert!(store.read_progress("errors").await.unwrap().is_empty());
 
-    let matching = actix_persistence_projection::QuerySource::events_by_slices(
-        read_journal(&journal),
-        "Account",
-        0,
-        511,
-    )
-    .current();
+    let matching = current_slices(&journal, 0, 511);
     let state = Projection::at_least_once(half, matching, store, recorder.clone())
         .start()
         .join()
@@ -386,21 +356,12 @@ async fn an_id_and_a_source_over_different_slice_ranges_do_not_start() {
 
 #[tokio::test]
 async fn a_key_that_spells_a_slice_range_another_way_does_not_start() {
-    let journal = InMemoryJournal::new();
-    for pid in ids_in_every_range(2, 1) {
-        write_events(&journal, &pid, 1, 2).await;
-    }
+    let journal = two_events_per_id_in_both_halves(1).await;
     let store = InMemoryOffsetStore::new();
     let recorder = Recorder::default();
     // "slices-00-511" names the range of "slices-0-511" with an offset row of its own.
     let spelled = ProjectionId::new("errors", "slices-00-511");
-    let source = actix_persistence_projection::QuerySource::events_by_slices(
-        read_journal(&journal),
-        "Account",
-        0,
-        511,
-    )
-    .current();
+    let source = current_slices(&journal, 0, 511);
     let progress = Projection::at_least_once(spelled, source, store.clone(), recorder.clone())
         .start()
         .wait_for(|p| p.state.is_terminal())
@@ -413,4 +374,13 @@ async fn a_key_that_spells_a_slice_range_another_way_does_not_start() {
     assert!(recorder.handled().is_empty());
     use actix_persistence_projection::OffsetStore;
     assert!(store.read_progress("errors").await.unwrap().is_empty());
+}
+
+/// A journal with `per_half` ids in each half of the slices (0-511, 512-1023), two events each.
+async fn two_events_per_id_in_both_halves(per_half: usize) -> InMemoryJournal {
+    let journal = InMemoryJournal::new();
+    for pid in ids_in_every_range(2, per_half) {
+        write_events(&journal, &pid, 1, 2).await;
+    }
+    journal
 }

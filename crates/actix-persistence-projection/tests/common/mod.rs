@@ -88,6 +88,15 @@ pub fn current_source(journal: &InMemoryJournal) -> QuerySource<Deposited> {
     live_source(journal).current()
 }
 
+/// Slices `min_slice..=max_slice` of entity type `Account`, ending at what is stored.
+pub fn current_slices(
+    journal: &InMemoryJournal,
+    min_slice: u16,
+    max_slice: u16,
+) -> QuerySource<Deposited> {
+    QuerySource::events_by_slices(read_journal(journal), "Account", min_slice, max_slice).current()
+}
+
 /// Fast restarts for tests.
 pub fn quick_restarts() -> RestartBackoff {
     RestartBackoff {

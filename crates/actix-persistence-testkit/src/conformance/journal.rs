@@ -995,69 +995,42 @@ pub async fn j28_no_write_of_an_id_after_its_failed_one(store: Arc<dyn JournalSt
 }
 
 /// J29: a sequence number once deleted stays used: after a delete up to 3, a write of 2..3,
-/// a lone write of 1 and a write of 3 in a batch fail with [`JournalError::ConcurrentWrite`] and stores nothing,
-/// while the write of another id in the batch and the next number (6) are stored. Stored, the
-/// event would sit below events already delivered to a query and replayed, never seen by a
-/// query resumed past them, and lost again to the next recovery from a snapshot.
+/// a lone write of 1 and a write of 3 in a batch fail with [`JournalError::ConcurrentWrite`]
+/// and store nothing, while the write of another id in the batch and the next number (6) are
+/// stored. Stored, the event would sit below events already delivered to a query and replayed,
+/// never seen by a query resumed past them, and lost again to the next recovery from a snapshot.
 pub async fn j29_a_deleted_sequence_number_is_not_written_again(store: Arc<dyn JournalStore>) {
     let f = setup(store).await;
     f.journal.delete(f.pid(), 3).await;
-    let reply = f
-        .journal
-        .write(
-            "J29 write of 2..3 after delete up to 3",
-            f.writer.incarnation,
-            vec![atomic(f.writer.events("again", 2..=3))],
-        )
-        .await;
-    let got = outcomes("J29 write of 2..3", reply, 1);
-    assert!(
-        matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 2),
-        "J29: a write of deleted numbers 2..3 must fail with ConcurrentWrite at 2, got {:?}",
-        got[0]
-    );
-
-    // A lone event (the one-row write path of the SQL stores).
-    let reply = f
-        .journal
-        .write(
-            "J29 write of 1 after delete up to 3",
-            f.writer.incarnation,
-            vec![atomic(f.writer.events("again", [1]))],
-        )
-        .await;
-    let got = outcomes("J29 write of 1", reply, 1);
-    assert!(
-        matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 1),
-        "J29: a lone write of deleted number 1 must fail with ConcurrentWrite at 1, got {:?}",
-        got[0]
-    );
+    // Two events, then a lone one (the one-row write path of the SQL stores).
+    for (what, seq_nrs) in [("2..3", 2..=3), ("lone 1", 1..=1)] {
+        let what = format!("J29 write of {what} after delete up to 3");
+        let write = atomic(f.writer.events("again", seq_nrs.clone()));
+        let reply = f
+            .journal
+            .write(&what, f.writer.incarnation, vec![write])
+            .await;
+        expect_concurrent_write(&what, &outcomes(&what, reply, 1)[0], *seq_nrs.start());
+    }
 
     let other = Writer::new(fresh_pid());
     let other_events = other.events("o", [1]);
-    let six = f.writer.events("a", [6]);
+    let batch = vec![
+        atomic(f.writer.events("again", [3])),
+        atomic(other_events.clone()),
+    ];
     let reply = f
         .journal
-        .write(
-            "J29 batch [3] [other 1]",
-            f.writer.incarnation,
-            vec![
-                atomic(f.writer.events("again", [3])),
-                atomic(other_events.clone()),
-            ],
-        )
+        .write("J29 batch [3] [other 1]", f.writer.incarnation, batch)
         .await;
     let got = outcomes("J29 batch", reply, 2);
-    assert!(
-        matches!(&got[0], WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr, .. }) if *seq_nr == 3),
-        "J29: a write of deleted number 3 in a batch must fail with ConcurrentWrite at 3, got {:?}",
-        got[0]
-    );
+    expect_concurrent_write("J29 write of 3 in a batch", &got[0], 3);
     assert!(
         matches!(&got[1], WriteOutcome::Stored),
         "J29: the write of another id in the batch must be stored, got {:?}",
         got[1]
     );
+    let six = f.writer.events("a", [6]);
     let reply = f
         .journal
         .write(
@@ -1078,6 +1051,14 @@ pub async fn j29_a_deleted_sequence_number_is_not_written_again(store: Arc<dyn J
         &f.journal.replay(&other.pid, 1, MAX, MAX).await,
         &other_events,
         1,
+    );
+}
+
+/// Checks an atomic write failed with [`JournalError::ConcurrentWrite`] at `seq_nr`.
+fn expect_concurrent_write(what: &str, got: &WriteOutcome, seq_nr: u64) {
+    assert!(
+        matches!(got, WriteOutcome::Failed(JournalError::ConcurrentWrite { seq_nr: at, .. }) if *at == seq_nr),
+        "{what}: must fail with ConcurrentWrite at {seq_nr} (a deleted number stays used), got {got:?}"
     );
 }
 
