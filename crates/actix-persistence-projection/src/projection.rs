@@ -676,7 +676,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 }
                 Event::Saved(saved) => self.saved(saved)?,
                 Event::Due => self.due()?,
-                Event::Envelope(Some(Ok(envelope))) => self.accept(envelope),
+                Event::Envelope(Some(Ok(envelope))) => self.accept(envelope)?,
                 Event::Envelope(Some(Err(source))) => {
                     self.save_handled_after_failure().await;
                     return Err(ProjectionError::Source {
@@ -718,7 +718,7 @@ impl<'p, E: Envelope> Run<'p, E> {
     }
 
     /// Takes a pulled envelope into the window, and into a group or a unit of its own.
-    fn accept(&mut self, envelope: E) {
+    fn accept(&mut self, envelope: E) -> Result<(), ProjectionError> {
         let idx = self.next_idx;
         self.next_idx += 1;
         let handled_elsewhere = match self.handled_elsewhere.as_mut().map(|f| f(&envelope)) {
@@ -743,7 +743,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 envelope: Some(envelope),
             });
             self.advance();
-            return;
+            return self.save_when_due();
         }
         self.window.push_back(Slot {
             done: false,
@@ -764,6 +764,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 }
             }
         }
+        Ok(())
     }
 
     fn close_group(&mut self) {
@@ -961,6 +962,16 @@ impl<'p, E: Envelope> Run<'p, E> {
         } else if self.publish_due.is_none() {
             self.publish_due = Some(Instant::now() + PUBLISH_WITHIN);
         }
+        self.save_when_due()
+    }
+
+    /// Starts a save once `after_envelopes` envelopes joined the handled prefix since the last
+    /// one, or sets its deadline (`after`), unless each transaction saves the offset. Runs
+    /// whenever the prefix moves: after a handler call, and after envelopes handled before (by
+    /// another slice range's instance, or committed before a restart) that join it without one;
+    /// without a save for those, an at-least-once run [waits for a save](Self::waits_for_save)
+    /// that nothing starts.
+    fn save_when_due(&mut self) -> Result<(), ProjectionError> {
         if !self.offset_in_transaction() {
             if self.unsaved >= self.projection.save_offset.after_envelopes {
                 self.start_save()?;

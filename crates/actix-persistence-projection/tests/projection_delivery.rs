@@ -464,3 +464,60 @@ async fn at_least_once_groups_larger_than_the_unsaved_limit_still_run() {
     assert_eq!(*recorder.sizes.lock().unwrap(), vec![20, 20]);
     assert_eq!(recorder.recorder.counts().len(), 40);
 }
+
+/// At-least-once after a change of slice ranges: the envelopes that another range's instance
+/// handled are skipped (`SourceProvider::resume`) and join the handled prefix without a handler
+/// call. More than `8 x after_envelopes` of them after the last save used to stop the
+/// projection for good (state `Running`, never completing): no save was started for them, so
+/// the unsaved limit held back every later handler call, and nothing started the save it
+/// waited for.
+#[tokio::test]
+async fn at_least_once_goes_on_after_many_envelopes_another_range_handled() {
+    use actix_persistence_projection::{slice_for_persistence_id, QuerySource};
+    let journal = InMemoryJournal::new();
+    // Ids named so that their order is the order written, also at one timestamp.
+    let named = |prefix: &str, lower_half: bool| {
+        (0..)
+            .map(|k| format!("Account|{prefix}{k}"))
+            .find(|id| (slice_for_persistence_id(id) < 512) == lower_half)
+            .expect("an id")
+    };
+    let (first, upper, last) = (named("a", true), named("b", false), named("c", true));
+    write_events(&journal, &first, 1, 1).await;
+    write_events(&journal, &upper, 1, 20).await;
+    write_events(&journal, &last, 1, 1).await;
+    let store = InMemoryOffsetStore::new();
+    // The upper half's instance handled its 20 events; the lower half's never ran.
+    let upper_half = ProjectionId::for_slices("balances", 512, 1023);
+    let source = QuerySource::events_by_slices(read_journal(&journal), "Account", 512, 1023);
+    let state = Projection::at_least_once(
+        upper_half,
+        source.current(),
+        store.clone(),
+        Recorder::default(),
+    )
+    .start()
+    .join()
+    .await;
+    assert_eq!(state, ProjectionState::Completed);
+
+    // One instance over every slice now: from the beginning (the lower half has no offset),
+    // skipping the upper half's 20 events.
+    let recorder = Recorder::default();
+    let handle = Projection::at_least_once(
+        id(),
+        current_source(&journal),
+        store.clone(),
+        recorder.clone(),
+    )
+    .with_save_offset(SaveOffset {
+        after_envelopes: 1,
+        after: std::time::Duration::from_secs(3600),
+    })
+    .start();
+    let state = tokio::time::timeout(std::time::Duration::from_secs(30), handle.join())
+        .await
+        .expect("the projection completes instead of waiting for a save nothing starts");
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(recorder.handled(), vec![(first, 1), (last, 1)]);
+}
