@@ -391,6 +391,16 @@ async fn wait_or_stop(
     }
 }
 
+/// The instant `after` from now; far in the future (30 years) when that is past what an
+/// [`Instant`] holds (`SaveOffset::after` or `Grouping::within` of `Duration::MAX`: never by
+/// time), instead of panicking in the projection's task.
+fn deadline(after: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after)
+        .or_else(|| now.checked_add(std::time::Duration::from_secs(30 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// At-least-once: how many times `after_envelopes` the handled envelopes may run ahead of the
 /// stored offset before handler calls wait for a save (see [`Run::waits_for_save`]).
 const UNSAVED_LIMIT_FACTOR: u64 = 8;
@@ -756,7 +766,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             }),
             Some(grouping) => {
                 if self.group.envelopes.is_empty() {
-                    self.group_due = Some(Instant::now() + grouping.within);
+                    self.group_due = Some(deadline(grouping.within));
                 }
                 self.group.push(idx, envelope);
                 if self.group.envelopes.len() >= grouping.size {
@@ -976,7 +986,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             if self.unsaved >= self.projection.save_offset.after_envelopes {
                 self.start_save()?;
             } else if self.unsaved > 0 && self.save_due.is_none() {
-                self.save_due = Some(Instant::now() + self.projection.save_offset.after);
+                self.save_due = Some(deadline(self.projection.save_offset.after));
             }
         }
         Ok(())

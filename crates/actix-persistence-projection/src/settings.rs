@@ -76,10 +76,19 @@ impl Default for RestartBackoff {
 
 impl RestartBackoff {
     /// The delay before restart number `restart` (0-based), with `jitter` in `0.0..=1.0`.
+    /// Saturates at `Duration::MAX` (a `min` of `Duration::MAX`: no restart in practice); a
+    /// `random_factor` that is not a finite number adds nothing.
     pub fn delay(&self, restart: u32, jitter: f64) -> Duration {
         let base = exponential(self.min, self.max, restart);
-        let share = (self.random_factor * jitter).clamp(0.0, 1.0);
-        base + base.mul_f64(share)
+        let share = self.random_factor * jitter;
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let extra =
+            Duration::try_from_secs_f64(base.as_secs_f64() * share).unwrap_or(Duration::MAX);
+        base.saturating_add(extra)
     }
 }
 

@@ -521,3 +521,67 @@ async fn at_least_once_goes_on_after_many_envelopes_another_range_handled() {
     assert_eq!(state, ProjectionState::Completed);
     assert_eq!(recorder.handled(), vec![(first, 1), (last, 1)]);
 }
+
+/// `Duration::MAX` as `SaveOffset::after` (offsets saved by count only) or as
+/// `Grouping::within` (groups closed by size only) is a deadline never reached: the
+/// projection runs. It used to panic in its task at the first envelope (an `Instant` overflow):
+/// the handle showed `Running` while nothing ran, and `join` gave `Failed`.
+#[tokio::test]
+async fn a_duration_max_save_or_group_interval_means_never_by_time() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 3, 1).await;
+    let store = InMemoryOffsetStore::new();
+    let recorder = Recorder::default();
+    let state = Projection::at_least_once(
+        id(),
+        current_source(&journal),
+        store.clone(),
+        recorder.clone(),
+    )
+    .with_save_offset(SaveOffset {
+        after_envelopes: 100,
+        after: std::time::Duration::MAX,
+    })
+    .start()
+    .join()
+    .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(recorder.handled().len(), 3);
+    assert!(store.read_offset(&id()).await.unwrap().is_some());
+
+    let groups = GroupRecorder::default();
+    let state = Projection::grouped_at_least_once(
+        ProjectionId::for_slices("grouped", 0, 1023),
+        current_source(&journal),
+        InMemoryOffsetStore::new(),
+        actix_persistence_projection::Grouping {
+            size: 2,
+            within: std::time::Duration::MAX,
+        },
+        groups.clone(),
+    )
+    .start()
+    .join()
+    .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(*groups.sizes.lock().unwrap(), vec![2, 1]);
+
+    // A restart backoff of `Duration::MAX` (no restart in practice) saturates, with its random
+    // share too, instead of panicking in the task when the first failure computes it; a random
+    // factor that is not a number adds nothing.
+    let never = actix_persistence_projection::RestartBackoff {
+        min: std::time::Duration::MAX,
+        max: std::time::Duration::MAX,
+        random_factor: 0.2,
+        max_restarts: None,
+    };
+    assert_eq!(never.delay(3, 1.0), std::time::Duration::MAX);
+    let not_a_number = actix_persistence_projection::RestartBackoff {
+        random_factor: f64::NAN,
+        ..Default::default()
+    };
+    assert_eq!(
+        not_a_number.delay(0, 0.5),
+        std::time::Duration::from_secs(1)
+    );
+}
