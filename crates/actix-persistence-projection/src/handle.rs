@@ -86,6 +86,8 @@ impl<O: Clone + Send + Sync + 'static> ProjectionHandle<O> {
     }
 
     /// Stops pulling new envelopes; those in flight finish and the handled offset is saved.
+    /// The pause holds until [`resume`](Self::resume), also across the restarts after a
+    /// failure (a pause asked while the projection waits to restart included).
     pub fn pause(&self) {
         let _ = self.commands.send(Command::Pause);
     }

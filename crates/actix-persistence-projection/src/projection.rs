@@ -248,6 +248,9 @@ impl<E: Envelope> Projection<E> {
         // taken again on each restart only while still held (fencing this instance's own
         // transactions of the failed run that may still be on their way).
         let mut epoch: Option<u64> = None;
+        // Paused by the handle: holds across the restarts after failures (and a reset) until
+        // resumed, as each run starts paused when the one before ended paused.
+        let mut paused = false;
         if let Err(error) = self.check_slice_range() {
             tracing::error!(projection = %self.id, %error, "projection not started");
             progress.send_modify(|p| {
@@ -266,8 +269,8 @@ impl<E: Envelope> Projection<E> {
             let (end, made_progress) = match self.store.take_ownership(&self.id, epoch).await {
                 Ok(taken) => {
                     epoch = Some(taken);
-                    Run::new(&self, &progress, taken)
-                        .execute(&mut commands)
+                    Run::new(&self, &progress, taken, paused)
+                        .execute(&mut commands, &mut paused)
                         .await
                 }
                 Err(error) => (Err(error.into()), false),
@@ -331,7 +334,7 @@ impl<E: Envelope> Projection<E> {
                     let delay = self.restart.delay(restarts_in_a_row, jitter);
                     restarts_in_a_row += 1;
                     progress.send_modify(|p| p.restarts += 1);
-                    if wait_or_stop(delay, &mut commands).await {
+                    if wait_or_stop(delay, &mut commands, &mut paused).await {
                         progress.send_modify(|p| p.state = ProjectionState::Stopped);
                         return;
                     }
@@ -370,10 +373,12 @@ fn checked(grouping: Grouping) -> Grouping {
     }
 }
 
-/// Waits `delay`; `true` when a stop came meanwhile (pause and resume wait for the restart).
+/// Waits `delay`; `true` when a stop came meanwhile. A pause or resume meanwhile is noted in
+/// `paused`: the restarted run starts paused or not accordingly.
 async fn wait_or_stop(
     delay: std::time::Duration,
     commands: &mut mpsc::UnboundedReceiver<Command>,
+    paused: &mut bool,
 ) -> bool {
     let sleep = tokio::time::sleep(delay);
     tokio::pin!(sleep);
@@ -385,7 +390,8 @@ async fn wait_or_stop(
                 Some(Command::Reset(ack)) => {
                     let _ = ack.send(Err(ResetError::Restarting));
                 }
-                Some(Command::Pause | Command::Resume) => {}
+                Some(Command::Pause) => *paused = true,
+                Some(Command::Resume) => *paused = false,
             },
         }
     }
@@ -539,6 +545,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         projection: &'p Projection<E>,
         progress: &'p watch::Sender<Progress<E::Offset>>,
         epoch: u64,
+        paused: bool,
     ) -> Self {
         Run {
             projection,
@@ -571,7 +578,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             handled_elsewhere: None,
             forget_seen: projection.processor.exactly_once() && projection.max_concurrency > 1,
             covered: SeenSeqNrs::new(),
-            paused: false,
+            paused,
             stopping: false,
             reset: None,
         }
@@ -598,12 +605,15 @@ impl<'p, E: Envelope> Run<'p, E> {
     }
 
     /// Runs until the run ends; with whether it stored an offset past the one it started from.
+    /// Leaves in `paused` whether it ended paused (the next run starts so).
     async fn execute(
         mut self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
+        paused: &mut bool,
     ) -> (Result<RunEnd, ProjectionError>, bool) {
         let end = self.run_loop(commands).await;
         self.publish();
+        *paused = self.paused;
         (end, self.saved_through.is_some())
     }
 
@@ -619,9 +629,14 @@ impl<'p, E: Envelope> Run<'p, E> {
         self.handled_elsewhere = resume.handled_elsewhere;
         let stored = resume.offset;
         self.stored_offset = stored.clone();
+        let state = if self.paused {
+            ProjectionState::Paused
+        } else {
+            ProjectionState::Running
+        };
         self.progress.send_modify(|p| {
             p.offset = stored.clone();
-            p.state = ProjectionState::Running;
+            p.state = state;
         });
         let mut stream: EnvelopeStream<E> =
             projection

@@ -221,3 +221,124 @@ async fn write_second_events(journal: &InMemoryJournal) {
         write_events(journal, &pid(n), 2, 2).await;
     }
 }
+
+/// Passes its gate, then fails its first call and records the others.
+#[derive(Clone)]
+struct FailsFirst {
+    gate: CallGate,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    recorder: Recorder,
+}
+
+impl FailsFirst {
+    /// `free` calls pass the gate without a permit.
+    fn new(free: usize) -> Self {
+        FailsFirst {
+            gate: CallGate::new(free),
+            calls: Default::default(),
+            recorder: Recorder::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl actix_persistence_projection::Handler<Env> for FailsFirst {
+    async fn process(
+        &self,
+        envelope: &Env,
+    ) -> Result<(), actix_persistence_projection::HandlerError> {
+        self.gate.pass().await;
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return Err("the read model is down".into());
+        }
+        actix_persistence_projection::Handler::process(&self.recorder, envelope).await
+    }
+}
+
+/// Fails on the first envelope (no retries), restarts after 10 s.
+fn failing_projection(
+    journal: &InMemoryJournal,
+    handler: FailsFirst,
+) -> actix_persistence_projection::ProjectionHandle<actix_persistence_core::query::Offset> {
+    Projection::at_least_once(
+        id(),
+        live_source(journal),
+        InMemoryOffsetStore::new(),
+        handler,
+    )
+    .with_handler_recovery(quick_recovery(
+        0,
+        actix_persistence_projection::AfterRetries::Fail,
+    ))
+    .with_restart_backoff(actix_persistence_projection::RestartBackoff {
+        min: Duration::from_secs(10),
+        max: Duration::from_secs(10),
+        random_factor: 0.0,
+        max_restarts: None,
+    })
+    .start()
+}
+
+/// A pause asked while the projection waits to restart after a failure holds after the
+/// restart, until resumed. It used to be dropped: the restarted run pulled and handled.
+#[tokio::test(start_paused = true)]
+async fn a_pause_while_waiting_to_restart_holds_after_the_restart() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 1).await;
+    let handler = FailsFirst::new(usize::MAX);
+    let handle = failing_projection(&journal, handler.clone());
+    handle
+        .wait_for(|p| p.state == ProjectionState::Restarting)
+        .await
+        .expect("restarting");
+    handle.pause();
+    let restarted = handle
+        .wait_for(|p| {
+            p.restarts == 1 && matches!(p.state, ProjectionState::Paused | ProjectionState::Running)
+        })
+        .await
+        .expect("restarted");
+    assert_eq!(restarted.state, ProjectionState::Paused);
+    // An hour of (paused) time: nothing is pulled.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(handler.recorder.handled().is_empty());
+
+    handle.resume();
+    handle.wait_for(|p| p.handled == 2).await.expect("handled");
+    assert_eq!(handler.recorder.handled().len(), 2);
+    handle.stop().await;
+}
+
+/// A projection paused while its run fails (a call in flight fails after the pause) restarts
+/// paused, until resumed. It used to restart running.
+#[tokio::test(start_paused = true)]
+async fn a_projection_paused_when_its_run_fails_restarts_paused() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 1).await;
+    let handler = FailsFirst::new(0);
+    let handle = failing_projection(&journal, handler.clone());
+    eventually(|| handler.gate.waiting() == 1).await;
+    handle.pause();
+    handle
+        .wait_for(|p| p.state == ProjectionState::Paused)
+        .await
+        .expect("paused");
+    // The call in flight fails: the run fails and restarts after its backoff.
+    handler.gate.release(1);
+    let restarted = handle
+        .wait_for(|p| {
+            p.restarts == 1 && matches!(p.state, ProjectionState::Paused | ProjectionState::Running)
+        })
+        .await
+        .expect("restarted");
+    assert_eq!(restarted.state, ProjectionState::Paused);
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(handler.gate.waiting(), 0, "no call started while paused");
+    assert!(handler.recorder.handled().is_empty());
+
+    handler.gate.release(2);
+    handle.resume();
+    handle.wait_for(|p| p.handled == 2).await.expect("handled");
+    assert_eq!(handler.recorder.handled().len(), 2);
+    handle.stop().await;
+}
