@@ -98,7 +98,9 @@ impl<O: Clone + Send + Sync + 'static> ProjectionHandle<O> {
     }
 
     /// Stops the projection: no new envelope is pulled, those in flight finish, the handled
-    /// offset is saved; returns once its task has ended, with its final state.
+    /// offset is saved; returns once its task has ended, with its final state. A call in
+    /// flight that fails meanwhile ends it too (`Stopped`, the error in
+    /// [`Progress::last_error`]): it is not restarted.
     pub async fn stop(mut self) -> ProjectionState {
         let _ = self.commands.send(Command::Stop);
         self.join_task().await

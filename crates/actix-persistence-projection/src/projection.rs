@@ -266,14 +266,15 @@ impl<E: Envelope> Projection<E> {
             // failing (`max_concurrency` above 1, or a live source) do not move the offset,
             // and the restart handles them again: counting them would reset the count of
             // restarts on every run, and `max_restarts` would never end the loop.
-            let (end, made_progress) = match self.store.take_ownership(&self.id, epoch).await {
+            let (end, made_progress, asked) = match self.store.take_ownership(&self.id, epoch).await
+            {
                 Ok(taken) => {
                     epoch = Some(taken);
                     Run::new(&self, &progress, taken, paused)
                         .execute(&mut commands, &mut paused)
                         .await
                 }
-                Err(error) => (Err(error.into()), false),
+                Err(error) => (Err(error.into()), false, Asked::Nothing),
             };
             match end {
                 Ok(RunEnd::Stopped) => {
@@ -313,6 +314,23 @@ impl<E: Envelope> Projection<E> {
                 Err(error) => {
                     if made_progress {
                         restarts_in_a_row = 0;
+                    }
+                    match asked {
+                        // The run took the stop and then failed (a call in flight failed): the
+                        // projection stops, as asked, instead of restarting with the stop lost
+                        // (and `stop().await` waiting for a task that never ends).
+                        Asked::Stop => {
+                            tracing::error!(projection = %self.id, %error, "projection failed while stopping; stopped");
+                            progress.send_modify(|p| {
+                                p.last_error = Some(error.to_string());
+                                p.state = ProjectionState::Stopped;
+                            });
+                            return;
+                        }
+                        Asked::Reset(ack) => {
+                            let _ = ack.send(Err(ResetError::Restarting));
+                        }
+                        Asked::Nothing => {}
                     }
                     tracing::error!(projection = %self.id, %error, "projection failed; restarting from its stored offset");
                     let give_up = self
@@ -427,6 +445,13 @@ struct Unpublished {
 
 /// A save of the offset under way: the window index it saves through.
 type Saving = BoxFuture<'static, Result<Option<u64>, OffsetStoreError>>;
+
+/// What the handle asked of a run that had not ended yet when it ended.
+enum Asked {
+    Nothing,
+    Stop,
+    Reset(oneshot::Sender<Result<(), ResetError>>),
+}
 
 /// How one run ended without failing.
 enum RunEnd {
@@ -604,17 +629,23 @@ impl<'p, E: Envelope> Run<'p, E> {
         2 * self.projection.max_concurrency * unit
     }
 
-    /// Runs until the run ends; with whether it stored an offset past the one it started from.
-    /// Leaves in `paused` whether it ended paused (the next run starts so).
+    /// Runs until the run ends; with whether it stored an offset past the one it started from,
+    /// and the stop or reset it took and had not done yet (it failed first). Leaves in `paused`
+    /// whether it ended paused (the next run starts so).
     async fn execute(
         mut self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
         paused: &mut bool,
-    ) -> (Result<RunEnd, ProjectionError>, bool) {
+    ) -> (Result<RunEnd, ProjectionError>, bool, Asked) {
         let end = self.run_loop(commands).await;
         self.publish();
         *paused = self.paused;
-        (end, self.saved_through.is_some())
+        let asked = match self.reset.take() {
+            Some(ack) => Asked::Reset(ack),
+            None if self.stopping => Asked::Stop,
+            None => Asked::Nothing,
+        };
+        (end, self.saved_through.is_some(), asked)
     }
 
     async fn run_loop(

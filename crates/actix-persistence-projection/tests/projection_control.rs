@@ -342,3 +342,30 @@ async fn a_projection_paused_when_its_run_fails_restarts_paused() {
     assert_eq!(handler.recorder.handled().len(), 2);
     handle.stop().await;
 }
+
+/// A stop asked while a handler call is in flight that then fails (the read model is down at
+/// shutdown) stops the projection, with the error in its progress. The run used to fail and
+/// restart with the stop lost: the projection ran on, and `stop().await` never returned.
+#[tokio::test(start_paused = true)]
+async fn a_stop_asked_before_a_call_in_flight_fails_stops_the_projection() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 1).await;
+    let handler = FailsFirst::new(0);
+    let handle = failing_projection(&journal, handler.clone());
+    eventually(|| handler.gate.waiting() == 1).await;
+    let stopping = tokio::spawn(handle.stop());
+    // The stop is sent and taken while the call waits (one thread: the other tasks run while
+    // this one yields); then the call fails.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    handler.gate.release(1);
+    // An hour of (paused) time, far past the 10 s restart backoff.
+    let state = tokio::time::timeout(Duration::from_secs(3600), stopping)
+        .await
+        .expect("stop returns")
+        .expect("the task ends");
+    assert_eq!(state, ProjectionState::Stopped);
+    assert!(handler.recorder.handled().is_empty());
+    assert_eq!(handler.gate.waiting(), 0, "no call after the stop");
+}
