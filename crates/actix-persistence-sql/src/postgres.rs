@@ -361,9 +361,11 @@ async fn connect_pool(
     check_connection(&connect_options, options.acquire_timeout, &url).await?;
     // Notices of the migrations' IF NOT EXISTS statements ("relation ... already exists,
     // skipping") would reach the application's logs at info on every start: warnings only.
+    // PostgreSQL's statement_timeout is an int of ms and refuses larger values (every
+    // connection would fail): a longer timeout (25 days and more) is its largest.
     let mut session = format!(
         "SET statement_timeout = {}; SET client_min_messages TO warning",
-        options.statement_timeout.as_millis()
+        options.statement_timeout.as_millis().min(i32::MAX as u128)
     );
     if let Some(schema) = &schema {
         session.push_str(&format!("; SET search_path TO {schema}"));

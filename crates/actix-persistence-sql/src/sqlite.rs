@@ -240,8 +240,15 @@ impl SqlitePools {
             "the reader pool needs at least one connection",
         )?;
         let connect_error = |source| SqlStoreError::connect(options.url.clone(), source);
+        // SQLite takes the busy timeout in ms as a C int, and sqlx panics (on its worker
+        // thread, failing the connect as a "crashed background worker") above that: a longer
+        // one (25 days and more, e.g. "30d" for "wait as long as it takes") waits the longest
+        // SQLite can, as the page readers do.
+        let busy_timeout = options
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX as u64));
         let base = sqlite_connect_options(&options.url)?
-            .busy_timeout(options.busy_timeout)
+            .busy_timeout(busy_timeout)
             .synchronous(SqliteSynchronous::Full);
 
         // The one writer lives as long as the pool: it also keeps a `sqlite::memory:` database

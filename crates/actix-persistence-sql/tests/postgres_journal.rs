@@ -214,6 +214,33 @@ mod on_a_server {
         })
         .await;
     }
+    /// A statement timeout longer than PostgreSQL's `statement_timeout` holds (an int of ms,
+    /// about 24.8 days; e.g. "30d", meant as "no practical limit", which the configuration
+    /// accepts) is its longest. Every connection used to fail with "outside the valid range",
+    /// so the journal could not start.
+    #[tokio::test]
+    async fn a_statement_timeout_longer_than_postgres_holds_is_its_longest() {
+        common::run(|db: PostgresDb| async move {
+            let options = PostgresJournalOptions {
+                statement_timeout: Duration::from_secs(30 * 24 * 3600),
+                ..db.options(&[])
+            };
+            let journal = PostgresJournal::connect(&options).await.expect("connect");
+            write_all_ok(&journal, vec![atomic("long", 1..=2)]).await;
+            assert_eq!(
+                recover(&journal, "long", 1, MAX, MAX).await,
+                (vec![1, 2], 2)
+            );
+            let timeouts: Vec<String> = sqlx::query_scalar("SHOW statement_timeout")
+                .fetch_all(journal.pool())
+                .await
+                .unwrap();
+            assert_eq!(timeouts, ["2147483647ms"]);
+            journal.close().await;
+        })
+        .await;
+    }
+
     /// An event whose tags (`TEXT[]`, read from their binary form) are not a list of strings
     /// (a NULL element, two dimensions, another element type: rows this crate never writes)
     /// ends a replay and a query with `CorruptRow` naming the persistence id and the sequence

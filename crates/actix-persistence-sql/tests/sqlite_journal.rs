@@ -30,6 +30,29 @@ fn default_options_are_documented_values() {
     assert_eq!(SqliteJournalOptions::new("sqlite:x.db").url, "sqlite:x.db");
 }
 
+/// A busy timeout longer than SQLite holds (an int of ms, about 24.8 days; e.g. "30d", meant
+/// as "wait as long as it takes", which the configuration accepts) is its longest. sqlx used
+/// to panic on its worker thread, and the connect failed with a "crashed background worker".
+#[tokio::test]
+async fn a_busy_timeout_longer_than_sqlite_holds_is_its_longest() {
+    common::run(|db: SqliteDb| async move {
+        let options = SqliteJournalOptions {
+            busy_timeout: Duration::from_secs(30 * 24 * 3600),
+            ..SqliteJournalOptions::new(db.url())
+        };
+        let journal = SqliteJournal::connect(&options).await.expect("connect");
+        write_one_to_five(&journal, "a").await;
+        assert_eq!(recover(&journal, "a", 1, MAX, MAX).await.0, [1, 2, 3, 4, 5]);
+        let timeouts: Vec<i64> = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_all(journal.writer_pool())
+            .await
+            .unwrap();
+        assert_eq!(timeouts, [i64::from(i32::MAX)]);
+        journal.close().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn connect_creates_the_file_in_wal_mode() {
     common::run(|db: SqliteDb| async move {
