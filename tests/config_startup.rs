@@ -96,3 +96,58 @@ async fn start_outside_an_actix_system_is_an_error_saying_to_start_one() {
     );
     assert!(error.to_string().contains("#[actix::main]"), "{error}");
 }
+
+/// `journal.max-concurrent-recoveries` accepts any integer up to `usize::MAX` ("no limit"):
+/// such a value starts the journal, and actors recover. Above tokio's semaphore limit
+/// (`usize::MAX >> 3`) it used to panic in `Persistence::start`, after validation passed.
+#[actix::test]
+async fn the_largest_max_concurrent_recoveries_starts_and_recovers() {
+    use actix_persistence::actix::Handler;
+    use actix_persistence::{
+        EventSourced, Message, PersistReply, PersistResult, PersistenceState, PersistentActor,
+    };
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Added(i64);
+
+    #[derive(PersistentActor)]
+    struct Counter {
+        persistence: PersistenceState<Self>,
+        total: i64,
+    }
+
+    impl EventSourced for Counter {
+        type Event = Added;
+        fn apply(&mut self, event: &Added) {
+            self.total += event.0;
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "PersistResult<i64>")]
+    struct Add(i64);
+
+    impl Handler<Add> for Counter {
+        type Result = PersistReply<i64>;
+        fn handle(&mut self, msg: Add, ctx: &mut Self::Context) -> Self::Result {
+            self.persist(ctx, Added(msg.0), |counter, _, _| counter.total)
+        }
+    }
+
+    let unlimited = usize::MAX.to_string();
+    let loader = inmem_loader().env_vars([(
+        "ACTIX_PERSISTENCE__JOURNAL__MAX_CONCURRENT_RECOVERIES",
+        unlimited.as_str(),
+    )]);
+    let persistence = Persistence::start_from(loader)
+        .await
+        .expect("a valid setting starts");
+    let counter = Counter {
+        persistence: persistence.state("counter-1").unwrap(),
+        total: 0,
+    }
+    .start_persistent();
+    assert_eq!(counter.ask(Add(2)).await.unwrap(), 2);
+    assert_eq!(counter.ask(Add(3)).await.unwrap(), 5);
+    persistence.shutdown().await;
+}

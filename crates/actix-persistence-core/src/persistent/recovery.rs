@@ -74,9 +74,13 @@ impl Default for Recovery {
 pub struct RecoveryPermits(Arc<Semaphore>);
 
 impl RecoveryPermits {
-    /// At most `max` concurrent recoveries (at least 1).
+    /// At most `max` concurrent recoveries (at least 1; at most [`Semaphore::MAX_PERMITS`],
+    /// `usize::MAX >> 3`, which no number of actors reaches: a larger `max`, such as
+    /// `usize::MAX` for "no limit", is that).
     pub fn new(max: usize) -> Self {
-        RecoveryPermits(Arc::new(Semaphore::new(max.max(1))))
+        RecoveryPermits(Arc::new(Semaphore::new(
+            max.clamp(1, Semaphore::MAX_PERMITS),
+        )))
     }
 
     /// Recoveries that could start now.
