@@ -209,6 +209,33 @@ async fn recovery_without_progress_fails_after_the_recovery_timeout() {
     );
 }
 
+/// A snapshot load that does not answer within the snapshot store's call timeout fails the
+/// recovery then (`snapshot-store.call-timeout`: "a load that times out fails recovery"),
+/// naming the load. It used to wait for the recovery timeout instead (an hour here).
+#[actix::test]
+async fn a_snapshot_load_fails_recovery_after_the_snapshot_call_timeout() {
+    tokio::time::pause();
+    let mut h = Harness::new(1);
+    let gated: Arc<dyn SnapshotStore> = Arc::new(GatedSnapshots::default());
+    let started = tokio::time::Instant::now();
+    let _a = h.start_probe("slow-snapshot", 0, |s| {
+        s.with_snapshot_store(gated, Duration::from_secs(2))
+            .with_recovery_timeout(Duration::from_secs(3600))
+    });
+    match h.next_seen().await {
+        Seen::RecoveryFailed { pid, error } => {
+            assert_eq!(pid, "slow-snapshot");
+            assert!(
+                error.contains("failed at its snapshot")
+                    && error.contains("did not answer load within 2000 ms"),
+                "{error}"
+            );
+        }
+        other => panic!("expected a failed snapshot load, saw {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(3600));
+}
+
 async fn recovery_permits_let_one_actor_recover_at_a_time_in_order(backend: Backend) {
     let mut h = Harness::on(backend, 1).await;
     let permits = RecoveryPermits::new(1);

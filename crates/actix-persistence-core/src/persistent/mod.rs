@@ -42,9 +42,10 @@
 //! With a snapshot store ([`PersistenceState::with_snapshot_store`]), recovery loads the newest
 //! snapshot matching its [`Recovery`] criteria, restores it with the actor's
 //! [`Snapshotting`] ([`EventSourced::snapshotting`]),
-//! then replays only the events after it, streamed in batches. A snapshot that cannot be read
-//! fails recovery ([`RecoveryError::Snapshot`]) instead of replaying from the start, because
-//! the events it covers may have been deleted. Events missing between the loaded snapshot (or
+//! then replays only the events after it, streamed in batches. A snapshot that cannot be read,
+//! or whose load does not answer within the snapshot store's call timeout, fails recovery
+//! ([`RecoveryError::Snapshot`]) instead of replaying from the start, because the events it
+//! covers may have been deleted. Events missing between the loaded snapshot (or
 //! the start) and the first replayed event fail recovery ([`RecoveryError::MissingEvents`]).
 //! Recovery fails with [`RecoveryError::Timeout`] after the recovery timeout without progress
 //! (default 30 s), and waits for one of the shared [`RecoveryPermits`] first when configured.

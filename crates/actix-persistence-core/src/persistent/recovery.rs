@@ -18,7 +18,7 @@ use super::{PersistentActor, RecoveryError};
 use crate::error::JournalError;
 use crate::journal::{JournalActor, RecoveryReplay, ReplayMessages, TakeOwnership};
 use crate::serialization::SerializationError;
-use crate::snapshot::{SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore};
+use crate::snapshot::{SelectedSnapshot, SnapshotError, SnapshotSelectionCriteria, SnapshotStore};
 use crate::store::{FencingToken, ReplayStream, MAX_SEQ_NR};
 
 /// Replayed events applied in one poll at most before the driver yields to other tasks.
@@ -97,6 +97,9 @@ pub(crate) struct RecoveryPlan {
     pub(crate) recovery: Recovery,
     pub(crate) permits: Option<RecoveryPermits>,
     pub(crate) timeout: Duration,
+    /// The snapshot store's call timeout: bounds the snapshot load too (as every snapshot
+    /// call), within the recovery timeout.
+    pub(crate) snapshot_timeout: Duration,
 }
 
 /// What the asynchronous first part of recovery found.
@@ -209,13 +212,26 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
                 max_seq_nr: criteria.max_seq_nr.min(plan.recovery.to_seq_nr),
                 ..criteria
             };
-            tokio::time::timeout(plan.timeout, store.load(&plan.persistence_id, criteria))
-                .await
-                .map_err(|_| timed_out())?
-                .map_err(|source| RecoveryError::Snapshot {
-                    persistence_id: plan.persistence_id.clone(),
-                    reason: source.to_string(),
-                })?
+            let snapshot_failed = |source: SnapshotError| RecoveryError::Snapshot {
+                persistence_id: plan.persistence_id.clone(),
+                reason: source.to_string(),
+            };
+            // Within the snapshot store's call timeout (a load that times out fails recovery,
+            // as `snapshot-store.call-timeout` says), and within the recovery's.
+            let load = tokio::time::timeout(
+                plan.snapshot_timeout,
+                store.load(&plan.persistence_id, criteria),
+            );
+            match tokio::time::timeout(plan.timeout, load).await {
+                Err(_) => return Err(timed_out()),
+                Ok(Err(_)) => {
+                    return Err(snapshot_failed(SnapshotError::Timeout {
+                        operation: "load",
+                        timeout: plan.snapshot_timeout,
+                    }))
+                }
+                Ok(Ok(loaded)) => loaded.map_err(snapshot_failed)?,
+            }
         }
         _ => None,
     };

@@ -382,6 +382,7 @@ impl<A: EventSourced> PersistenceState<A> {
             recovery: self.recovery,
             permits: self.permits.clone(),
             timeout: self.recovery_timeout,
+            snapshot_timeout: self.snapshot_timeout,
         }
     }
 
