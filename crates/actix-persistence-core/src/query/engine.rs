@@ -346,7 +346,8 @@ impl OffsetQuery {
         if backtrack < self.fast {
             self.fast = backtrack;
         }
-        self.next_round = Instant::now() + self.settings.refresh_interval;
+        // Saturating: a refresh interval too long for the clock means "never by time".
+        self.next_round = crate::journal::far_future_saturating(self.settings.refresh_interval);
         self.phase = Phase::Settled {
             bound: now.saturating_sub(window),
             // Up to now, inclusive: a current query ends at the events stored when it started.

@@ -142,7 +142,8 @@ impl ReadJournal {
                 return None;
             }
             if state.wait {
-                let deadline = Instant::now() + state.query.settings.refresh_interval;
+                let deadline =
+                    crate::journal::far_future_saturating(state.query.settings.refresh_interval);
                 wait_for_round(deadline, state.notifications.as_mut()).await;
             }
             // Read before the page: every event up to the highest sequence number is
