@@ -292,13 +292,10 @@ async fn a_pause_while_waiting_to_restart_holds_after_the_restart() {
         .await
         .expect("restarting");
     handle.pause();
-    let restarted = handle
-        .wait_for(|p| {
-            p.restarts == 1 && matches!(p.state, ProjectionState::Paused | ProjectionState::Running)
-        })
-        .await
-        .expect("restarted");
-    assert_eq!(restarted.state, ProjectionState::Paused);
+    assert_eq!(
+        state_after_first_restart(&handle).await,
+        ProjectionState::Paused
+    );
     // An hour of (paused) time: nothing is pulled.
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert!(handler.recorder.handled().is_empty());
@@ -325,13 +322,10 @@ async fn a_projection_paused_when_its_run_fails_restarts_paused() {
         .expect("paused");
     // The call in flight fails: the run fails and restarts after its backoff.
     handler.gate.release(1);
-    let restarted = handle
-        .wait_for(|p| {
-            p.restarts == 1 && matches!(p.state, ProjectionState::Paused | ProjectionState::Running)
-        })
-        .await
-        .expect("restarted");
-    assert_eq!(restarted.state, ProjectionState::Paused);
+    assert_eq!(
+        state_after_first_restart(&handle).await,
+        ProjectionState::Paused
+    );
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert_eq!(handler.gate.waiting(), 0, "no call started while paused");
     assert!(handler.recorder.handled().is_empty());
@@ -368,4 +362,17 @@ async fn a_stop_asked_before_a_call_in_flight_fails_stops_the_projection() {
     assert_eq!(state, ProjectionState::Stopped);
     assert!(handler.recorder.handled().is_empty());
     assert_eq!(handler.gate.waiting(), 0, "no call after the stop");
+}
+
+/// The state a projection came back in after its first restart (paused or running).
+async fn state_after_first_restart<O: Clone + Send + Sync + 'static>(
+    handle: &actix_persistence_projection::ProjectionHandle<O>,
+) -> ProjectionState {
+    handle
+        .wait_for(|p| {
+            p.restarts == 1 && matches!(p.state, ProjectionState::Paused | ProjectionState::Running)
+        })
+        .await
+        .expect("restarted")
+        .state
 }
