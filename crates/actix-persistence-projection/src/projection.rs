@@ -364,18 +364,43 @@ impl<E: Envelope> Projection<E> {
     /// Deletes what this instance stored, and what instances over other slice ranges of the
     /// same name stored for its slices: a run after it resumes from none of them
     /// ([`SourceProvider::resume`]), from the beginning of its source.
+    ///
+    /// An old key whose range also covers slices outside this one first hands its progress
+    /// over to the pieces of its range outside this one ([`OffsetStore::hand_over`]): the
+    /// instances over those slices (after a change of ranges, `slices-512-1023` beside this
+    /// `slices-0-511`, both once `slices-0-1023`) still resume from it, instead of handling
+    /// their slices again from the beginning.
     async fn reset_stored(&self) -> Result<(), OffsetStoreError> {
         self.store.reset(&self.id).await?;
         let Some(range) = self.id.slice_range() else {
             return Ok(());
         };
         for progress in self.store.read_progress(&self.id.name).await? {
-            if overlaps(&progress.id, range) {
-                self.store.reset(&progress.id).await?;
+            let Some(other) = progress.id.slice_range() else {
+                continue;
+            };
+            if progress.id == self.id || !overlaps(&progress.id, range) {
+                continue;
             }
+            for (min, max) in outside(other, range) {
+                let piece = ProjectionId::for_slices(self.id.name.clone(), min, max);
+                self.store.hand_over(&progress.id, &piece).await?;
+            }
+            self.store.reset(&progress.id).await?;
         }
         Ok(())
     }
+}
+
+/// The parts of slice range `range` outside `removed` (none, one or two ranges), both
+/// inclusive.
+fn outside(
+    (min, max): (u16, u16),
+    (removed_min, removed_max): (u16, u16),
+) -> impl Iterator<Item = (u16, u16)> {
+    let below = (min < removed_min).then(|| (min, max.min(removed_min - 1)));
+    let above = (max > removed_max).then(|| (min.max(removed_max + 1), max));
+    below.into_iter().chain(above)
 }
 
 /// Whether `id` is an instance over a slice range that shares a slice with `range`.
@@ -1355,5 +1380,22 @@ fn lost<E: Envelope>(id: &ProjectionId, envelopes: &[E], message: String) -> Pro
         seq_nr: first.map_or(0, |e| e.seq_nr()),
         attempts: 1,
         message: format!("the transaction's task ended without a result: {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outside;
+
+    #[test]
+    fn the_parts_of_a_range_outside_another_are_none_one_or_two() {
+        let parts = |range, removed| outside(range, removed).collect::<Vec<_>>();
+        assert_eq!(parts((0, 1023), (0, 511)), vec![(512, 1023)]);
+        assert_eq!(parts((0, 1023), (512, 1023)), vec![(0, 511)]);
+        assert_eq!(parts((0, 1023), (256, 511)), vec![(0, 255), (512, 1023)]);
+        assert_eq!(parts((256, 511), (0, 1023)), vec![]);
+        assert_eq!(parts((0, 511), (0, 511)), vec![]);
+        assert_eq!(parts((0, 511), (256, 1023)), vec![(0, 255)]);
+        assert_eq!(parts((5, 5), (0, 4)), vec![(5, 5)]);
     }
 }

@@ -90,7 +90,8 @@ async fn reset_handles_the_source_again_from_the_beginning() {
 
 /// After the slice ranges changed, an instance resumes from the progress of the instances
 /// over its slices before; its reset deletes that progress too, so it does handle its slices
-/// again from the beginning (a rebuild), and leaves the progress of other slices alone.
+/// again from the beginning (a rebuild), and leaves the progress of other slices alone: the
+/// other range, not started yet, still resumes from the old range's progress.
 #[tokio::test]
 async fn reset_after_a_change_of_slice_ranges_handles_the_slices_again_from_the_beginning() {
     let journal = InMemoryJournal::new();
@@ -141,6 +142,24 @@ async fn reset_after_a_change_of_slice_ranges_handles_the_slices_again_from_the_
     // The whole range's own progress was deleted with it; another key's progress would not be.
     assert_eq!(store.read_offset(&id()).await.unwrap(), None);
     assert!(store.read_offset(&half).await.unwrap().is_some());
+
+    // The other half, started only now (it never saved an offset of its own), still resumes
+    // from the whole range's progress, handed over to its key by the reset: it handles
+    // nothing. It used to handle its 8 events again (the whole range's key was just deleted).
+    let other_half = ProjectionId::for_slices("control", 512, 1023);
+    let upper = Recorder::default();
+    let state = Projection::at_least_once(
+        other_half.clone(),
+        current_slices(&journal, 512, 1023),
+        store.clone(),
+        upper.clone(),
+    )
+    .start()
+    .join()
+    .await;
+    assert_eq!(state, ProjectionState::Completed);
+    assert_eq!(upper.handled(), Vec::new());
+    assert!(store.read_offset(&other_half).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -375,4 +394,9 @@ async fn state_after_first_restart<O: Clone + Send + Sync + 'static>(
         .await
         .expect("restarted")
         .state
+}
+
+#[tokio::test]
+async fn an_old_key_hands_its_progress_over_only_to_a_key_without_an_offset() {
+    check_hand_over(&InMemoryOffsetStore::new(), "hand-over").await;
 }

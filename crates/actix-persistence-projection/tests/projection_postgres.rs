@@ -710,3 +710,13 @@ async fn offset_store_lists_the_progress_of_every_key() {
     let Some(db) = open().await else { return };
     common::offset_store_lists_the_progress_of_every_key(&db.store()).await;
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn an_old_key_hands_its_progress_over_only_to_a_key_without_an_offset() {
+    let Some(db) = open().await else { return };
+    check_hand_over(&db.store(), "hand-over").await;
+}

@@ -551,3 +551,9 @@ async fn an_offset_store_url_that_names_no_file_fails_to_open() {
         Ok(_) => panic!("an offset store without a database file"),
     }
 }
+
+#[tokio::test]
+async fn an_old_key_hands_its_progress_over_only_to_a_key_without_an_offset() {
+    let db = open().await;
+    check_hand_over(&db.store(), "hand-over").await;
+}

@@ -159,6 +159,31 @@ impl OffsetStore for InMemoryOffsetStore {
         self.inner().entries.remove(id);
         Ok(())
     }
+
+    async fn hand_over(
+        &self,
+        from: &ProjectionId,
+        to: &ProjectionId,
+    ) -> Result<(), OffsetStoreError> {
+        let mut inner = self.inner();
+        let Some(Entry {
+            offset: Some(offset),
+            seen,
+        }) = inner.entries.get(from).cloned()
+        else {
+            return Ok(());
+        };
+        let target = inner.entries.entry(to.clone()).or_default();
+        if target.offset.is_some() {
+            return Ok(());
+        }
+        target.offset = Some(offset);
+        for (persistence_id, seq_nr) in seen {
+            let slot = target.seen.entry(persistence_id).or_insert(0);
+            *slot = (*slot).max(seq_nr);
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -132,13 +132,39 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// Deletes everything stored for `id` (offset and seen sequence numbers, not its owner
     /// epoch). Not fenced (an operator's call); a running projection's
     /// [`reset`](crate::ProjectionHandle::reset) checks its ownership first, and also deletes
-    /// what other keys of the same name stored for the slices of `id` (earlier slice ranges),
+    /// what other keys of the same name stored for the slices of `id` (earlier slice ranges,
+    /// after [`hand_over`](Self::hand_over) kept their progress for the slices outside `id`'s),
     /// so that the projection starts again from the beginning of its source, to rebuild a read
     /// model.
     ///
     /// # Errors
     /// [`OffsetStoreError`] when the store cannot be written.
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError>;
+
+    /// Hands the progress of `from` over to `to` (another key of the same name) when `to` has
+    /// no offset of its own: `from`'s offset, and its seen sequence numbers (each kept at the
+    /// higher of the two), are stored under `to`, in one transaction. Nothing changes when `to`
+    /// has an offset (its own progress, ahead of `from`'s: its instance resumed from `from`'s)
+    /// or `from` has none. Not fenced, and fences nobody: a running instance of `to` saves over
+    /// it.
+    ///
+    /// A running projection's [`reset`](crate::ProjectionHandle::reset) uses it before it
+    /// deletes an old slice range's key that also covers slices outside the reset range: the
+    /// instances over those slices keep resuming from the old key's progress (the pieces of its
+    /// range outside the reset one get it under their own keys). The default does nothing:
+    /// with a store that keeps it, such an instance that has not saved an offset of its own
+    /// yet handles its slices again from the beginning after the reset.
+    ///
+    /// # Errors
+    /// [`OffsetStoreError`] when the store cannot be read or written (nothing changed).
+    async fn hand_over(
+        &self,
+        from: &ProjectionId,
+        to: &ProjectionId,
+    ) -> Result<(), OffsetStoreError> {
+        let _ = (from, to);
+        Ok(())
+    }
 }
 
 /// An offset store whose writes can join the handler's transaction: what exactly-once delivery

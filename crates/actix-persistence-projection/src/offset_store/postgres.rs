@@ -75,6 +75,26 @@ const UPSERT_OFFSET: &str = "INSERT INTO projection_offset \
      ON CONFLICT (projection_name, projection_key) DO UPDATE SET \
      current_offset = excluded.current_offset, last_updated = excluded.last_updated";
 
+/// [`OffsetStore::hand_over`]'s seen numbers: `from`'s ($1 name, $2 key) copied to key
+/// $3, each kept at the higher of the two, when `from` has an offset and $3 has none.
+const HAND_OVER_SEEN: &str = "INSERT INTO projection_seen \
+     (projection_name, projection_key, persistence_id, seq_nr) \
+     SELECT projection_name, $3, persistence_id, seq_nr FROM projection_seen \
+     WHERE projection_name = $1 AND projection_key = $2 \
+     AND EXISTS (SELECT 1 FROM projection_offset \
+                 WHERE projection_name = $1 AND projection_key = $2) \
+     AND NOT EXISTS (SELECT 1 FROM projection_offset \
+                     WHERE projection_name = $1 AND projection_key = $3) \
+     ON CONFLICT (projection_name, projection_key, persistence_id) DO UPDATE SET \
+     seq_nr = GREATEST(projection_seen.seq_nr, excluded.seq_nr)";
+
+/// [`OffsetStore::hand_over`]'s offset: `from`'s copied to key $3 unless it has one.
+const HAND_OVER_OFFSET: &str = "INSERT INTO projection_offset \
+     (projection_name, projection_key, current_offset, last_updated) \
+     SELECT projection_name, $3, current_offset, last_updated FROM projection_offset \
+     WHERE projection_name = $1 AND projection_key = $2 \
+     ON CONFLICT (projection_name, projection_key) DO NOTHING";
+
 /// The owner epoch of an id, locked until the transaction ends (see [`UPSERT_OFFSET`]).
 const OWNER_EPOCH: &str = "SELECT owner_epoch FROM projection_owner \
      WHERE projection_name = $1 AND projection_key = $2 FOR SHARE";
@@ -257,6 +277,31 @@ impl OffsetStore for PostgresOffsetStore {
             .map_err(db(id))?;
         }
         tx.commit().await.map_err(db(id))
+    }
+
+    async fn hand_over(
+        &self,
+        from: &ProjectionId,
+        to: &ProjectionId,
+    ) -> Result<(), OffsetStoreError> {
+        let mut tx = self.pool.begin().await.map_err(db(to))?;
+        // The seen numbers first, while `to` has no offset yet and `from` has one; then the
+        // offset, kept when `to` has its own.
+        sqlx::query(HAND_OVER_SEEN)
+            .bind(&from.name)
+            .bind(&from.key)
+            .bind(&to.key)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(to))?;
+        sqlx::query(HAND_OVER_OFFSET)
+            .bind(&from.name)
+            .bind(&from.key)
+            .bind(&to.key)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(to))?;
+        tx.commit().await.map_err(db(to))
     }
 }
 

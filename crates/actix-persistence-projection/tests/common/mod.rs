@@ -735,3 +735,79 @@ where
     assert_eq!(listed, expected);
     assert!(store.read_progress("nothing").await.unwrap().is_empty());
 }
+
+/// [`OffsetStore::hand_over`]'s contract on `store` (fresh keys of projection `name`): the
+/// offset and the seen sequence numbers of a key go to a key without an offset (a seen number
+/// kept at the higher of the two), never over a key's own offset, and nothing goes from a key
+/// without one.
+pub async fn check_hand_over<S>(store: &S, name: &str)
+where
+    S: actix_persistence_projection::TransactionalOffsetStore,
+{
+    use actix_persistence_projection::ProjectionId;
+    let old = ProjectionId::for_slices(name, 0, 1023);
+    let epoch = store.take_ownership(&old, None).await.unwrap();
+    let mut tx = store.begin(&old).await.unwrap();
+    let seen = [("Account|1".to_owned(), 7), ("Account|2".to_owned(), 3)];
+    store
+        .save_in(&mut tx, &old, epoch, Some("{\"old\":1}"), &seen)
+        .await
+        .unwrap();
+    store.commit(tx, &old).await.unwrap();
+
+    // A key with no offset gets the old key's progress; a seen number of its own that is
+    // higher stays.
+    let fresh = ProjectionId::for_slices(name, 512, 1023);
+    let fresh_epoch = store.take_ownership(&fresh, None).await.unwrap();
+    let mut tx = store.begin(&fresh).await.unwrap();
+    store
+        .save_in(
+            &mut tx,
+            &fresh,
+            fresh_epoch,
+            None,
+            &[("Account|2".to_owned(), 9)],
+        )
+        .await
+        .unwrap();
+    store.commit(tx, &fresh).await.unwrap();
+    store.hand_over(&old, &fresh).await.unwrap();
+    assert_eq!(
+        store.read_offset(&fresh).await.unwrap().as_deref(),
+        Some("{\"old\":1}")
+    );
+    let got = store.read_seen(&fresh).await.unwrap();
+    assert_eq!(got.get("Account|1"), Some(&7));
+    assert_eq!(got.get("Account|2"), Some(&9));
+    // Not fenced, and fencing nobody: the key's owner saves over it.
+    store
+        .save_offset(&fresh, fresh_epoch, "{\"own\":2}", &[])
+        .await
+        .unwrap();
+
+    // A key with an offset of its own keeps it, and gets no seen numbers.
+    store.hand_over(&old, &fresh).await.unwrap();
+    assert_eq!(
+        store.read_offset(&fresh).await.unwrap().as_deref(),
+        Some("{\"own\":2}")
+    );
+    let owned = ProjectionId::for_slices(name, 0, 511);
+    let owned_epoch = store.take_ownership(&owned, None).await.unwrap();
+    store
+        .save_offset(&owned, owned_epoch, "{\"own\":3}", &[])
+        .await
+        .unwrap();
+    store.hand_over(&old, &owned).await.unwrap();
+    assert_eq!(
+        store.read_offset(&owned).await.unwrap().as_deref(),
+        Some("{\"own\":3}")
+    );
+    assert!(store.read_seen(&owned).await.unwrap().is_empty());
+
+    // Nothing goes from a key without an offset.
+    let empty = ProjectionId::for_slices(name, 0, 0);
+    let target = ProjectionId::for_slices(name, 1, 1);
+    store.hand_over(&empty, &target).await.unwrap();
+    assert_eq!(store.read_offset(&target).await.unwrap(), None);
+    assert!(store.read_seen(&target).await.unwrap().is_empty());
+}
