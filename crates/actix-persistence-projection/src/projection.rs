@@ -2,7 +2,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -348,7 +348,8 @@ impl<E: Envelope> Projection<E> {
                     if give_up {
                         return;
                     }
-                    let jitter = random.build_hasher().finish() as f64 / u64::MAX as f64;
+                    // Per restart (an unkeyed hasher of one `RandomState` gives one value).
+                    let jitter = random.hash_one(restarts_in_a_row) as f64 / u64::MAX as f64;
                     let delay = self.restart.delay(restarts_in_a_row, jitter);
                     restarts_in_a_row += 1;
                     progress.send_modify(|p| p.restarts += 1);
