@@ -287,20 +287,15 @@ impl OffsetStore for PostgresOffsetStore {
         let mut tx = self.pool.begin().await.map_err(db(to))?;
         // The seen numbers first, while `to` has no offset yet and `from` has one; then the
         // offset, kept when `to` has its own.
-        sqlx::query(HAND_OVER_SEEN)
-            .bind(&from.name)
-            .bind(&from.key)
-            .bind(&to.key)
-            .execute(&mut *tx)
-            .await
-            .map_err(db(to))?;
-        sqlx::query(HAND_OVER_OFFSET)
-            .bind(&from.name)
-            .bind(&from.key)
-            .bind(&to.key)
-            .execute(&mut *tx)
-            .await
-            .map_err(db(to))?;
+        for statement in [HAND_OVER_SEEN, HAND_OVER_OFFSET] {
+            sqlx::query(statement)
+                .bind(&from.name)
+                .bind(&from.key)
+                .bind(&to.key)
+                .execute(&mut *tx)
+                .await
+                .map_err(db(to))?;
+        }
         tx.commit().await.map_err(db(to))
     }
 }
