@@ -7,17 +7,12 @@ use actix_persistence_core::query::NUMBER_OF_SLICES;
 /// How the key of an instance over a slice range begins.
 const SLICES_PREFIX: &str = "slices-";
 
-/// A slice number written as [`ProjectionId::for_slices`] writes it: decimal digits, no
-/// leading zero (but `"0"`), no sign, below [`NUMBER_OF_SLICES`].
+/// A slice number written as [`ProjectionId::for_slices`] writes it (decimal, no leading zero
+/// or sign: the text `u16`'s `Display` gives), below [`NUMBER_OF_SLICES`].
 fn canonical_slice(text: &str) -> Option<u16> {
-    let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-    let leading_zero = text.len() > 1 && text.starts_with('0');
-    if !digits_only || leading_zero {
-        return None;
-    }
     text.parse::<u16>()
         .ok()
-        .filter(|&slice| usize::from(slice) < usize::from(NUMBER_OF_SLICES))
+        .filter(|slice| *slice < NUMBER_OF_SLICES && slice.to_string() == text)
 }
 
 /// One projection instance: the projection's name and the part of the source it consumes (as

@@ -7,6 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use actix_persistence_core::journal::far_future_saturating;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -380,7 +381,7 @@ impl<E: Envelope> Projection<E> {
             let Some(other) = progress.id.slice_range() else {
                 continue;
             };
-            if progress.id == self.id || !overlaps(&progress.id, range) {
+            if progress.id == self.id || !ranges_overlap(other, range) {
                 continue;
             }
             for (min, max) in outside(other, range) {
@@ -405,9 +406,14 @@ fn outside(
 }
 
 /// Whether `id` is an instance over a slice range that shares a slice with `range`.
-fn overlaps(id: &ProjectionId, (min_slice, max_slice): (u16, u16)) -> bool {
+fn overlaps(id: &ProjectionId, range: (u16, u16)) -> bool {
     id.slice_range()
-        .is_some_and(|(min, max)| min <= max_slice && max >= min_slice)
+        .is_some_and(|other| ranges_overlap(other, range))
+}
+
+/// Whether two inclusive slice ranges share a slice.
+fn ranges_overlap((min, max): (u16, u16), (other_min, other_max): (u16, u16)) -> bool {
+    min <= other_max && max >= other_min
 }
 
 fn checked(grouping: Grouping) -> Grouping {
@@ -439,16 +445,6 @@ async fn wait_or_stop(
             },
         }
     }
-}
-
-/// The instant `after` from now; far in the future (30 years) when that is past what an
-/// [`Instant`] holds (`SaveOffset::after` or `Grouping::within` of `Duration::MAX`: never by
-/// time), instead of panicking in the projection's task.
-fn deadline(after: std::time::Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(after)
-        .or_else(|| now.checked_add(std::time::Duration::from_secs(30 * 365 * 24 * 3600)))
-        .unwrap_or(now)
 }
 
 /// At-least-once: how many times `after_envelopes` the handled envelopes may run ahead of the
@@ -838,7 +834,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             }),
             Some(grouping) => {
                 if self.group.envelopes.is_empty() {
-                    self.group_due = Some(deadline(grouping.within));
+                    self.group_due = Some(far_future_saturating(grouping.within));
                 }
                 self.group.push(idx, envelope);
                 if self.group.envelopes.len() >= grouping.size {
@@ -1058,7 +1054,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             if self.unsaved >= self.projection.save_offset.after_envelopes {
                 self.start_save()?;
             } else if self.unsaved > 0 && self.save_due.is_none() {
-                self.save_due = Some(deadline(self.projection.save_offset.after));
+                self.save_due = Some(far_future_saturating(self.projection.save_offset.after));
             }
         }
         Ok(())

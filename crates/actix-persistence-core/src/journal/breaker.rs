@@ -173,8 +173,10 @@ fn report(state: &State) {
     metrics::gauge!(crate::metrics::CIRCUIT_BREAKER_STATE).set(value);
 }
 
-/// `now + after`, or a moment about 30 years away when that overflows the clock.
-pub(crate) fn far_future_saturating(after: Duration) -> Instant {
+/// The deadline `after` from now (`now + after`), or a moment about 30 years away when that
+/// overflows the clock: a timeout or interval of `Duration::MAX` (or a setting such as
+/// `"300000000000y"`) means "never by time" instead of a panic of `Instant + Duration`.
+pub fn far_future_saturating(after: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(after)
         .or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))

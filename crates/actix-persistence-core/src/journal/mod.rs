@@ -18,7 +18,7 @@ mod routing;
 mod write_queue;
 
 pub use actor::{JournalActor, JournalConfig};
-pub(crate) use breaker::far_future_saturating;
+pub use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, RecoveryReplay, Replay,

@@ -152,7 +152,7 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// deletes an old slice range's key that also covers slices outside the reset range: the
     /// instances over those slices keep resuming from the old key's progress (the pieces of its
     /// range outside the reset one get it under their own keys). The default does nothing:
-    /// with a store that keeps it, such an instance that has not saved an offset of its own
+    /// with a store that keeps the default, such an instance that has not saved an offset of its own
     /// yet handles its slices again from the beginning after the reset.
     ///
     /// # Errors
