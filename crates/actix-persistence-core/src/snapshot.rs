@@ -86,7 +86,7 @@ impl SelectedSnapshot {
                 ),
             });
         }
-        serde_json::from_slice(&self.snapshot.payload).map_err(|e| {
+        crate::serialization::decode_json(&self.snapshot.payload).map_err(|e| {
             SerializationError::SnapshotDeserialize {
                 seq_nr,
                 reason: e.to_string(),
