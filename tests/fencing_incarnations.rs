@@ -5,22 +5,29 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence::actix::{Actor, Addr};
+use actix_persistence::snapshot::{
+    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    SnapshotSelectionCriteria, SnapshotStore,
+};
 use actix_persistence::{
     Backoff, BackoffSupervisor, FencingToken, JournalError, PersistError, PersistenceState,
     StopReason, MAX_SEQ_NR,
 };
+use async_trait::async_trait;
 use futures::TryStreamExt;
 use support::*;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 on_every_backend!(
     a_write_in_flight_during_a_takeover_is_fenced_and_the_new_owner_persists,
     a_write_stored_before_a_takeover_is_replayed_and_the_new_owner_continues_after_it,
     a_fenced_actor_under_a_backoff_supervisor_is_not_restarted,
     a_stale_incarnations_delete_is_fenced_deletes_nothing_and_stops_it,
+    a_recovery_owns_the_id_before_it_loads_its_snapshot,
 );
 
 /// Starts a probe of `pid` (group 0), waits until it recovered, and returns it with the
@@ -251,5 +258,126 @@ async fn a_stale_incarnations_delete_is_fenced_deletes_nothing_and_stops_it(back
     assert_eq!(
         stored(&h, "f4").await,
         vec![(2, r#"{"Named":"two"}"#.to_owned())]
+    );
+}
+
+/// A snapshot store over another whose loads, once they read the snapshot, report it and wait
+/// until the test opens the gate: the recovering actor holds what it loaded while the test lets
+/// the previous incarnation go on.
+struct HeldLoads {
+    inner: Arc<dyn SnapshotStore>,
+    loaded: mpsc::UnboundedSender<Option<u64>>,
+    gate: Arc<Notify>,
+}
+
+#[async_trait]
+impl SnapshotStore for HeldLoads {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        let found = self.inner.load(pid, criteria).await;
+        let seq_nr = found
+            .as_ref()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.metadata.seq_nr));
+        let _ = self.loaded.send(seq_nr);
+        self.gate.notified().await;
+        found
+    }
+    async fn save(&self, m: SnapshotMetadata, s: SerializedSnapshot) -> Result<(), SnapshotError> {
+        self.inner.save(m, s).await
+    }
+    async fn delete(&self, m: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        self.inner.delete(m).await
+    }
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        self.inner.delete_matching(pid, criteria).await
+    }
+}
+
+/// A new incarnation takes ownership of the id before it loads its snapshot. Loaded first, the
+/// snapshot could be outdated by the time of the takeover: the old owner, still owning the id,
+/// persisted, saved a newer snapshot and deleted the events up to it (as a snapshot policy with
+/// `delete_events` does), and the new incarnation, replaying after its older snapshot, found
+/// them deleted and failed with `MissingEvents` (the old one was fenced by then, so the id had
+/// no live owner at all).
+async fn a_recovery_owns_the_id_before_it_loads_its_snapshot(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let snapshots = Arc::clone(&h.snapshots);
+    let with_snapshots = |store: Arc<dyn SnapshotStore>| {
+        move |state: PersistenceState<Probe>| {
+            state.with_snapshot_store(store, Duration::from_secs(30))
+        }
+    };
+    let old = h
+        .probe_with("f5", 0, with_snapshots(Arc::clone(&snapshots)))
+        .await;
+    let first = old.send(Persist(vec![named("one"), named("two")]));
+    h.control.next_write_for("f5").await.complete();
+    assert_eq!(first.await.expect("mailbox").expect("stored"), 2);
+    old.do_send(SaveSnapshot);
+    let saved = h
+        .seen_until(|s| matches!(s, Seen::SnapshotSaved { .. }))
+        .await;
+    assert_eq!(
+        saved.last(),
+        Some(&Seen::SnapshotSaved {
+            pid: "f5".to_owned(),
+            seq_nr: 2
+        })
+    );
+
+    // A new incarnation starts; its snapshot load read the snapshot at 2 and is held.
+    let (loaded_tx, mut loaded) = mpsc::unbounded_channel();
+    let gate = Arc::new(Notify::new());
+    let held: Arc<dyn SnapshotStore> = Arc::new(HeldLoads {
+        inner: Arc::clone(&snapshots),
+        loaded: loaded_tx,
+        gate: Arc::clone(&gate),
+    });
+    let _new = h.start_probe("f5", 0, with_snapshots(held));
+    assert_eq!(loaded.recv().await, Some(Some(2)));
+
+    // Meanwhile the old incarnation persists; while it still owns the id, it also snapshots
+    // and deletes the events the snapshot covers.
+    let third = old.send(Persist(vec![named("three")]));
+    h.control.next_write_for("f5").await.complete();
+    let third = third.await.expect("mailbox");
+    if third.is_ok() {
+        old.do_send(SaveSnapshot);
+        h.seen_until(|s| matches!(s, Seen::SnapshotSaved { .. } | Seen::SnapshotFailed { .. }))
+            .await;
+        old.do_send(DeleteEventsTo(3));
+        h.seen_until(|s| matches!(s, Seen::EventsDeleted { .. } | Seen::DeleteFailed { .. }))
+            .await;
+    }
+
+    gate.notify_one();
+    let seen = h
+        .seen_until(|s| matches!(s, Seen::Recovered { .. } | Seen::RecoveryFailed { .. }))
+        .await;
+    assert_eq!(
+        seen.last(),
+        Some(&Seen::Recovered {
+            pid: "f5".to_owned(),
+            last_seq_nr: 2,
+            replayed: vec![named("one"), named("two")],
+        }),
+        "the new incarnation recovers what its snapshot holds"
+    );
+    // It owned the id before it loaded the snapshot: the old one's later write was fenced.
+    expect_fenced(third, "f5");
+    assert_eq!(
+        stored(&h, "f5").await,
+        vec![
+            (1, r#"{"Named":"one"}"#.to_owned()),
+            (2, r#"{"Named":"two"}"#.to_owned()),
+        ]
     );
 }

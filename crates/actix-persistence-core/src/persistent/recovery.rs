@@ -187,8 +187,16 @@ impl Recovering {
     }
 }
 
-/// Waits for a permit (not counted against the timeout), then loads the snapshot and opens
-/// the replay, each within the timeout.
+/// Waits for a permit (not counted against the timeout), then takes ownership of the id, loads
+/// the snapshot and opens the replay, each within the timeout.
+///
+/// Ownership comes first: until it is taken, the previous incarnation (in this process or
+/// another) still owns the id, and may save a newer snapshot and delete the events up to it
+/// (a snapshot policy with `delete_events` does), so a snapshot loaded before the takeover may
+/// no longer be followed by the events after it (recovery then failed with
+/// [`RecoveryError::MissingEvents`]). Once the takeover is stored, the previous incarnation's
+/// writes and event deletes are fenced, and a delete it committed before is seen together with
+/// the snapshot it saved before deleting.
 async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
     let permit = match &plan.permits {
         Some(permits) => {
@@ -206,6 +214,7 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         persistence_id: pid.clone(),
         timeout: plan.timeout,
     };
+    let fencing_token = take_ownership(&plan).await?;
     let snapshot = match (&plan.snapshots, plan.recovery.from_snapshot) {
         (Some(store), criteria) if criteria != SnapshotSelectionCriteria::none() => {
             let criteria = SnapshotSelectionCriteria {
@@ -235,7 +244,6 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         }
         _ => None,
     };
-    let fencing_token = take_ownership(&plan).await?;
     let from = snapshot.as_ref().map(|s| s.metadata.seq_nr).unwrap_or(0) + 1;
     let request = plan.journal.send(RecoveryReplay(ReplayMessages {
         persistence_id: plan.persistence_id.clone(),
