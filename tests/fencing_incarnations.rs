@@ -27,8 +27,9 @@ on_every_backend!(
     a_write_stored_before_a_takeover_is_replayed_and_the_new_owner_continues_after_it,
     a_fenced_actor_under_a_backoff_supervisor_is_not_restarted,
     a_stale_incarnations_delete_is_fenced_deletes_nothing_and_stops_it,
-    a_recovery_owns_the_id_before_it_loads_its_snapshot,
 );
+
+on_every_store!(a_recovery_owns_the_id_before_it_loads_its_snapshot);
 
 /// Starts a probe of `pid` (group 0), waits until it recovered, and returns it with the
 /// receiver of its stop reason.
