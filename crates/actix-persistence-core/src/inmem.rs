@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use futures::stream;
+use futures::{stream, StreamExt};
 
 use crate::error::{AtomicWriteError, JournalError};
 use crate::query::{
@@ -218,11 +218,7 @@ impl InMemoryJournal {
     }
 
     fn lock(&self) -> MutexGuard<'_, Journal> {
-        // A panic while holding this lock cannot leave the map half-updated (every update is
-        // a check followed by infallible inserts), so a poisoned lock is still consistent.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.inner)
     }
 
     /// Stores a batch, each atomic write all or nothing; notifies live queries when any was
@@ -341,6 +337,59 @@ impl InMemoryJournal {
     }
 }
 
+fn lock(journal: &Mutex<Journal>) -> MutexGuard<'_, Journal> {
+    // A panic while holding this lock cannot leave the map half-updated (every update is a
+    // check followed by infallible inserts), so a poisoned lock is still consistent.
+    journal
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Events a replay of the in-memory journal copies per page (one lock each).
+const REPLAY_PAGE_SIZE: usize = 1_000;
+
+/// Where a replay of the in-memory journal stands: the next page starts at `next_from`.
+struct PagedReplay {
+    inner: Arc<Mutex<Journal>>,
+    persistence_id: Arc<str>,
+    next_from: u64,
+    to: u64,
+    /// Events the replay may still hand out (its `max`).
+    remaining: u64,
+}
+
+impl PagedReplay {
+    /// Copies the next page under the lock; `None` once the range or `max` is exhausted.
+    async fn next_page(mut self) -> Option<(Vec<Result<PersistentRepr, JournalError>>, Self)> {
+        if self.remaining == 0 || self.next_from > self.to {
+            return None;
+        }
+        let limit = usize::try_from(self.remaining)
+            .unwrap_or(usize::MAX)
+            .min(REPLAY_PAGE_SIZE);
+        let page: Vec<_> = {
+            let journal = lock(&self.inner);
+            let events = journal.ids.get(&*self.persistence_id)?;
+            events
+                .range(self.next_from, self.to)
+                .take(limit)
+                .map(|(e, _)| Ok(e.clone()))
+                .collect()
+        };
+        let last = match page.last() {
+            Some(Ok(last)) => last.seq_nr,
+            _ => return None,
+        };
+        self.remaining -= page.len() as u64;
+        match last.checked_add(1) {
+            Some(next) if page.len() == limit => self.next_from = next,
+            // A page shorter than asked for is the last, as one ending the sequence.
+            _ => self.remaining = 0,
+        }
+        Some((page, self))
+    }
+}
+
 #[async_trait]
 impl JournalStore for InMemoryJournal {
     async fn write_messages(
@@ -360,17 +409,18 @@ impl JournalStore for InMemoryJournal {
         WriteNow::Done(Ok(self.write_batch_now(writes.into_batch(), true)))
     }
 
+    /// Streams the events page by page (1,000 per page, each copied under the
+    /// lock on its own), so that a replay holds one page of copies, not the history: events
+    /// written while it runs may or may not be seen, as on the SQL stores.
     fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
-        let journal = self.lock();
-        let events: Vec<_> = match journal.ids.get(pid) {
-            Some(events) if from <= to => events
-                .range(from, to)
-                .take(usize::try_from(max).unwrap_or(usize::MAX))
-                .map(|(e, _)| Ok(e.clone()))
-                .collect(),
-            _ => Vec::new(),
+        let replay = PagedReplay {
+            inner: Arc::clone(&self.inner),
+            persistence_id: Arc::from(pid),
+            next_from: from,
+            to,
+            remaining: max,
         };
-        Box::pin(stream::iter(events))
+        Box::pin(stream::unfold(replay, PagedReplay::next_page).flat_map(stream::iter))
     }
 
     async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
@@ -519,6 +569,51 @@ mod tests {
         }
     }
 
+    /// A replay copies one page at a time: after its first event was handed out, at most a
+    /// page of copies exist (each holds a clone of the id's `Arc`), not the whole history; and
+    /// the pages join without a gap or a repeat, whatever `from`, `to` and `max`.
+    #[tokio::test]
+    async fn a_replay_holds_one_page_of_copies() {
+        let journal = InMemoryJournal::new();
+        let writer: Arc<str> = Arc::from("writer");
+        let pid: Arc<str> = Arc::from("Paged|a");
+        let stored = 3 * REPLAY_PAGE_SIZE as u64 + 5;
+        let writes = (1..=stored)
+            .map(|seq_nr| AtomicWrite::new(vec![event(&pid, &writer, seq_nr)]).expect("shape"))
+            .collect();
+        let results = journal.write_messages(writes).await.expect("write");
+        assert!(results.iter().all(Result::is_ok));
+
+        let mut one = journal.replay_messages("Paged|a", 1, u64::MAX, 1);
+        let first = one.next().await.expect("an event").expect("stored");
+        let with_one_copy = Arc::strong_count(&first.persistence_id);
+        drop((first, one));
+        let mut all = journal.replay_messages("Paged|a", 1, u64::MAX, u64::MAX);
+        let first = all.next().await.expect("an event").expect("stored");
+        let copies = Arc::strong_count(&first.persistence_id) + 1 - with_one_copy;
+        assert_eq!(copies, REPLAY_PAGE_SIZE, "copies held after one event");
+        drop((first, all));
+
+        for (from, to, max) in [
+            (1, u64::MAX, u64::MAX),
+            (7, stored - 3, u64::MAX),
+            (1, u64::MAX, REPLAY_PAGE_SIZE as u64),
+            (2, u64::MAX, 2 * REPLAY_PAGE_SIZE as u64 + 1),
+            (stored, u64::MAX, u64::MAX),
+            (stored + 1, u64::MAX, u64::MAX),
+        ] {
+            let seq_nrs: Vec<u64> = journal
+                .replay_messages("Paged|a", from, to, max)
+                .map_ok(|e| e.seq_nr)
+                .try_collect()
+                .await
+                .expect("replay");
+            let expected: Vec<u64> = (from..=to.min(stored))
+                .take(usize::try_from(max).unwrap_or(usize::MAX))
+                .collect();
+            assert_eq!(seq_nrs, expected, "from {from} to {to} max {max}");
+        }
+    }
     /// The store keeps the `Arc`s it was given and hands them out; a query's envelopes of one
     /// entity type share one.
     #[tokio::test]
