@@ -151,7 +151,11 @@ pub enum AtomicWriteError {
 }
 
 /// A persistence id that no journal can store.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `Display` and `Debug` show at most the first 64 characters of an id that
+/// is too long (the message of a 100,000-byte id is one line, not 100,000 bytes); the field
+/// holds the whole id.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidPersistenceId {
     /// The empty string.
     #[error("a persistence id must not be empty")]
@@ -161,7 +165,8 @@ pub enum InvalidPersistenceId {
     HoldsNul(String),
     /// It is longer than every store can index ([`crate::limits::MAX_PERSISTENCE_ID_BYTES`]).
     #[error(
-        "persistence id {persistence_id:?} is {bytes} bytes long, above the limit of {max} bytes"
+        "persistence id {} is {bytes} bytes long, above the limit of {max} bytes",
+        Shortened(persistence_id)
     )]
     TooLong {
         /// The id.
@@ -171,6 +176,47 @@ pub enum InvalidPersistenceId {
         /// The limit.
         max: usize,
     },
+}
+
+/// How many characters of an over-long persistence id [`InvalidPersistenceId`] shows.
+const SHOWN_ID_CHARS: usize = 64;
+
+/// An id as `{:?}` writes it, cut after [`SHOWN_ID_CHARS`] characters (then `"..."` and how
+/// many more characters there are).
+struct Shortened<'a>(&'a str);
+
+impl std::fmt::Display for Shortened<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(SHOWN_ID_CHARS) {
+            None => write!(f, "{:?}", self.0),
+            Some((cut, _)) => {
+                let more = self.0[cut..].chars().count();
+                write!(f, "{:?}... ({more} more characters)", &self.0[..cut])
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for InvalidPersistenceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InvalidPersistenceId::Empty => f.write_str("Empty"),
+            InvalidPersistenceId::HoldsNul(id) => f.debug_tuple("HoldsNul").field(id).finish(),
+            InvalidPersistenceId::TooLong {
+                persistence_id,
+                bytes,
+                max,
+            } => f
+                .debug_struct("TooLong")
+                .field(
+                    "persistence_id",
+                    &format_args!("{}", Shortened(persistence_id)),
+                )
+                .field("bytes", bytes)
+                .field("max", max)
+                .finish(),
+        }
+    }
 }
 
 /// Checks that `persistence_id` can be stored byte-exact by every journal.
@@ -196,5 +242,34 @@ pub fn validate_persistence_id(persistence_id: &str) -> Result<(), InvalidPersis
         Err(InvalidPersistenceId::HoldsNul(persistence_id.to_owned()))
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_over_long_persistence_id_is_shown_cut() {
+        let id = "x".repeat(100_000);
+        let err = validate_persistence_id(&id).unwrap_err();
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(shown.len() < 300, "{} bytes: {shown:.300}", shown.len());
+            assert!(shown.contains(&"x".repeat(SHOWN_ID_CHARS)), "{shown}");
+            assert!(shown.contains("99936 more characters"), "{shown}");
+        }
+        assert!(err
+            .to_string()
+            .ends_with("is 100000 bytes long, above the limit of 255 bytes"));
+        // Not cut when short; multi-byte characters are cut at a character boundary.
+        assert_eq!(Shortened("Account|1").to_string(), "\"Account|1\"");
+        let accented = "é".repeat(200);
+        assert!(Shortened(&accented)
+            .to_string()
+            .contains("136 more characters"));
+        match err {
+            InvalidPersistenceId::TooLong { persistence_id, .. } => assert_eq!(persistence_id, id),
+            other => panic!("expected TooLong, got {other:?}"),
+        }
     }
 }
