@@ -69,7 +69,7 @@
 //! An actor opts into snapshots with [`EventSourced::snapshotting`], both halves at once:
 //! `Some(Snapshotting::json(|a: &Self| a.state.clone(), |a, state| a.state = state))`. It then
 //! takes one on [`PersistentActor::save_snapshot`], or every N events with a
-//! [`SnapshotPolicy`] (`SnapshotPolicy::every(n).keep(2).delete_events(true)` keeps the two
+//! [`SnapshotPolicy`] (`SnapshotPolicy::every(100).keep(2).delete_events(true)` keeps the two
 //! newest and deletes the events they cover) set with
 //! [`PersistenceState::with_snapshot_policy`]. Recovery loads the newest snapshot, then
 //! replays only the events after it. [`SelectedSnapshot::json`](snapshot::SelectedSnapshot::json)

@@ -655,7 +655,7 @@ fn start_counter(
         .state(persistence_id(actor))
         .expect("a valid persistence id");
     if let Some(every) = NonZeroU64::new(workload.snapshot_every) {
-        let mut policy = SnapshotPolicy::every(every);
+        let mut policy = SnapshotPolicy::every(every.get());
         if workload.delete_events {
             policy = policy.keep(2).delete_events(true);
         }

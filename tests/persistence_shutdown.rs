@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::num::NonZeroU64;
 use std::path::Path;
 
 use actix_persistence::actix::Actor;
@@ -40,9 +39,7 @@ async fn shutdown_waits_for_the_background_snapshot_and_deletes_then_closes_sqli
     let persistence = start_on(&file).await;
     let h = Harness::new(1);
     // Keeping one snapshot, the events up to it are deleted after it is saved.
-    let policy = SnapshotPolicy::every(NonZeroU64::new(2).expect("2"))
-        .keep(1)
-        .delete_events(true);
+    let policy = SnapshotPolicy::every(2).keep(1).delete_events(true);
     let probe = h
         .probe(
             persistence

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -269,9 +268,7 @@ async fn snapshot_policy_takes_snapshots_keeps_the_newest_and_deletes_covered_ev
 ) {
     let mut h = Harness::on(backend, 1).await;
     let snapshots = Arc::clone(&h.snapshots);
-    let policy = SnapshotPolicy::every(NonZeroU64::new(3).expect("3"))
-        .keep(1)
-        .delete_events(true);
+    let policy = SnapshotPolicy::every(3).keep(1).delete_events(true);
     let a = h
         .probe_with("policy", 0, |s| {
             with_snapshots(&snapshots)(s).with_snapshot_policy(policy)

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,9 +85,7 @@ async fn keep_counts_snapshots_and_events_are_deleted_only_up_to_the_oldest_kept
         inner: Arc::clone(&h.snapshots),
         seq_nr: 6,
     });
-    let policy = SnapshotPolicy::every(NonZeroU64::new(2).expect("2"))
-        .keep(2)
-        .delete_events(true);
+    let policy = SnapshotPolicy::every(2).keep(2).delete_events(true);
     let configured = Arc::clone(&store);
     let a = h
         .probe_with("keep", 0, move |s| {

@@ -39,10 +39,22 @@ pub struct SnapshotPolicy {
 }
 
 impl SnapshotPolicy {
-    /// A snapshot every `events` events, keeping the 2 newest, events kept.
-    pub fn every(events: NonZeroU64) -> Self {
+    /// A snapshot every `events` events, keeping the 2 newest, events kept (as Akka's
+    /// `RetentionCriteria.snapshotEvery(numberOfEvents, 2)`). `every(0)` takes no snapshot
+    /// automatically, as the default policy.
+    ///
+    /// # Examples
+    /// ```
+    /// use actix_persistence_core::persistent::SnapshotPolicy;
+    ///
+    /// // A snapshot every 100 events; keep the 2 newest and delete the events they cover.
+    /// let policy = SnapshotPolicy::every(100).keep(2).delete_events(true);
+    /// assert_eq!(policy.every.map(|n| n.get()), Some(100));
+    /// assert_eq!(SnapshotPolicy::every(0).every, None);
+    /// ```
+    pub fn every(events: u64) -> Self {
         SnapshotPolicy {
-            every: Some(events),
+            every: NonZeroU64::new(events),
             keep: 2,
             delete_events: false,
         }
