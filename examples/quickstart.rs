@@ -224,13 +224,7 @@ async fn read_model_agrees(
     end: &[Summary],
 ) -> Result<usize, Box<dyn std::error::Error>> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while projection
-        .lag()
-        .await
-        .map_err(|e| e as Box<dyn std::error::Error>)?
-        .events
-        > 0
-    {
+    while projection.lag().await?.events > 0 {
         if tokio::time::Instant::now() > deadline {
             return Err("the read model did not catch up within 30 s".into());
         }

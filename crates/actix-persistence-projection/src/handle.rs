@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::error::{BoxError, OffsetStoreError};
+use crate::error::{BoxError, OffsetStoreError, ProjectionError};
 use crate::progress::{Lag, Progress, ProjectionState};
 use crate::source::{Envelope, SourceProvider};
 use crate::ProjectionId;
@@ -170,10 +170,26 @@ impl<O: Clone + Send + Sync + 'static> ProjectionHandle<O> {
     /// long ago the oldest of them was written, in ms (asks the source, e.g. one query).
     ///
     /// # Errors
-    /// When the source cannot be read.
-    pub async fn lag(&self) -> Result<Lag, BoxError> {
+    /// [`ProjectionError::Source`] naming the projection when the source cannot be read. A
+    /// typed error, so `?` converts it into `Box<dyn std::error::Error>` as well:
+    ///
+    /// ```no_run
+    /// # use actix_persistence_projection::ProjectionHandle;
+    /// # use actix_persistence_projection::query::Offset;
+    /// async fn caught_up(
+    ///     projection: &ProjectionHandle<Offset>,
+    /// ) -> Result<bool, Box<dyn std::error::Error>> {
+    ///     Ok(projection.lag().await?.events == 0)
+    /// }
+    /// ```
+    pub async fn lag(&self) -> Result<Lag, ProjectionError> {
         let progress = self.progress();
-        let source_lag = (self.lag)(progress.offset.clone()).await?;
+        let source_lag = (self.lag)(progress.offset.clone())
+            .await
+            .map_err(|source| ProjectionError::Source {
+                id: self.id.clone(),
+                source,
+            })?;
         let ms = match source_lag.oldest_timestamp_ms {
             Some(oldest) if source_lag.events > 0 => {
                 u64::try_from(crate::offset_store::now_ms() - oldest).unwrap_or(0)
