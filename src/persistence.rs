@@ -21,7 +21,10 @@ use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions, SqliteSnapshotS
 use crate::ConfigError;
 
 /// Why [`Persistence`] could not start. Returned before any persistent actor exists.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` writes the message (as `Display`), so a `main` that returns the error with `?`
+/// prints what is wrong rather than nested structs; `{:#?}` writes the structure.
+#[derive(thiserror::Error)]
 pub enum StartError {
     /// The merged configuration is invalid; every problem is listed.
     #[error(transparent)]
@@ -51,6 +54,32 @@ pub enum StartError {
         /// The feature of `actix-persistence` that provides it.
         feature: &'static str,
     },
+}
+
+impl std::fmt::Debug for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !f.alternate() {
+            return match self {
+                // ConfigError's Debug is its message under a heading.
+                StartError::Config(error) => write!(f, "{error:?}"),
+                other => write!(f, "{other}"),
+            };
+        }
+        match self {
+            StartError::Config(error) => f.debug_tuple("Config").field(error).finish(),
+            StartError::Store { plugin, source } => f
+                .debug_struct("Store")
+                .field("plugin", plugin)
+                .field("source", source)
+                .finish(),
+            StartError::NoActixSystem => f.write_str("NoActixSystem"),
+            StartError::PluginNotCompiled { plugin, feature } => f
+                .debug_struct("PluginNotCompiled")
+                .field("plugin", plugin)
+                .field("feature", feature)
+                .finish(),
+        }
+    }
 }
 
 /// The entry point: validated settings, an open store and a running journal actor (as Akka's
@@ -480,5 +509,45 @@ fn postgres_options(settings: &Settings) -> PostgresJournalOptions {
         max_batch_size: settings.journal.max_batch_size.get(),
         replay_batch_size: replay_batch_size(settings),
         schema: postgres.schema.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fn main() -> Result<(), Box<dyn Error>>` prints `Error: {:?}`: the setting, the value
+    /// and the source, readable, not `Config(ConfigError { problems: [ConfigProblem { .. }] })`.
+    #[test]
+    fn a_start_error_returned_from_main_prints_its_message() {
+        let config = Settings::loader()
+            .toml_str("app.toml", "[journal]\nplugin = \"postgress\"")
+            .env_vars(Vec::<(String, String)>::new())
+            .load()
+            .unwrap_err();
+        let error: Box<dyn std::error::Error> = Box::new(StartError::Config(config));
+        let printed = format!("{error:?}");
+        assert_eq!(
+            printed,
+            "invalid actix-persistence configuration:\n  journal.plugin = \"postgress\" (from \
+             app.toml): must be one of \"sqlite\", \"postgres\", \"inmem\""
+        );
+        assert!(
+            format!("{error:#?}").contains("ConfigProblem"),
+            "{error:#?}"
+        );
+
+        let store: Box<dyn std::error::Error> = Box::new(StartError::Store {
+            plugin: "sqlite",
+            source: "unable to open database file".into(),
+        });
+        assert_eq!(
+            format!("{store:?}"),
+            "could not open the sqlite journal: unable to open database file"
+        );
+        assert_eq!(
+            format!("{:?}", StartError::NoActixSystem),
+            StartError::NoActixSystem.to_string()
+        );
     }
 }

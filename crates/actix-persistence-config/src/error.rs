@@ -22,11 +22,30 @@ use std::path::PathBuf;
 /// assert_eq!(err.problems.len(), 2);
 /// assert_eq!(err.to_string().lines().count(), 2);
 /// ```
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` writes the problems under a heading, one per line (so a `main` that returns the
+/// error with `?` prints them readably); `{:#?}` writes the structure.
+#[derive(thiserror::Error)]
 #[error("{}", Lines(.problems))]
 pub struct ConfigError {
     /// Every problem found, at least one.
     pub problems: Vec<ConfigProblem>,
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f
+                .debug_struct("ConfigError")
+                .field("problems", &self.problems)
+                .finish();
+        }
+        f.write_str("invalid actix-persistence configuration:")?;
+        for problem in &self.problems {
+            write!(f, "\n  {problem}")?;
+        }
+        Ok(())
+    }
 }
 
 struct Lines<'a>(&'a [ConfigProblem]);
