@@ -14,7 +14,7 @@
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
-use quote::quote;
+use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_macro_input, Data, DeriveInput, Field, Fields, Member, Type};
 
@@ -31,9 +31,14 @@ pub fn derive_persistent_actor(input: TokenStream) -> TokenStream {
 }
 
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
-    let field = persistence_field(input)?;
+    let (field, ty) = persistence_field(input)?;
+    check_state_of_self(input, ty)?;
     let name = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    // Spanned on the field's type: a field of another type (behind `#[persistence]`) is
+    // reported there, not on the derive.
+    let state = quote_spanned!(ty.span()=> &self.#field);
+    let state_mut = quote_spanned!(ty.span()=> &mut self.#field);
     Ok(quote! {
         impl #impl_generics ::actix_persistence::actix::Actor for #name #ty_generics #where_clause {
             type Context = ::actix_persistence::actix::Context<Self>;
@@ -45,11 +50,11 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
 
         impl #impl_generics ::actix_persistence::PersistentActor for #name #ty_generics #where_clause {
             fn persistence(&self) -> &::actix_persistence::PersistenceState<Self> {
-                &self.#field
+                #state
             }
 
             fn persistence_mut(&mut self) -> &mut ::actix_persistence::PersistenceState<Self> {
-                &mut self.#field
+                #state_mut
             }
         }
     })
@@ -133,9 +138,54 @@ pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
     .into()
 }
 
-/// The member holding the persistence state: the `#[persistence]` field, or the only field
-/// whose type is named `PersistenceState`.
-fn persistence_field(input: &DeriveInput) -> syn::Result<Member> {
+/// A field `PersistenceState<X>` must hold the state of the actor itself: `X` is `Self` or
+/// the struct's own name. Another type (a copy-paste from another actor) would otherwise fail
+/// as two mismatched types inside the derive's output.
+fn check_state_of_self(input: &DeriveInput, ty: &Type) -> syn::Result<()> {
+    let Type::Path(path) = ty else { return Ok(()) };
+    let Some(last) = path.path.segments.last() else {
+        return Ok(());
+    };
+    if last.ident != "PersistenceState" {
+        return Ok(());
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return Ok(());
+    };
+    let types: Vec<&Type> = args
+        .args
+        .iter()
+        .filter_map(|arg| match arg {
+            syn::GenericArgument::Type(ty) => Some(ty),
+            _ => None,
+        })
+        .collect();
+    let [Type::Path(actor)] = types.as_slice() else {
+        return Ok(());
+    };
+    let is_self = actor.qself.is_none()
+        && actor
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "Self" || s.ident == input.ident);
+    if is_self {
+        return Ok(());
+    }
+    let name = &input.ident;
+    let found = quote!(#actor).to_string().replace(' ', "");
+    Err(syn::Error::new(
+        actor.span(),
+        format!(
+            "#[derive(PersistentActor)]: the persistence state of `{name}` must be \
+             `PersistenceState<Self>` (the state of this actor), found `PersistenceState<{found}>`"
+        ),
+    ))
+}
+
+/// The member holding the persistence state and its type: the `#[persistence]` field, or the
+/// only field whose type is named `PersistenceState`.
+fn persistence_field(input: &DeriveInput) -> syn::Result<(Member, &Type)> {
     let fields = match &input.data {
         Data::Struct(data) => &data.fields,
         _ => {
@@ -172,7 +222,7 @@ fn persistence_field(input: &DeriveInput) -> syn::Result<Member> {
         marked
     };
     match candidates.as_slice() {
-        [(member, _)] => Ok(member.clone()),
+        [(member, field)] => Ok((member.clone(), &field.ty)),
         [] => Err(syn::Error::new(
             input.ident.span(),
             "#[derive(PersistentActor)] needs a field of type `PersistenceState<Self>` \
