@@ -297,8 +297,13 @@ impl Persistence {
     /// (`journal.recovery-timeout`). Adjust it further with the `PersistenceState::with_*`
     /// methods.
     ///
+    /// Name ids `"<EntityType>|<id>"` (`"Account|42"`, as Akka's `PersistenceId`) to read them
+    /// by entity type: queries and projections by slices select the part before the first `|`
+    /// (an id without `|` has the entity type `""`).
+    ///
     /// # Errors
-    /// [`InvalidPersistenceId`] for an empty id or one holding NUL.
+    /// [`InvalidPersistenceId`] for an empty id, one holding NUL, or one longer than
+    /// [`limits::MAX_PERSISTENCE_ID_BYTES`](crate::limits::MAX_PERSISTENCE_ID_BYTES).
     pub fn state<A: EventSourced>(
         &self,
         persistence_id: impl Into<String>,
