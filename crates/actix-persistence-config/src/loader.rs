@@ -507,6 +507,29 @@ fn sqlite_url_names_a_database(url: &str) -> bool {
     !rest.split('?').next().unwrap_or_default().is_empty()
 }
 
+/// Whether `url` is a PostgreSQL URL: its scheme is `postgres` or `postgresql`. The driver
+/// reads any other URL as well (`sqlite:app.db` connects to a PostgreSQL database named
+/// `app.db`), and then fails far from the setting.
+fn is_postgres_url(url: &str) -> bool {
+    url.trim().split_once(':').is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
+    })
+}
+
+fn postgres_url_rule(url: &str) -> String {
+    let scheme = url
+        .trim()
+        .split_once(':')
+        .map_or(String::new(), |(scheme, _)| {
+            format!(" (it starts with {scheme:?})")
+        });
+    format!(
+        "must be a PostgreSQL URL such as \"postgres://user:password@host:5432/database\" or \
+         \"postgres:///database?host=/var/run/postgresql\"{scheme}, since a plugin is \
+         \"postgres\""
+    )
+}
+
 /// `journal.sqlite.url` and `v` as `{ journal = { sqlite = { url = v } } }`.
 fn nest(path: &str, value: Value) -> Dict {
     let mut segments = path.rsplit('.');
@@ -705,10 +728,25 @@ impl Merged {
         problems: &mut Vec<ConfigProblem>,
     ) -> Option<String> {
         let (url, found) = self.text(POSTGRES_URL, problems)?;
+        let in_use = journal == Some(JournalPlugin::Postgres)
+            || snapshots == Some(SnapshotStorePlugin::Postgres);
         if !url.trim().is_empty() {
+            if in_use && !is_postgres_url(&url) {
+                problems.push(found.problem(POSTGRES_URL, postgres_url_rule(&url)));
+                return None;
+            }
             return Some(url);
         }
         if let Some(url) = &self.database_url {
+            if in_use && !is_postgres_url(url) {
+                problems.push(ConfigProblem {
+                    setting: POSTGRES_URL.to_owned(),
+                    value: render_str(url),
+                    rule: postgres_url_rule(url),
+                    source: ConfigSource::Env(DATABASE_URL_ENV.to_owned()),
+                });
+                return None;
+            }
             return Some(url.clone());
         }
         let needed_by = match (

@@ -324,3 +324,52 @@ fn debug_output_hides_the_password_of_the_url() {
         "postgres://app:hunter2@db/events"
     );
 }
+
+#[test]
+fn a_url_that_is_not_postgres_fails_startup_when_a_plugin_is_postgres() {
+    // The driver reads any URL: `sqlite:app.db` would connect to a PostgreSQL database named
+    // "app.db" and fail with "database does not exist", far from the setting.
+    let problem = only_problem(load_env(&[
+        (PLUGIN_VAR, "postgres"),
+        (DATABASE_URL_ENV, "sqlite:app.db"),
+    ]));
+    assert_eq!(problem.setting, "journal.postgres.url");
+    assert_eq!(problem.value, "\"sqlite:app.db\"");
+    assert_eq!(
+        problem.source,
+        ConfigSource::Env(DATABASE_URL_ENV.to_owned())
+    );
+    assert!(
+        problem.rule.starts_with("must be a PostgreSQL URL"),
+        "{problem}"
+    );
+    assert!(
+        problem.rule.contains("(it starts with \"sqlite\")"),
+        "{problem}"
+    );
+
+    let problem = only_problem(load(
+        "[journal]\nplugin = \"postgres\"\n[journal.postgres]\nurl = \"localhost:5432/db\"\n",
+        &[],
+    ));
+    assert_eq!(problem.source, ConfigSource::Inline("app".to_owned()));
+    assert!(
+        problem.rule.starts_with("must be a PostgreSQL URL"),
+        "{problem}"
+    );
+
+    // Both spellings of the scheme, any case, are PostgreSQL URLs.
+    for url in [
+        "postgres://h/db",
+        "postgresql://h/db",
+        "POSTGRES:///db?host=/run/pg",
+    ] {
+        assert!(
+            load_env(&[(PLUGIN_VAR, "postgres"), (URL_VAR, url)]).is_ok(),
+            "{url}"
+        );
+    }
+    // A DATABASE_URL of the application's own (SQLite) is not read while no plugin is
+    // "postgres".
+    assert!(load_env(&[(DATABASE_URL_ENV, "sqlite:app.db")]).is_ok());
+}
