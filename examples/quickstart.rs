@@ -12,17 +12,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use actix_persistence::actix::{Context, Handler, Message};
-use actix_persistence::config::JournalPlugin;
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use actix_persistence::projection::{
     HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
     TransactionalHandler,
 };
+use actix_persistence::SqliteJournal;
 use actix_persistence::{
     CommandError, EventSourced, PersistReply, PersistResult, Persistence, PersistenceState,
     PersistentActor, PersistentAddr,
 };
-use actix_persistence::{SqliteJournal, SqliteJournalOptions};
 use async_trait::async_trait;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
@@ -182,18 +181,17 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
 async fn start_read_model(
     persistence: &Persistence,
 ) -> Result<Option<(SqliteJournal, ProjectionHandle<Offset>)>, Box<dyn std::error::Error>> {
-    let plugin = persistence.settings().journal.plugin;
-    if plugin != JournalPlugin::Sqlite {
+    // The journal `Persistence` opened: the read model's table and the projection's offsets
+    // are written on its writer connection, the file's one writer.
+    let Some(journal) = persistence.sqlite_journal().cloned() else {
+        let plugin = persistence.settings().journal.plugin;
         println!(
             "quickstart: the read model's projection is shown on the SQLite journal; with \
              journal.plugin = {plugin:?} it is skipped (projections on PostgreSQL: \
              docs/projections.md)"
         );
         return Ok(None);
-    }
-    let url = persistence.settings().journal.sqlite.url.clone();
-    // A second handle on the same database file: its queries and its writer connection.
-    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
+    };
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS account_balance \
          (persistence_id TEXT PRIMARY KEY, balance INTEGER NOT NULL)",
@@ -293,7 +291,6 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let Some((journal, projection)) = read_model {
         let agree = read_model_agrees(&journal, projection, &end).await?;
         println!("quickstart: read model agrees for {agree} accounts");
-        journal.close().await;
     }
     // Waits for background snapshot saves and deletes, then closes the SQLite file cleanly.
     persistence.shutdown().await;

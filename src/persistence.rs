@@ -1,3 +1,9 @@
+// Built without a SQL store (`default-features = false`), the plumbing that opens one is unused.
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, unused_imports, unused_variables, clippy::ptr_arg)
+)]
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -97,6 +103,18 @@ pub struct Persistence {
     query: Option<ReadJournal>,
     /// Close the pools of the stores this `Persistence` opened (none for stores of the caller).
     closers: Arc<[Closer]>,
+    /// The SQL journal it opened, if any.
+    opened: OpenedJournal,
+}
+
+/// The SQL journal store a [`Persistence`] opened from its settings (none for the in-memory
+/// journal or stores of the caller).
+#[derive(Clone, Default)]
+struct OpenedJournal {
+    #[cfg(feature = "sqlite")]
+    sqlite: Option<SqliteJournal>,
+    #[cfg(feature = "postgres")]
+    postgres: Option<PostgresJournal>,
 }
 
 /// Closes one store's connection pool.
@@ -155,6 +173,7 @@ impl Persistence {
         let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name)
             .with_query_store(stores.query);
         persistence.closers = stores.closers.into();
+        persistence.opened = stores.opened;
         Ok(persistence)
     }
 
@@ -253,6 +272,7 @@ impl Persistence {
             in_flight,
             query: None,
             closers: Arc::new([]),
+            opened: OpenedJournal::default(),
         }
     }
 
@@ -289,6 +309,41 @@ impl Persistence {
     /// The snapshot store.
     pub fn snapshot_store(&self) -> &Arc<dyn SnapshotStore> {
         &self.snapshots
+    }
+
+    /// The SQLite journal store this `Persistence` opened (`journal.plugin = "sqlite"`), for a
+    /// read side on the same database file: an exactly-once projection's offset store on its
+    /// [`writer_pool`](SqliteJournal::writer_pool), so that the file keeps one writer (a second
+    /// `SqliteJournal` on the file would be a second writer, waiting on the first for its
+    /// locks), and the read model's tables in the same transactions. `None` for another
+    /// plugin, or stores given to [`start_with_stores`](Self::start_with_stores).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use actix_persistence::projection::SqliteOffsetStore;
+    ///
+    /// let persistence = actix_persistence::Persistence::start().await?;
+    /// if let Some(journal) = persistence.sqlite_journal() {
+    ///     let offsets = SqliteOffsetStore::new(journal.writer_pool().clone());
+    ///     # let _ = offsets;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_journal(&self) -> Option<&SqliteJournal> {
+        self.opened.sqlite.as_ref()
+    }
+
+    /// The PostgreSQL journal store this `Persistence` opened (`journal.plugin = "postgres"`),
+    /// for a read side on the same database: its [`pool`](PostgresJournal::pool) (with the
+    /// configured schema on its search path) for an exactly-once projection's offset store and
+    /// the read model's tables. `None` for another plugin, or stores given to
+    /// [`start_with_stores`](Self::start_with_stores).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_journal(&self) -> Option<&PostgresJournal> {
+        self.opened.postgres.as_ref()
     }
 
     /// The persistence state of a new incarnation of `persistence_id`, for a persistent actor
@@ -345,7 +400,9 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
                 .map_err(store_error("sqlite"))?;
             let close = closer(&store, |s: SqliteJournal| async move { s.close().await });
             let snapshots = store.snapshot_store();
-            Ok(Stores::new(store, snapshots).closing(close))
+            let mut stores = Stores::new(store.clone(), snapshots).closing(close);
+            stores.opened.sqlite = Some(store);
+            Ok(stores)
         }
         #[cfg(feature = "postgres")]
         (JournalPlugin::Postgres, SnapshotStorePlugin::Postgres) => {
@@ -354,26 +411,32 @@ async fn open_stores(settings: &Settings) -> Result<Stores, StartError> {
                 .map_err(store_error("postgres"))?;
             let close = closer(&store, |s: PostgresJournal| async move { s.close().await });
             let snapshots = store.snapshot_store();
-            Ok(Stores::new(store, snapshots).closing(close))
+            let mut stores = Stores::new(store.clone(), snapshots).closing(close);
+            stores.opened.postgres = Some(store);
+            Ok(stores)
         }
         _ => {
             let mut closers = Vec::new();
-            let (journal, query) = open_journal(settings, &mut closers).await?;
+            let mut opened = OpenedJournal::default();
+            let (journal, query) = open_journal(settings, &mut closers, &mut opened).await?;
             let snapshots = open_snapshot_store(settings, &mut closers).await?;
             Ok(Stores {
                 journal,
                 query,
                 snapshots,
                 closers,
+                opened,
             })
         }
     }
 }
 
-/// The journal store `settings` choose, also as the store its queries read.
+/// The journal store `settings` choose, also as the store its queries read; a SQL one is also
+/// kept in `opened`.
 async fn open_journal(
     settings: &Settings,
     closers: &mut Vec<Closer>,
+    opened: &mut OpenedJournal,
 ) -> Result<JournalAndQuery, StartError> {
     match settings.journal.plugin {
         JournalPlugin::InMemory => Ok(shared(InMemoryJournal::new())),
@@ -386,6 +449,7 @@ async fn open_journal(
                 &store,
                 |s: SqliteJournal| async move { s.close().await },
             ));
+            opened.sqlite = Some(store.clone());
             Ok(shared(store))
         }
         #[cfg(feature = "postgres")]
@@ -396,6 +460,7 @@ async fn open_journal(
             closers.push(closer(&store, |s: PostgresJournal| async move {
                 s.close().await
             }));
+            opened.postgres = Some(store.clone());
             Ok(shared(store))
         }
         #[allow(unreachable_patterns)]
@@ -452,6 +517,7 @@ struct Stores {
     query: Arc<dyn QueryStore>,
     snapshots: Arc<dyn SnapshotStore>,
     closers: Vec<Closer>,
+    opened: OpenedJournal,
 }
 
 impl Stores {
@@ -462,6 +528,7 @@ impl Stores {
             query,
             snapshots: Arc::new(snapshots),
             closers: Vec::new(),
+            opened: OpenedJournal::default(),
         }
     }
 

@@ -146,3 +146,47 @@ async fn a_store_given_without_a_query_store_answers_no_queries() {
     let persistence = persistence.with_query_store(Arc::new(journal));
     assert!(persistence.query().is_ok());
 }
+
+/// `sqlite_journal()` is the journal `Persistence` opened: its writer pool writes the same
+/// file the actors persist to (the events are there), and it is its one writer (a read
+/// model's table written on it is seen by the journal's own queries). The in-memory journal
+/// and stores of the caller have none.
+#[actix::test]
+async fn the_opened_sqlite_journal_is_the_one_the_actors_persist_to() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+    let loader = Settings::loader().toml_str(
+        "test",
+        &format!("[journal]\nplugin = \"sqlite\"\n[journal.sqlite]\nurl = \"{url}\"\n"),
+    );
+    let persistence = Persistence::start_from(loader).await.expect("start");
+    let account = Account {
+        persistence: persistence.state("Account|1").expect("id"),
+        balance: 0,
+    }
+    .start();
+    for amount in [3, 4] {
+        account
+            .send(Deposit(amount))
+            .await
+            .expect("send")
+            .expect("persist");
+    }
+    let journal = persistence.sqlite_journal().expect("the sqlite journal");
+    let (stored,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM journal WHERE persistence_id = 'Account|1'")
+            .fetch_one(journal.writer_pool())
+            .await
+            .expect("count");
+    assert_eq!(stored, 2);
+    #[cfg(feature = "postgres")]
+    assert!(persistence.postgres_journal().is_none());
+    persistence.shutdown().await;
+    assert!(
+        journal.writer_pool().is_closed(),
+        "shutdown closes the journal it opened, the one handed out"
+    );
+
+    let in_memory = Persistence::start_from(inmem("")).await.expect("start");
+    assert!(in_memory.sqlite_journal().is_none());
+}

@@ -105,6 +105,7 @@ fn millis_since(start: std::time::Instant) -> i64 {
 }
 
 /// Generates `run` for one database: the same steps, its own SQL types.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 macro_rules! runner {
     ($name:ident, $pool:ty, $blob:literal, $legacy_exists:literal, $tables_in_schema:literal) => {
         /// Brings the schema up to date with `migrator`'s migrations, recorded in

@@ -94,6 +94,7 @@ pub(crate) enum PageArg<T> {
 
 impl PageArg<&str> {
     /// The value with its text copied.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn to_owned_text(self) -> PageArg<String> {
         match self {
             PageArg::Int(value) => PageArg::Int(value),

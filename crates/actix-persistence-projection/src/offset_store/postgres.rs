@@ -15,9 +15,11 @@ use crate::ProjectionId;
 /// `projection_seen`, migration 0005 of `actix-persistence-sql`).
 ///
 /// Exactly-once handlers receive a `sqlx::Transaction<'static, Postgres>` (read committed).
-/// Give it the journal's pool ([`PostgresJournal::pool`](actix_persistence_sql::PostgresJournal::pool))
-/// or a pool of its own ([`connect`](Self::connect)). Several processes may share the tables:
-/// each projection instance (name and key) has rows of its own.
+/// Give it the journal's pool ([`PostgresJournal::pool`](actix_persistence_sql::PostgresJournal::pool),
+/// `persistence.postgres_journal()` in an app started with `Persistence`: its connections have
+/// the journal's `schema` on their search path) or a pool of its own ([`connect`](Self::connect)).
+/// Several processes may share the tables: each projection instance (name and key) has rows of
+/// its own.
 #[derive(Debug, Clone)]
 pub struct PostgresOffsetStore {
     pool: PgPool,
@@ -30,7 +32,9 @@ impl PostgresOffsetStore {
     }
 
     /// Opens a pool of its own (at most `max_connections`) on the database at `url` and brings
-    /// the schema up to date.
+    /// the schema up to date, in the connections' default search path (`public`, unless the
+    /// URL sets one: `?options=-c%20search_path%3Dmy_schema`). For a journal in a schema of its
+    /// own (`journal.postgres.schema`), use [`new`](Self::new) over the journal's pool instead.
     ///
     /// # Errors
     /// [`OffsetStoreError::Open`] when the database cannot be reached or migrated.
