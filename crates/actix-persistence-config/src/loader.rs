@@ -507,6 +507,19 @@ fn sqlite_url_names_a_database(url: &str) -> bool {
     !rest.split('?').next().unwrap_or_default().is_empty()
 }
 
+/// The scheme of a URL of another database in `journal.sqlite.url` (`postgres://...`,
+/// `mysql://...`): SQLite would take the whole text for a file name and fail to open it, far
+/// from the setting. None for `sqlite://`, `file://`, and text without `://` (a path).
+fn other_database_scheme(url: &str) -> Option<&str> {
+    let (scheme, _) = url.trim().split_once("://")?;
+    let is_scheme = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let ours = scheme.eq_ignore_ascii_case("sqlite") || scheme.eq_ignore_ascii_case("file");
+    (is_scheme && !ours).then_some(scheme)
+}
+
 /// Whether `url` is a PostgreSQL URL: its scheme is `postgres` or `postgresql`. The driver
 /// reads any other URL as well (`sqlite:app.db` connects to a PostgreSQL database named
 /// `app.db`), and then fails far from the setting.
@@ -650,18 +663,19 @@ impl Merged {
     fn sqlite_url(&self, problems: &mut Vec<ConfigProblem>) -> Option<String> {
         const PATH: &str = "journal.sqlite.url";
         let url = self.string(PATH, problems)?;
-        if sqlite_url_names_a_database(&url) {
-            return Some(url);
-        }
+        let rule = match other_database_scheme(&url) {
+            Some(scheme) => format!(
+                "must be a SQLite URL such as \"sqlite:actix-persistence.db\" (it starts with \
+                 {:?}, another database's; a PostgreSQL URL goes in journal.postgres.url)",
+                format!("{scheme}://")
+            ),
+            None if sqlite_url_names_a_database(&url) => return Some(url),
+            None => "must name a database file, e.g. \"sqlite:actix-persistence.db\", or be \
+                     \"sqlite::memory:\""
+                .to_owned(),
+        };
         if let Some(found) = self.find(PATH, problems) {
-            problems.push(
-                found.problem(
-                    PATH,
-                    "must name a database file, e.g. \"sqlite:actix-persistence.db\", or be \
-                 \"sqlite::memory:\""
-                        .to_owned(),
-                ),
-            );
+            problems.push(found.problem(PATH, rule));
         }
         None
     }

@@ -478,3 +478,40 @@ fn odd_inputs_never_panic_and_always_give_settings_or_problems() {
         let _ = load_inline("inline", doc);
     }
 }
+
+#[test]
+fn sqlite_url_of_another_database_fails() {
+    // SQLite took "postgres://..." for a file name: "unable to open database file" at startup.
+    for (url, scheme) in [
+        ("postgres://postgres@localhost/app", "postgres://"),
+        (
+            "postgresql:///app?host=/var/run/postgresql",
+            "postgresql://",
+        ),
+        (" mysql://root@localhost/app", "mysql://"),
+    ] {
+        let problem = only_problem(load_env(&[(
+            "ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL",
+            url,
+        )]));
+        assert_eq!(
+            problem,
+            ConfigProblem {
+                setting: "journal.sqlite.url".to_owned(),
+                value: format!("{url:?}"),
+                rule: format!(
+                    "must be a SQLite URL such as \"sqlite:actix-persistence.db\" (it starts \
+                     with {scheme:?}, another database's; a PostgreSQL URL goes in \
+                     journal.postgres.url)"
+                ),
+                source: ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned()),
+            }
+        );
+    }
+    // Paths and SQLite's own forms are file names.
+    for url in ["app.db", "data/app.db", "sqlite:///tmp/a.db"] {
+        let settings = load_env(&[("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL", url)])
+            .expect("a SQLite database");
+        assert_eq!(settings.journal.sqlite.url, url);
+    }
+}
