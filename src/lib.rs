@@ -166,17 +166,9 @@ pub use actix_persistence_core::{
     JournalError, JournalStore, Ownership, PersistentRepr, ReplayStream, WriteRejection,
     MAX_SEQ_NR,
 };
-/// `#[derive(PersistentActor)]`: implements `actix::Actor` (recovering on start) and
-/// [`PersistentActor`] for a struct with a `PersistenceState<Self>` field.
-pub use actix_persistence_derive::PersistentActor;
-
-/// `#[derive(Message)]` with `#[rtype(result = "T")]`: implements `actix::Message` through
-/// this crate, so an application needs no `actix` dependency of its own for it.
-pub use actix_persistence_derive::Message;
-
-/// `#[actix_persistence::main]` on an `async fn main`: runs it in an Actix system (as
-/// `#[actix::main]`), which [`Persistence::start`] needs.
-pub use actix_persistence_derive::main;
+// The derives and `main` carry their docs from the derive crate (a doc comment here would be
+// shown after them, a second time).
+pub use actix_persistence_derive::{main, Message, PersistentActor};
 
 // The README's examples compile as doctests of this crate.
 #[cfg(doctest)]
