@@ -23,7 +23,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use actix::{Context, Handler, Message};
-use actix_persistence::config::JournalPlugin;
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use actix_persistence::projection::{
     HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
@@ -31,7 +30,7 @@ use actix_persistence::projection::{
 };
 use actix_persistence::{
     EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
-    PersistentAddr, SqliteJournal, SqliteJournalOptions,
+    PersistentAddr,
 };
 use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
 use async_trait::async_trait;
@@ -119,7 +118,9 @@ struct AppState {
     persistence: Persistence,
     accounts: Mutex<HashMap<String, PersistentAddr<Account>>>,
     read_model: SqlitePool,
-    projection: ProjectionHandle<Offset>,
+    /// Taken out and stopped at shutdown, whoever still holds the state (actix-web's workers
+    /// drop their clones of it in their own time).
+    projection: tokio::sync::Mutex<Option<ProjectionHandle<Offset>>>,
 }
 
 impl AppState {
@@ -202,8 +203,12 @@ async fn balance_route(state: web::Data<AppState>, id: web::Path<String>) -> imp
 
 #[get("/projection")]
 async fn projection_route(state: web::Data<AppState>) -> impl Responder {
-    let progress = state.projection.progress();
-    let lag = state.projection.lag().await.ok();
+    let projection = state.projection.lock().await;
+    let Some(projection) = projection.as_ref() else {
+        return HttpResponse::ServiceUnavailable().body("shutting down");
+    };
+    let progress = projection.progress();
+    let lag = projection.lag().await.ok();
     HttpResponse::Ok().json(serde_json::json!({
         "state": format!("{:?}", progress.state),
         "handled": progress.handled,
@@ -221,17 +226,16 @@ async fn ready_route(state: web::Data<AppState>) -> impl Responder {
     }
 }
 
-/// Opens the journal's database a second time for the read model and starts its projection.
+/// Starts the read model's projection on the journal's own SQLite database: its table and
+/// offsets are written on the journal's writer connection (the file's one writer).
 async fn start_read_model(
     persistence: &Persistence,
-) -> Result<(SqliteJournal, SqlitePool, ProjectionHandle<Offset>), Box<dyn std::error::Error>> {
-    if persistence.settings().journal.plugin != JournalPlugin::Sqlite {
+) -> Result<(SqlitePool, ProjectionHandle<Offset>), Box<dyn std::error::Error>> {
+    let Some(journal) = persistence.sqlite_journal() else {
         return Err(
             "this example keeps its read model in SQLite: set journal.plugin = \"sqlite\"".into(),
         );
-    }
-    let url = persistence.settings().journal.sqlite.url.clone();
-    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
+    };
     let pool = journal.writer_pool().clone();
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS account_balance \
@@ -253,17 +257,17 @@ async fn start_read_model(
         AccountBalances,
     )
     .start();
-    Ok((journal, pool, handle))
+    Ok((pool, handle))
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let persistence = Persistence::start().await?;
-    let (read_journal, read_model, projection) = start_read_model(&persistence).await?;
+    let (read_model, projection) = start_read_model(&persistence).await?;
     let state = web::Data::new(AppState {
         persistence: persistence.clone(),
         accounts: Mutex::new(HashMap::new()),
         read_model,
-        projection,
+        projection: tokio::sync::Mutex::new(Some(projection)),
     });
     let addr = std::env::var("WEB_SERVICE_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
     let app_state = state.clone();
@@ -283,12 +287,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Until Ctrl-C (or SIGTERM): actix-web then finishes the requests under way.
     server.run().await?;
-    if let Ok(state) = std::sync::Arc::try_unwrap(state.into_inner()) {
-        state.projection.stop().await;
+    // The projection first: its queries and transactions are on the journal's connections.
+    if let Some(projection) = state.projection.lock().await.take() {
+        projection.stop().await;
     }
-    // The read model's connections first: the journal's SQLite file closes cleanly only when
-    // no other connection has it open.
-    read_journal.close().await;
     // Waits for the writes, snapshot saves and deletes under way, then closes the SQLite file.
     persistence.shutdown().await;
     Ok(())
