@@ -381,20 +381,10 @@ fn empty_url_fails() {
 fn sqlite_url_that_names_no_file_fails() {
     // SQLite would give each connection a temporary database: acknowledged events lost.
     for url in ["sqlite:", "sqlite://", " sqlite:?mode=rwc"] {
-        let problem = only_problem(load_env(&[(
-            "ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL",
+        assert_sqlite_url_fails(
             url,
-        )]));
-        assert_eq!(
-            problem,
-            ConfigProblem {
-                setting: "journal.sqlite.url".to_owned(),
-                value: format!("{url:?}"),
-                rule: "must name a database file, e.g. \"sqlite:actix-persistence.db\", or be \
-                       \"sqlite::memory:\""
-                    .to_owned(),
-                source: ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned()),
-            }
+            "must name a database file, e.g. \"sqlite:actix-persistence.db\", or be \
+             \"sqlite::memory:\"",
         );
     }
     for url in [
@@ -490,22 +480,13 @@ fn sqlite_url_of_another_database_fails() {
         ),
         (" mysql://root@localhost/app", "mysql://"),
     ] {
-        let problem = only_problem(load_env(&[(
-            "ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL",
+        assert_sqlite_url_fails(
             url,
-        )]));
-        assert_eq!(
-            problem,
-            ConfigProblem {
-                setting: "journal.sqlite.url".to_owned(),
-                value: format!("{url:?}"),
-                rule: format!(
-                    "must be a SQLite URL such as \"sqlite:actix-persistence.db\" (it starts \
-                     with {scheme:?}, another database's; a PostgreSQL URL goes in \
-                     journal.postgres.url)"
-                ),
-                source: ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned()),
-            }
+            &format!(
+                "must be a SQLite URL such as \"sqlite:actix-persistence.db\" (it starts \
+                 with {scheme:?}, another database's; a PostgreSQL URL goes in \
+                 journal.postgres.url)"
+            ),
         );
     }
     // Paths and SQLite's own forms are file names.
@@ -514,4 +495,21 @@ fn sqlite_url_of_another_database_fails() {
             .expect("a SQLite database");
         assert_eq!(settings.journal.sqlite.url, url);
     }
+}
+
+/// `journal.sqlite.url = url` from its environment variable fails startup with `rule` alone.
+fn assert_sqlite_url_fails(url: &str, rule: &str) {
+    let problem = only_problem(load_env(&[(
+        "ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL",
+        url,
+    )]));
+    assert_eq!(
+        problem,
+        ConfigProblem {
+            setting: "journal.sqlite.url".to_owned(),
+            value: format!("{url:?}"),
+            rule: rule.to_owned(),
+            source: ConfigSource::Env("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned()),
+        }
+    );
 }
