@@ -185,6 +185,14 @@ struct Prefetch {
 
 /// A page read by a task of its own, aborted when dropped (a query dropped, or a position that
 /// moved elsewhere).
+///
+/// Every read of a query runs in such a task, also the one the query waits for at once: a
+/// read under way then completes, and gives its database connection back to the pool, when
+/// the consumer stops pulling in the middle of it (a `select!` that took another branch, a
+/// projection paused meanwhile). Read inside the stream's own future, it stayed checked out
+/// until the consumer pulled again, however long that took; a few consumers that paused so
+/// held every reader connection of the journal, and every query, replay and recovery on it
+/// waited.
 struct ReadTask(tokio::task::JoinHandle<Result<Vec<StoredEvent>, JournalError>>);
 
 impl ReadTask {
@@ -224,6 +232,15 @@ impl ReadTask {
 }
 
 impl Drop for ReadTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A task aborted when dropped (the query dropped while it waits for it).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -336,7 +353,7 @@ impl OffsetQuery {
 
     /// Reads the database clock and starts the settled pass.
     async fn start_round(&mut self) -> Result<(), QueryError> {
-        let now = self.store.current_timestamp().await?;
+        let now = self.database_clock().await?;
         let window =
             i64::try_from(self.settings.late_commit_window.as_micros()).unwrap_or(i64::MAX);
         // The fast pass of a full round starts an eighth of the window behind where it stopped:
@@ -378,10 +395,42 @@ impl OffsetQuery {
                 return prefetch.task.page().await;
             }
         }
-        Ok(self
-            .store
-            .read_events(self.request(after, bound, true))
-            .await?)
+        self.read_page(after, bound, self.settings.page_size.max(1), true)
+            .await
+    }
+
+    /// One page read now, in a task of its own (see [`ReadTask`]); inline outside a runtime.
+    async fn read_page(
+        &self,
+        after: &EventKey,
+        bound: i64,
+        limit: u32,
+        fast: bool,
+    ) -> Result<Vec<StoredEvent>, QueryError> {
+        match ReadTask::start(&self.store, &self.filter, limit, after.clone(), bound, fast) {
+            Some(task) => task.page().await,
+            None => {
+                let request = EventsRequest {
+                    limit,
+                    ..self.request(after, bound, fast)
+                };
+                Ok(self.store.read_events(request).await?)
+            }
+        }
+    }
+
+    /// The database clock, read in a task of its own as pages are ([`ReadTask`]): the read
+    /// completes and gives its connection back also when the consumer stops pulling meanwhile.
+    async fn database_clock(&self) -> Result<i64, QueryError> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Ok(self.store.current_timestamp().await?);
+        };
+        let store = Arc::clone(&self.store);
+        let mut task = AbortOnDrop(runtime.spawn(async move { store.current_timestamp().await }));
+        match (&mut task.0).await {
+            Ok(now) => Ok(now?),
+            Err(error) => Err(JournalError::storage("read the database clock", error).into()),
+        }
     }
 
     /// Starts reading the fast pass's page after `after` (when the page just read was full):
@@ -436,11 +485,8 @@ impl OffsetQuery {
         let mut page = match read.task.take() {
             Some(task) => task.page().await?,
             None => {
-                let request = EventsRequest {
-                    limit: self.settled_read_limit(),
-                    ..self.request(&read.after, read.end, false)
-                };
-                self.store.read_events(request).await?
+                self.read_page(&read.after, read.end, self.settled_read_limit(), false)
+                    .await?
             }
         };
         // The event after a page only tells that the window goes on (see `read_limit`).
