@@ -1,7 +1,8 @@
 //! A query's read in flight completes, and gives its database connection back, when the
 //! consumer stops pulling in the middle of it: a `select!` that took another branch, or a
 //! projection paused while its source was reading. Before, the read ran inside the stream's
-//! own future and kept its connection until the consumer pulled again.
+//! own future and kept its connection until the consumer pulled again. The same for the
+//! highest sequence number a bounded live query by persistence id reads before each page.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,26 @@ impl GatedStore {
     }
 }
 
+impl GatedStore {
+    /// Runs `read` once the gate is open, holding a connection from now until it returned.
+    async fn gated<T>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, JournalError>>,
+    ) -> Result<T, JournalError> {
+        self.checked_out.fetch_add(1, Ordering::SeqCst);
+        self.arrived.notify_one();
+        let mut open = self.gate.subscribe();
+        let opened = open.wait_for(|open| *open).await.map(|_| ());
+        let result = match opened {
+            Ok(()) => read.await,
+            Err(error) => Err(JournalError::storage("wait for the gate", error)),
+        };
+        self.checked_out.fetch_sub(1, Ordering::SeqCst);
+        self.finished.notify_one();
+        result
+    }
+}
+
 #[async_trait]
 impl JournalStore for GatedStore {
     async fn write_messages(
@@ -56,8 +77,10 @@ impl JournalStore for GatedStore {
         self.journal.replay_messages(pid, from, to, max)
     }
 
+    /// Gated as query pages are (a bounded live query by persistence id reads it per page).
     async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
-        self.journal.read_highest_sequence_nr(pid, from).await
+        self.gated(self.journal.read_highest_sequence_nr(pid, from))
+            .await
     }
 
     async fn delete_messages_to(
@@ -82,17 +105,7 @@ impl QueryStore for GatedStore {
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
-        self.checked_out.fetch_add(1, Ordering::SeqCst);
-        self.arrived.notify_one();
-        let mut open = self.gate.subscribe();
-        let opened = open.wait_for(|open| *open).await.map(|_| ());
-        let page = match opened {
-            Ok(()) => self.journal.read_events(request).await,
-            Err(error) => Err(JournalError::storage("wait for the gate", error)),
-        };
-        self.checked_out.fetch_sub(1, Ordering::SeqCst);
-        self.finished.notify_one();
-        page
+        self.gated(self.journal.read_events(request)).await
     }
 
     async fn read_persistence_ids(
@@ -126,7 +139,7 @@ fn event(pid: &str, seq_nr: u64) -> AtomicWrite {
 /// (the pull is dropped, as a `select!` drops the branch it did not take); opens the gate and
 /// waits for the read to return without pulling again: it must, and give its connection back.
 /// Then the consumer pulls again and gets the event, once.
-async fn a_read_in_flight_finishes_without_the_consumer(live: bool, by_tag: bool) {
+async fn a_read_in_flight_finishes_without_the_consumer(query_kind: Kind) {
     let store = GatedStore::new();
     let written = store
         .write_messages(vec![event("Gated|1", 1)])
@@ -134,12 +147,13 @@ async fn a_read_in_flight_finishes_without_the_consumer(live: bool, by_tag: bool
         .expect("write");
     assert!(written.iter().all(Result::is_ok), "{written:?}");
     let query = ReadJournal::new(store.clone(), QuerySettings::default());
-    let mut stream = match (by_tag, live) {
-        (false, true) => query.events_by_slices("Gated", 0, 1023, Offset::NoOffset),
-        (false, false) => query.current_events_by_slices("Gated", 0, 1023, Offset::NoOffset),
-        (true, true) => query.events_by_tag("gated", Offset::NoOffset),
-        (true, false) => query.current_events_by_tag("gated", Offset::NoOffset),
+    let mut stream = match query_kind {
+        Kind::LiveBySlices => query.events_by_slices("Gated", 0, 1023, Offset::NoOffset),
+        Kind::CurrentBySlices => query.current_events_by_slices("Gated", 0, 1023, Offset::NoOffset),
+        Kind::LiveByTag => query.events_by_tag("gated", Offset::NoOffset),
+        Kind::LiveByPersistenceId => query.events_by_persistence_id("Gated|1", 1, 5),
     };
+    let live = !matches!(query_kind, Kind::CurrentBySlices);
     {
         let next = stream.next();
         tokio::select! {
@@ -175,17 +189,33 @@ async fn a_read_in_flight_finishes_without_the_consumer(live: bool, by_tag: bool
     }
 }
 
+/// The query a case runs.
+#[derive(Clone, Copy)]
+enum Kind {
+    LiveBySlices,
+    CurrentBySlices,
+    LiveByTag,
+    /// Bounded (`to_seq_nr` 5): it reads the highest sequence number before each page.
+    LiveByPersistenceId,
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_live_query_by_slices_gives_its_connection_back_when_the_consumer_stops_pulling() {
-    a_read_in_flight_finishes_without_the_consumer(true, false).await;
+    a_read_in_flight_finishes_without_the_consumer(Kind::LiveBySlices).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_current_query_by_slices_gives_its_connection_back_when_the_consumer_stops_pulling() {
-    a_read_in_flight_finishes_without_the_consumer(false, false).await;
+    a_read_in_flight_finishes_without_the_consumer(Kind::CurrentBySlices).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_live_query_by_tag_gives_its_connection_back_when_the_consumer_stops_pulling() {
-    a_read_in_flight_finishes_without_the_consumer(true, true).await;
+    a_read_in_flight_finishes_without_the_consumer(Kind::LiveByTag).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bounded_live_query_by_persistence_id_gives_its_connection_back_when_the_consumer_stops_pulling(
+) {
+    a_read_in_flight_finishes_without_the_consumer(Kind::LiveByPersistenceId).await;
 }

@@ -152,11 +152,7 @@ impl ReadJournal {
             let highest = if state.to == MAX_SEQ_NR {
                 Ok(0)
             } else {
-                state
-                    .query
-                    .store
-                    .read_highest_sequence_nr(&state.persistence_id, state.next)
-                    .await
+                read_highest_in_task(&state.query.store, &state.persistence_id, state.next).await
             };
             let highest = match highest {
                 Ok(highest) => highest,
@@ -336,6 +332,43 @@ impl ReadJournal {
 fn sequence_envelope(repr: crate::store::PersistentRepr, entity_type: Arc<str>) -> RawEnvelope {
     let seq_nr = repr.seq_nr;
     RawEnvelope::from_repr_with_entity_type(repr, Offset::Sequence { seq_nr }, entity_type)
+}
+
+/// The highest sequence number of `persistence_id` (from `from`), read in a task of its own
+/// (inline outside a runtime), aborted when the caller is dropped: a read under way completes
+/// and gives its database connection back also when the consumer stops pulling in the middle
+/// of it, as the pages of queries by offset do (`engine.rs`, `ReadTask`).
+async fn read_highest_in_task(
+    store: &Arc<dyn QueryStore>,
+    persistence_id: &str,
+    from: u64,
+) -> Result<u64, crate::error::JournalError> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return store.read_highest_sequence_nr(persistence_id, from).await;
+    };
+    let store = Arc::clone(store);
+    let persistence_id = persistence_id.to_owned();
+    let task =
+        runtime.spawn(async move { store.read_highest_sequence_nr(&persistence_id, from).await });
+    let abort = task.abort_handle();
+    // Aborts the read when this future is dropped before it ended (the query was dropped).
+    let _abort_on_drop = AbortGuard(abort);
+    match task.await {
+        Ok(highest) => highest,
+        Err(error) => Err(crate::error::JournalError::storage(
+            "read the highest sequence number",
+            error,
+        )),
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortGuard(tokio::task::AbortHandle);
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Waits until `deadline`, or a write notification when there are any.
