@@ -2,7 +2,8 @@
 //! consumer stops pulling in the middle of it: a `select!` that took another branch, or a
 //! projection paused while its source was reading. Before, the read ran inside the stream's
 //! own future and kept its connection until the consumer pulled again. The same for the
-//! highest sequence number a bounded live query by persistence id reads before each page.
+//! highest sequence number a bounded live query by persistence id reads before each page, and
+//! for the pages of `current_persistence_ids`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -113,7 +114,8 @@ impl QueryStore for GatedStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<String>, JournalError> {
-        self.journal.read_persistence_ids(after, limit).await
+        self.gated(self.journal.read_persistence_ids(after, limit))
+            .await
     }
 
     fn write_notifications(&self) -> Option<WriteNotifications> {
@@ -218,4 +220,32 @@ async fn a_live_query_by_tag_gives_its_connection_back_when_the_consumer_stops_p
 async fn a_bounded_live_query_by_persistence_id_gives_its_connection_back_when_the_consumer_stops_pulling(
 ) {
     a_read_in_flight_finishes_without_the_consumer(Kind::LiveByPersistenceId).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn current_persistence_ids_give_their_connection_back_when_the_consumer_stops_pulling() {
+    let store = GatedStore::new();
+    let written = store
+        .write_messages(vec![event("Gated|1", 1), event("Gated|2", 1)])
+        .await
+        .expect("write");
+    assert!(written.iter().all(Result::is_ok), "{written:?}");
+    let query = ReadJournal::new(store.clone(), QuerySettings::default());
+    let mut ids = query.current_persistence_ids(None, 10);
+    {
+        let next = ids.next();
+        tokio::select! {
+            biased;
+            () = store.arrived.notified() => {}
+            _ = next => panic!("an id before its page was read"),
+        }
+    }
+    assert_eq!(store.checked_out.load(Ordering::SeqCst), 1);
+    store.gate.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), store.finished.notified())
+        .await
+        .expect("the read in flight returned without the consumer pulling again");
+    assert_eq!(store.checked_out.load(Ordering::SeqCst), 0);
+    let ids: Vec<String> = ids.map(|id| id.expect("an id")).collect().await;
+    assert_eq!(ids, vec!["Gated|1".to_owned(), "Gated|2".to_owned()]);
 }

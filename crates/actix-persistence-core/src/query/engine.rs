@@ -25,6 +25,7 @@ use futures::future::{self, Either};
 use futures::stream::{self, StreamExt};
 use tokio::time::Instant;
 
+use super::own_task::in_own_task;
 use super::settled_reads::{PageSummary, SettledReads};
 use super::{
     EnvelopeStream, EventFilter, EventKey, EventsRequest, Offset, QueryError, QuerySettings,
@@ -237,15 +238,6 @@ impl Drop for ReadTask {
     }
 }
 
-/// A task aborted when dropped (the query dropped while it waits for it).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl OffsetQuery {
     /// A query of `filter` from `offset`; `live` keeps it running.
     ///
@@ -419,18 +411,15 @@ impl OffsetQuery {
         }
     }
 
-    /// The database clock, read in a task of its own as pages are ([`ReadTask`]): the read
-    /// completes and gives its connection back also when the consumer stops pulling meanwhile.
+    /// The database clock, read in a task of its own as pages are ([`ReadTask`],
+    /// [`in_own_task`]): the read completes and gives its connection back also when the
+    /// consumer stops pulling meanwhile.
     async fn database_clock(&self) -> Result<i64, QueryError> {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Ok(self.store.current_timestamp().await?);
-        };
         let store = Arc::clone(&self.store);
-        let mut task = AbortOnDrop(runtime.spawn(async move { store.current_timestamp().await }));
-        match (&mut task.0).await {
-            Ok(now) => Ok(now?),
-            Err(error) => Err(JournalError::storage("read the database clock", error).into()),
-        }
+        let now = in_own_task("read the database clock", async move {
+            store.current_timestamp().await
+        });
+        Ok(now.await?)
     }
 
     /// Starts reading the fast pass's page after `after` (when the page just read was full):

@@ -64,6 +64,7 @@ mod envelope;
 mod error;
 mod notify;
 mod offset;
+mod own_task;
 mod read_journal;
 mod settings;
 mod settled_reads;

@@ -7,6 +7,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use tokio::time::Instant;
 
 use super::engine::OffsetQuery;
+use super::own_task::in_own_task;
 use super::{
     EnvelopeStream, EventFilter, Offset, QueryError, QuerySettings, QueryStore, RawEnvelope,
     WriteNotifications, NUMBER_OF_SLICES,
@@ -271,7 +272,14 @@ impl ReadJournal {
                     return None;
                 }
                 let limit = u32::try_from(remaining).unwrap_or(u32::MAX).min(page_size);
-                match store.read_persistence_ids(after.as_deref(), limit).await {
+                // In a task of its own, as every read of a query (`in_own_task`).
+                let read_after = after.clone();
+                let page = in_own_task("read persistence ids", async move {
+                    store
+                        .read_persistence_ids(read_after.as_deref(), limit)
+                        .await
+                });
+                match page.await {
                     Ok(mut ids) => {
                         // A store that answers more than asked is held to the limit.
                         ids.truncate(limit as usize);
@@ -335,40 +343,19 @@ fn sequence_envelope(repr: crate::store::PersistentRepr, entity_type: Arc<str>) 
 }
 
 /// The highest sequence number of `persistence_id` (from `from`), read in a task of its own
-/// (inline outside a runtime), aborted when the caller is dropped: a read under way completes
-/// and gives its database connection back also when the consumer stops pulling in the middle
-/// of it, as the pages of queries by offset do (`engine.rs`, `ReadTask`).
+/// ([`in_own_task`]): a read under way completes and gives its database connection back also
+/// when the consumer stops pulling in the middle of it.
 async fn read_highest_in_task(
     store: &Arc<dyn QueryStore>,
     persistence_id: &str,
     from: u64,
 ) -> Result<u64, crate::error::JournalError> {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return store.read_highest_sequence_nr(persistence_id, from).await;
-    };
     let store = Arc::clone(store);
     let persistence_id = persistence_id.to_owned();
-    let task =
-        runtime.spawn(async move { store.read_highest_sequence_nr(&persistence_id, from).await });
-    let abort = task.abort_handle();
-    // Aborts the read when this future is dropped before it ended (the query was dropped).
-    let _abort_on_drop = AbortGuard(abort);
-    match task.await {
-        Ok(highest) => highest,
-        Err(error) => Err(crate::error::JournalError::storage(
-            "read the highest sequence number",
-            error,
-        )),
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortGuard(tokio::task::AbortHandle);
-
-impl Drop for AbortGuard {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    in_own_task("read the highest sequence number", async move {
+        store.read_highest_sequence_nr(&persistence_id, from).await
+    })
+    .await
 }
 
 /// Waits until `deadline`, or a write notification when there are any.
