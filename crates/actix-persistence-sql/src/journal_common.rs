@@ -708,7 +708,9 @@ const PAGES_AHEAD: usize = 2;
 /// A read-ahead task gives its reader connection back as soon as its rows arrived, without
 /// waiting for the actor: it runs whenever the actor's task yields (a recovering actor yields
 /// after at most 64 events or 1 ms of `apply`), so a connection is never checked out for longer
-/// than its query and one such slice of user code. Outside a Tokio runtime the next page is
+/// than its query and one such slice of user code. The first page is read by such a task
+/// too: a consumer that stops pulling in the middle of its query (a `select!` that took
+/// another branch) does not keep the connection. Outside a Tokio runtime the next page is
 /// read inline, when the stream is polled, and nothing is read ahead.
 struct ReadAhead {
     /// The page being handed out.
@@ -928,7 +930,9 @@ where
             current: Vec::new().into_iter(),
             ahead: std::collections::VecDeque::from([Ahead {
                 window: first,
-                reading: Reading::Inline(Self::next_page(cursor)),
+                // A task of its own, as the pages after it: a consumer that stops pulling
+                // in the middle of the query does not keep its connection checked out.
+                reading: Reading::start(Self::next_page(cursor)),
             }]),
             speculation,
         })

@@ -325,6 +325,71 @@ mod on_a_server {
         })
         .await;
     }
+
+    /// A replay whose consumer stopped pulling in the middle of its first page's query (a
+    /// `select!` that took another branch) gives its reader connection back once the query
+    /// is done, without another pull: the page is read by a task of its own, as the pages after
+    /// it are. Read inside the stream's own future, it kept the connection (here the readers'
+    /// only one) until the next pull, and every other read of the journal waited for it.
+    #[tokio::test]
+    async fn a_replay_left_in_its_first_query_gives_its_connection_back() {
+        common::run(|db: PostgresDb| async move {
+            use futures::StreamExt;
+            use sqlx::{Executor, Row};
+
+            // One writer connection and one reader connection.
+            let options = PostgresJournalOptions {
+                max_connections: 2,
+                ..PostgresJournalOptions::new(db.url())
+            };
+            let journal = PostgresJournal::connect(&options).await.unwrap();
+            write_all_ok(&journal, vec![atomic("r-1", 1..=3)]).await;
+            // Another session holds the journal: the replay's query waits for its lock.
+            let mut locker = db.connection().await;
+            locker.execute("BEGIN").await.unwrap();
+            locker
+                .execute("LOCK TABLE journal IN ACCESS EXCLUSIVE MODE")
+                .await
+                .unwrap();
+            let mut watcher = db.connection().await;
+            let mut replay = journal.replay_messages("r-1", 1, MAX, MAX);
+            {
+                // Pulled until the query waits for the lock; then the pull is dropped.
+                let waiting = async {
+                    loop {
+                        let row = sqlx::query(
+                            "SELECT count(*) FROM pg_stat_activity \
+                             WHERE wait_event_type = 'Lock' AND query LIKE '%FROM journal%'",
+                        )
+                        .fetch_one(&mut watcher)
+                        .await
+                        .unwrap();
+                        if row.get::<i64, _>(0) > 0 {
+                            return;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                };
+                tokio::select! {
+                    () = waiting => {}
+                    next = replay.next() => panic!("read under the lock: {next:?}"),
+                }
+            }
+            locker.execute("COMMIT").await.unwrap();
+            // Nobody pulls the replay: the reader connection must come back by itself.
+            let highest = tokio::time::timeout(
+                Duration::from_secs(20),
+                journal.read_highest_sequence_nr("r-1", 0),
+            )
+            .await
+            .expect("the readers' connection came back without another pull")
+            .unwrap();
+            assert_eq!(highest, 3);
+            let replayed: Vec<u64> = replay.map(|e| e.unwrap().seq_nr).collect().await;
+            assert_eq!(replayed, vec![1, 2, 3]);
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
