@@ -398,7 +398,14 @@ async fn call_store(
     timeout: Duration,
 ) -> WriteMessagesReply {
     let expected = writes.len();
-    let mut call = AssertUnwindSafe(store.write_messages(writes)).catch_unwind();
+    // A store may panic before its future exists (a hand-written `write_messages` doing work
+    // up front): the same failed write as a panic inside the future, not a panic of the
+    // journal actor (whose handler polls this first) with the breaker's permit never recorded.
+    let call = match std::panic::catch_unwind(AssertUnwindSafe(|| store.write_messages(writes))) {
+        Ok(call) => call,
+        Err(_panic) => return store_reply(Err(()), expected),
+    };
+    let mut call = AssertUnwindSafe(call).catch_unwind();
     // A store that answers on the first poll needs no timer.
     let outcome = match (&mut call).now_or_never() {
         Some(outcome) => outcome,
