@@ -163,11 +163,16 @@ impl Persistence {
     ///
     /// # Errors
     /// [`StartError::NoActixSystem`] outside a running Actix system (nothing is opened then);
+    /// [`StartError::Config`] when settings adjusted in code break a rule
+    /// ([`Settings::validate`]: more write-reply-ordering groups than their limit, say);
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start_with(settings: Settings) -> Result<Self, StartError> {
         if actix::System::try_current().is_none() {
             return Err(StartError::NoActixSystem);
         }
+        // Settings adjusted in code (the fields are public) may break a rule the types cannot
+        // hold: fail here, before a group count above its limit starts that many actors.
+        settings.validate()?;
         let stores = open_stores(&settings).await?;
         let store_name = settings.journal.plugin.as_str();
         let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name)

@@ -151,3 +151,32 @@ async fn the_largest_max_concurrent_recoveries_starts_and_recovers() {
     assert_eq!(counter.ask(Add(3)).await.unwrap(), 5);
     persistence.shutdown().await;
 }
+
+#[actix::test]
+async fn settings_adjusted_in_code_with_groups_above_the_limit_fail_startup() {
+    // `Settings` fields are public for embedders to adjust a copy; the limit still holds
+    // (without it, a typo of a group count in code creates millions of actors at startup).
+    let mut settings = inmem_loader()
+        .env_vars(Vec::<(String, String)>::new())
+        .load()
+        .expect("valid");
+    settings.journal.max_write_reply_ordering_groups =
+        std::num::NonZeroUsize::new(4).expect("not 0");
+    settings.journal.write_reply_ordering_groups = std::num::NonZeroUsize::new(5).expect("not 0");
+    let error = match Persistence::start_with(settings).await {
+        Err(StartError::Config(error)) => error,
+        Ok(_) => panic!("5 groups above a limit of 4 must not start"),
+        Err(other) => panic!("expected a config error, got {other}"),
+    };
+    assert_eq!(error.problems.len(), 1, "{error}");
+    let problem = &error.problems[0];
+    assert_eq!(problem.setting, "journal.write-reply-ordering-groups");
+    assert_eq!(problem.value, "5");
+    assert!(
+        problem
+            .rule
+            .contains("<= journal.max-write-reply-ordering-groups (4"),
+        "{}",
+        problem.rule
+    );
+}

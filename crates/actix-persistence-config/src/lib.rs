@@ -457,6 +457,68 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// The name [`validate`](Self::validate) gives as the source of a value: settings built or
+    /// adjusted in code come from no configuration layer.
+    pub const IN_CODE: &'static str = "settings given in code";
+
+    /// Checks the rules that the field types cannot hold, for settings built or adjusted in
+    /// code (the fields are public): `write_reply_ordering_groups <=
+    /// max_write_reply_ordering_groups` and `read_ahead_pages <= 64`. Settings from a loader
+    /// always pass; `Persistence` checks the settings it is given before it starts anything.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] listing every broken rule, each with the source
+    /// [`ConfigSource::Inline`]`(`[`Settings::IN_CODE`]`)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use actix_persistence_config::Settings;
+    ///
+    /// let mut settings = Settings::reference();
+    /// assert!(settings.validate().is_ok());
+    /// settings.journal.write_reply_ordering_groups = NonZeroUsize::new(20_000).unwrap();
+    /// let err = settings.validate().unwrap_err();
+    /// assert_eq!(err.problems[0].setting, "journal.write-reply-ordering-groups");
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let source = ConfigSource::Inline(Self::IN_CODE.to_owned());
+        let mut problems = Vec::new();
+        let (groups, limit) = (
+            self.journal.write_reply_ordering_groups,
+            self.journal.max_write_reply_ordering_groups,
+        );
+        if groups > limit {
+            problems.push(ConfigProblem {
+                setting: keys::GROUPS.to_owned(),
+                value: groups.to_string(),
+                rule: format!(
+                    "must be <= {} ({limit} from {source}); raise the limit to use more groups",
+                    keys::MAX_GROUPS
+                ),
+                source: source.clone(),
+            });
+        }
+        let pages = self.query.read_ahead_pages.get();
+        if pages > 64 {
+            problems.push(ConfigProblem {
+                setting: "query.read-ahead-pages".to_owned(),
+                value: pages.to_string(),
+                rule: "must be an integer >= 1 and <= 64".to_owned(),
+                source,
+            });
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+}
+
 impl Default for Settings {
     /// The defaults, [`Settings::reference`].
     fn default() -> Self {
