@@ -233,8 +233,11 @@ impl Persistence {
 
     /// Whether the journal is ready to serve, for a readiness endpoint: its circuit breaker is
     /// closed and its store answers a read within `journal.circuit-breaker.call-timeout`.
-    /// Nothing is written into the journal, and a failed check does not count against the
-    /// breaker.
+    /// Nothing is written into the journal, and a failed check does not count against a closed
+    /// breaker. Once an open breaker's reset timeout has passed, the check's read is the
+    /// breaker's trial call (Akka's half-open state): a success closes the breaker, so a
+    /// readiness probe that keeps traffic away while the journal is not ready cannot keep it
+    /// open.
     ///
     /// # Errors
     /// [`Unhealthy::CircuitOpen`] while the breaker is open after repeated store failures;

@@ -659,6 +659,48 @@ async fn a_replay_that_stalls_fails_recovery_after_the_timeout() {
     }
 }
 
+/// After the reset timeout, with no traffic (a readiness probe that answered "not ready"
+/// kept it away), the health check's own read is the breaker's trial: the store answers, the
+/// breaker closes, the journal is ready and writes go through. Before, the check answered
+/// `CircuitOpen { retry_in: 0 }` for as long as no other call came: forever, behind a probe.
+#[actix::test]
+async fn after_the_reset_timeout_the_health_check_is_the_trial_that_closes_the_breaker() {
+    tokio::time::pause();
+    let mut h = harness_with_breaker(1, Duration::from_secs(30));
+    let failing = h.probe_in_group("hc-1", 0).await;
+    let reply = failing.send(Persist(vec![named("x")]));
+    h.control
+        .next_write_for("hc-1")
+        .await
+        .fail(JournalError::JournalStopped);
+    assert!(reply.await.expect("mailbox").is_err());
+    assert!(matches!(
+        h.journal.send(CheckHealth).await.expect("mailbox"),
+        Err(Unhealthy::CircuitOpen { .. })
+    ));
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let checked = h.journal.send(CheckHealth).await.expect("mailbox");
+    assert!(
+        checked.is_ok(),
+        "the check's read closed the breaker: {checked:?}"
+    );
+    assert!(
+        !h.control.has_waiting_write(),
+        "the health check writes nothing"
+    );
+    // Closed: a call through the breaker passes, and the journal stays ready.
+    let highest = h
+        .journal
+        .send(actix_persistence::journal::ReadHighestSequenceNr {
+            persistence_id: "hc-1".into(),
+            from_seq_nr: 0,
+        })
+        .await
+        .expect("mailbox");
+    assert_eq!(highest.expect("the breaker is closed"), 0);
+    assert!(h.journal.send(CheckHealth).await.expect("mailbox").is_ok());
+}
+
 #[actix::test]
 async fn the_health_check_reports_an_open_breaker_and_a_closed_one_as_ready() {
     tokio::time::pause();

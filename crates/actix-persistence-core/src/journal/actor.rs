@@ -460,8 +460,23 @@ impl Handler<CheckHealth> for JournalActor {
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
-            if let Some(retry_in) = breaker.open_for() {
-                return Err(Unhealthy::CircuitOpen { retry_in });
+            match breaker.open_for() {
+                None => {}
+                // Past its reset timeout the breaker waits for a trial call. With traffic kept
+                // away because the check said "not ready" (a readiness probe), no call would
+                // come and the breaker would stay open: the check's read is the trial, through
+                // the breaker (a success closes it, a failure opens it again).
+                Some(retry_in) if retry_in.is_zero() => {
+                    let read = store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0);
+                    return match with_timeout(&breaker, "health check", timeout, read).await {
+                        Ok(_) => Ok(()),
+                        Err(JournalError::CircuitOpen { retry_in }) => {
+                            Err(Unhealthy::CircuitOpen { retry_in })
+                        }
+                        Err(cause) => Err(Unhealthy::StoreUnreachable(cause)),
+                    };
+                }
+                Some(retry_in) => return Err(Unhealthy::CircuitOpen { retry_in }),
             }
             // A read, never a write; past the breaker, so a check never trips it.
             let call = AssertUnwindSafe(store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0));

@@ -387,7 +387,9 @@ impl Message for DeleteMessagesTo {
 
 /// Is the journal ready to serve: its circuit breaker closed and its store answering a read?
 /// Never writes into the journal. For a readiness endpoint (the facade's
-/// `Persistence::health`).
+/// `Persistence::health`). Once an open breaker's reset timeout has passed, the check's read
+/// is the breaker's trial call (its success closes the breaker): a readiness probe that keeps
+/// traffic away while the breaker is open does not keep it open.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckHealth;
 
