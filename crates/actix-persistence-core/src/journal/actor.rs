@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use metrics::Histogram;
 use tracing::Instrument;
 
@@ -19,7 +19,8 @@ use crate::clock;
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
 use crate::store::{
-    AtomicWrite, CheckedBatch, JournalStore, Ownership, WriteBatch, WriteNow, WriteResults,
+    AtomicWrite, CheckedBatch, JournalStore, Ownership, ReplayStream, WriteBatch, WriteNow,
+    WriteResults,
 };
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
@@ -467,7 +468,7 @@ impl Handler<CheckHealth> for JournalActor {
                 // come and the breaker would stay open: the check's read is the trial, through
                 // the breaker (a success closes it, a failure opens it again).
                 Some(retry_in) if retry_in.is_zero() => {
-                    let read = store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0);
+                    let read = || store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0);
                     return match with_timeout(&breaker, "health check", timeout, read).await {
                         Ok(_) => Ok(()),
                         Err(JournalError::CircuitOpen { retry_in }) => {
@@ -479,7 +480,16 @@ impl Handler<CheckHealth> for JournalActor {
                 Some(retry_in) => return Err(Unhealthy::CircuitOpen { retry_in }),
             }
             // A read, never a write; past the breaker, so a check never trips it.
-            let call = AssertUnwindSafe(store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0));
+            let read = || store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0);
+            let call = match std::panic::catch_unwind(AssertUnwindSafe(read)) {
+                Ok(call) => AssertUnwindSafe(call),
+                Err(_panic) => {
+                    return Err(Unhealthy::StoreUnreachable(JournalError::storage(
+                        "health check",
+                        StorePanicked,
+                    )))
+                }
+            };
             match tokio::time::timeout(timeout, call.catch_unwind()).await {
                 Ok(Ok(Ok(_))) => Ok(()),
                 Ok(Ok(Err(cause))) => Err(Unhealthy::StoreUnreachable(cause)),
@@ -496,23 +506,46 @@ impl Handler<CheckHealth> for JournalActor {
     }
 }
 
+/// The events of a replay, a panic of the store while it is polled ending it with a
+/// [`StorePanicked`] error (the recovery reading it fails with that error instead of
+/// unwinding through the persistent actor).
+fn unwind_safe_replay(events: ReplayStream) -> ReplayStream {
+    AssertUnwindSafe(events)
+        .catch_unwind()
+        .map(|event| match event {
+            Ok(event) => event,
+            Err(_panic) => Err(JournalError::storage("replay", StorePanicked)),
+        })
+        .boxed()
+}
+
 /// The persistence id the health check reads the highest sequence number of (it need not
 /// exist).
 const HEALTH_CHECK_ID: &str = "actix-persistence-health-check";
 
-/// Awaits a store call with the journal's call timeout, through the circuit breaker.
-async fn with_timeout<T>(
+/// Makes a store call (`call` creates its future) and awaits it with the journal's call
+/// timeout, through the circuit breaker. A store that panics, while it creates the future or
+/// while the future runs, fails the call with [`StorePanicked`].
+async fn with_timeout<T, F>(
     breaker: &CircuitBreaker,
     operation: &'static str,
     timeout: Duration,
-    call: impl std::future::Future<Output = Result<T, JournalError>>,
-) -> Result<T, JournalError> {
+    call: impl FnOnce() -> F,
+) -> Result<T, JournalError>
+where
+    F: std::future::Future<Output = Result<T, JournalError>>,
+{
     let generation = breaker.permit()?;
     // A panicking store must still record its outcome, or a half-open breaker stays shut.
-    let result = match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
-        Err(_) => Err(JournalError::Timeout { operation, timeout }),
-        Ok(Err(_panic)) => Err(JournalError::storage(operation, StorePanicked)),
-        Ok(Ok(result)) => result,
+    let result = match std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        Err(_panic) => Err(JournalError::storage(operation, StorePanicked)),
+        Ok(call) => {
+            match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
+                Err(_) => Err(JournalError::Timeout { operation, timeout }),
+                Ok(Err(_panic)) => Err(JournalError::storage(operation, StorePanicked)),
+                Ok(Ok(result)) => result,
+            }
+        }
     };
     // A refusal of a healthy store (a fenced delete) does not count against it.
     let healthy = result
@@ -550,26 +583,29 @@ impl JournalActor {
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
-            let highest = with_timeout(
-                &breaker,
-                "read highest sequence number",
-                timeout,
-                store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr),
-            )
+            let highest = with_timeout(&breaker, "read highest sequence number", timeout, || {
+                store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr)
+            })
             .await?;
             let deleted_to = with_timeout(
                 &breaker,
                 "read how far events were deleted",
                 timeout,
-                store.read_deleted_to(&msg.persistence_id),
+                || store.read_deleted_to(&msg.persistence_id),
             )
             .await?;
             let to = msg.to_seq_nr.min(highest);
             let (pid, from, max) = (&msg.persistence_id, msg.from_seq_nr, msg.max);
-            let events = if for_recovery {
-                store.replay_for_recovery(pid, from, to, max)
-            } else {
-                store.replay_messages(pid, from, to, max)
+            let replay = || {
+                if for_recovery {
+                    store.replay_for_recovery(pid, from, to, max)
+                } else {
+                    store.replay_messages(pid, from, to, max)
+                }
+            };
+            let events = match std::panic::catch_unwind(AssertUnwindSafe(replay)) {
+                Ok(events) => unwind_safe_replay(events),
+                Err(_panic) => return Err(JournalError::storage("replay", StorePanicked)),
             };
             Ok(Replay {
                 highest_seq_nr: highest,
@@ -588,7 +624,7 @@ impl Handler<ReadHighestSequenceNr> for JournalActor {
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
-            let call = store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr);
+            let call = || store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr);
             with_timeout(&breaker, "read highest sequence number", timeout, call).await
         })
     }
@@ -602,7 +638,7 @@ impl Handler<TakeOwnership> for JournalActor {
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
-            let call = store.take_ownership(&msg.persistence_id);
+            let call = || store.take_ownership(&msg.persistence_id);
             with_timeout(&breaker, "take ownership", timeout, call).await
         })
     }
@@ -618,7 +654,7 @@ impl Handler<DeleteMessagesTo> for JournalActor {
         let work = self.enter_work();
         Box::pin(async move {
             let call =
-                store.delete_messages_to(&msg.persistence_id, msg.to_seq_nr, msg.fencing_token);
+                || store.delete_messages_to(&msg.persistence_id, msg.to_seq_nr, msg.fencing_token);
             let deleted = with_timeout(&breaker, "delete", timeout, call).await;
             drop(work);
             deleted

@@ -227,19 +227,12 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
             };
             // Within the snapshot store's call timeout (a load that times out fails recovery,
             // as `snapshot-store.call-timeout` says), and within the recovery's.
-            let load = tokio::time::timeout(
-                plan.snapshot_timeout,
-                store.load(&plan.persistence_id, criteria),
-            );
+            let load = super::snapshots::with_timeout("load", plan.snapshot_timeout, || {
+                store.load(&plan.persistence_id, criteria)
+            });
             match tokio::time::timeout(plan.timeout, load).await {
                 Err(_) => return Err(timed_out()),
-                Ok(Err(_)) => {
-                    return Err(snapshot_failed(SnapshotError::Timeout {
-                        operation: "load",
-                        timeout: plan.snapshot_timeout,
-                    }))
-                }
-                Ok(Ok(loaded)) => loaded.map_err(snapshot_failed)?,
+                Ok(loaded) => loaded.map_err(snapshot_failed)?,
             }
         }
         _ => None,

@@ -1,10 +1,12 @@
 //! Snapshots and deletes from inside a persistent actor.
 
 use std::num::NonZeroU64;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
+use futures::FutureExt;
 
 use super::addr::ActorFailure;
 use super::in_flight::InFlightGuard;
@@ -234,7 +236,7 @@ pub(crate) fn save_snapshot<A: PersistentActor>(act: &mut A, ctx: &mut Context<A
     };
     let timeout = act.persistence().snapshot_timeout;
     let save = async move {
-        let call = store.save(metadata.clone(), snapshot);
+        let call = || store.save(metadata.clone(), snapshot);
         with_timeout("save", timeout, call).await.map(|()| metadata)
     };
     let work = act.persistence().enter_work();
@@ -281,7 +283,7 @@ fn apply_retention<A: PersistentActor>(
         };
         if oldest_kept > 0 {
             let older = SnapshotSelectionCriteria::up_to(oldest_kept - 1);
-            with_timeout("delete", timeout, store.delete_matching(&pid, older)).await?;
+            with_timeout("delete", timeout, || store.delete_matching(&pid, older)).await?;
         }
         Ok(Some(oldest_kept))
     };
@@ -315,7 +317,8 @@ async fn oldest_kept(
 ) -> Result<Option<u64>, SnapshotError> {
     let mut criteria = SnapshotSelectionCriteria::latest();
     for found in 1..=keep {
-        let Some(snapshot) = with_timeout("load", timeout, store.load(pid, criteria)).await? else {
+        let load = || store.load(pid, criteria);
+        let Some(snapshot) = with_timeout("load", timeout, load).await? else {
             return Ok(None);
         };
         let seq_nr = snapshot.metadata.seq_nr;
@@ -444,12 +447,27 @@ fn detached<T: 'static>(
     async move { rx.await.unwrap_or(Err(SnapshotError::Interrupted)) }
 }
 
-async fn with_timeout<T>(
+/// Makes a snapshot store call (`call` creates its future) and awaits it within `timeout`.
+/// A store that panics, while it creates the future or while the future runs, fails the call
+/// with [`SnapshotStorePanicked`] (not the actor, nor as an interrupted call).
+pub(super) async fn with_timeout<T, F>(
     operation: &'static str,
     timeout: Duration,
-    call: impl std::future::Future<Output = Result<T, SnapshotError>>,
-) -> Result<T, SnapshotError> {
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or(Err(SnapshotError::Timeout { operation, timeout }))
+    call: impl FnOnce() -> F,
+) -> Result<T, SnapshotError>
+where
+    F: std::future::Future<Output = Result<T, SnapshotError>>,
+{
+    let panicked = || SnapshotError::storage(operation, SnapshotStorePanicked);
+    let call = std::panic::catch_unwind(AssertUnwindSafe(call)).map_err(|_| panicked())?;
+    match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
+        Err(_) => Err(SnapshotError::Timeout { operation, timeout }),
+        Ok(Err(_panic)) => Err(panicked()),
+        Ok(Ok(result)) => result,
+    }
 }
+
+/// The cause of a [`SnapshotError::Storage`] whose store panicked.
+#[derive(Debug, thiserror::Error)]
+#[error("the snapshot store panicked")]
+struct SnapshotStorePanicked;
