@@ -271,7 +271,10 @@ impl<E: Envelope> Projection<E> {
             {
                 Ok(taken) => {
                     epoch = Some(taken);
-                    Run::new(&self, &progress, taken, paused)
+                    // A failed run's save of what it handled waits at most as long as the
+                    // restart after it does (its backoff without the random share).
+                    let failure_save_limit = self.restart.delay(restarts_in_a_row, 0.0);
+                    Run::new(&self, &progress, taken, paused, failure_save_limit)
                         .execute(&mut commands, &mut paused)
                         .await
                 }
@@ -585,6 +588,9 @@ struct Run<'p, E: Envelope> {
     paused: bool,
     stopping: bool,
     reset: Option<oneshot::Sender<Result<(), ResetError>>>,
+    /// How long a failed run waits for the save of what it handled (see
+    /// [`Run::save_handled_after_failure`]).
+    failure_save_limit: std::time::Duration,
 }
 
 impl<'p, E: Envelope> Run<'p, E> {
@@ -593,6 +599,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         progress: &'p watch::Sender<Progress<E::Offset>>,
         epoch: u64,
         paused: bool,
+        failure_save_limit: std::time::Duration,
     ) -> Self {
         Run {
             projection,
@@ -628,6 +635,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             paused,
             stopping: false,
             reset: None,
+            failure_save_limit,
         }
     }
 
@@ -748,7 +756,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 Event::Command(command) => self.command(command).await?,
                 Event::Finished(outcome) => {
                     if let Err(error) = self.finished(outcome) {
-                        self.save_handled_after_failure().await;
+                        self.save_handled_after_failure(&error).await;
                         return Err(error);
                     }
                 }
@@ -756,11 +764,12 @@ impl<'p, E: Envelope> Run<'p, E> {
                 Event::Due => self.due()?,
                 Event::Envelope(Some(Ok(envelope))) => self.accept(envelope)?,
                 Event::Envelope(Some(Err(source))) => {
-                    self.save_handled_after_failure().await;
-                    return Err(ProjectionError::Source {
+                    let error = ProjectionError::Source {
                         id: self.id().clone(),
                         source,
-                    });
+                    };
+                    self.save_handled_after_failure(&error).await;
+                    return Err(error);
                 }
                 Event::Envelope(None) => {
                     stream_done = true;
@@ -1215,11 +1224,27 @@ impl<'p, E: Envelope> Run<'p, E> {
         Ok(())
     }
 
-    /// Before a failed run ends: saves what was handled, so the restart repeats less. Its own
-    /// failure is only logged (the run fails anyway).
-    async fn save_handled_after_failure(&mut self) {
-        if let Err(error) = self.save_handled().await {
-            tracing::warn!(projection = %self.projection.id, %error, "could not save the handled offset of a failing projection");
+    /// Before a failed run ends: reports `failure` in the progress at once, then saves what
+    /// was handled, so the restart repeats less. Its own failure is only logged (the run fails
+    /// anyway).
+    ///
+    /// The save (after the one under way, if any) is waited for at most `failure_save_limit`,
+    /// the restart's backoff: a save that hangs (a lock held in the database, a store that
+    /// does not answer) no longer holds the failure unreported and the restart off for good.
+    /// A save given up on goes on in its own task; the restart takes ownership again, which
+    /// fences it, so it can never store its older offset over the restarted run's.
+    async fn save_handled_after_failure(&mut self, failure: &ProjectionError) {
+        let message = failure.to_string();
+        self.progress.send_modify(|p| p.last_error = Some(message));
+        let limit = self.failure_save_limit;
+        match tokio::time::timeout(limit, self.save_handled()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(projection = %self.projection.id, %error, "could not save the handled offset of a failing projection");
+            }
+            Err(_) => {
+                tracing::warn!(projection = %self.projection.id, ?limit, "the offset save of a failing projection did not end within the restart backoff; restarting without it (the restart fences it)");
+            }
         }
     }
 }

@@ -5,11 +5,13 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_persistence_core::InMemoryJournal;
+use actix_persistence_projection::offset_store::{SeenSeqNrs, StoredProgress};
 use actix_persistence_projection::{
-    AfterRetries, Handler, HandlerError, InMemoryOffsetStore, Projection, ProjectionId,
-    ProjectionState, RestartBackoff,
+    AfterRetries, Handler, HandlerError, InMemoryOffsetStore, OffsetStore, OffsetStoreError,
+    Projection, ProjectionId, ProjectionState, RestartBackoff, SaveOffset,
 };
 use async_trait::async_trait;
 use common::*;
@@ -383,4 +385,135 @@ async fn two_events_per_id_in_both_halves(per_half: usize) -> InMemoryJournal {
         write_events(&journal, &pid, 1, 2).await;
     }
     journal
+}
+
+/// An in-memory offset store whose offset saves of the owner epoch `hold` wait until the test
+/// releases them (a lock held in the database, a store that stopped answering).
+#[derive(Clone)]
+struct HeldSaves {
+    inner: InMemoryOffsetStore,
+    hold: Arc<std::sync::atomic::AtomicU64>,
+    released: Arc<tokio::sync::Semaphore>,
+    held: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl OffsetStore for HeldSaves {
+    async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
+        self.inner.read_offset(id).await
+    }
+
+    async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError> {
+        self.inner.read_seen(id).await
+    }
+
+    async fn read_progress(&self, name: &str) -> Result<Vec<StoredProgress>, OffsetStoreError> {
+        self.inner.read_progress(name).await
+    }
+
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, OffsetStoreError> {
+        self.inner.take_ownership(id, held).await
+    }
+
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+        covered: &[(String, u64)],
+    ) -> Result<(), OffsetStoreError> {
+        if self.hold.load(Ordering::SeqCst) == epoch {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            self.released.acquire().await.expect("open").forget();
+        }
+        self.inner.save_offset(id, epoch, offset, covered).await
+    }
+
+    async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
+        self.inner.reset(id).await
+    }
+}
+
+/// A handler fails while the offset save under way hangs: the failure is reported and the
+/// projection restarts (after at most its restart backoff) instead of waiting for the save
+/// forever, unreported and still `Running`. The save given up on, released later, is fenced
+/// by the restart and does not move the stored offset back.
+#[tokio::test]
+async fn a_failure_while_an_offset_save_hangs_is_reported_and_restarts() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 3).await;
+    let store = HeldSaves {
+        inner: InMemoryOffsetStore::new(),
+        hold: Arc::default(),
+        released: Arc::new(tokio::sync::Semaphore::new(0)),
+        held: Arc::default(),
+    };
+    // The first run's saves hang (its owner epoch is 1), the restarted run's do not.
+    store.hold.store(1, Ordering::SeqCst);
+    // Fails once on Account|1's third event, the last of the six.
+    let handler = FailsOn::new((pid(1), 3), 1, false);
+    let handle =
+        Projection::at_least_once(id(), live_source(&journal), store.clone(), handler.clone())
+            .with_save_offset(SaveOffset {
+                after_envelopes: 1,
+                after: Duration::from_millis(1),
+            })
+            .with_handler_recovery(quick_recovery(0, AfterRetries::Fail))
+            .with_restart_backoff(quick_restarts())
+            .start();
+    let restarted = tokio::time::timeout(
+        Duration::from_secs(10),
+        handle.wait_for(|p| p.restarts >= 1 && p.last_error.is_some()),
+    )
+    .await;
+    let progress = handle.progress();
+    assert!(
+        matches!(restarted, Ok(Some(_))),
+        "the failure is neither reported nor restarted while a save hangs: {progress:?}"
+    );
+    let error = progress.last_error.expect("reported");
+    assert!(
+        error.contains("Account|1") && error.contains("seq_nr 3"),
+        "{error}"
+    );
+    // The restarted run handles the rest and saves its offset.
+    eventually(|| handler.recorder.counts().get(&(pid(1), 3)) == Some(&1)).await;
+    let stored = || async {
+        store
+            .inner
+            .read_offset(&id())
+            .await
+            .expect("read")
+            .expect("an offset")
+    };
+    let mut newest = None;
+    for _ in 0..10_000 {
+        let progress = handle.progress();
+        if let Some(offset) = progress.offset {
+            let json = serde_json::to_string(&offset).expect("json");
+            if store.inner.read_offset(&id()).await.expect("read") == Some(json.clone()) {
+                newest = Some(json);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let newest = newest.expect("the restarted run saves the offset of everything handled");
+    // The saves of the failed run, released now, are fenced: the offset stays the newest.
+    let held = store.held.load(Ordering::SeqCst) as usize;
+    assert!(held >= 1, "a save was held");
+    store.released.add_permits(held);
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        stored().await,
+        newest,
+        "an older save moved the offset back"
+    );
+    assert_eq!(handle.stop().await, ProjectionState::Stopped);
 }

@@ -720,3 +720,94 @@ async fn an_old_key_hands_its_progress_over_only_to_a_key_without_an_offset() {
     let Some(db) = open().await else { return };
     check_hand_over(&db.store(), "hand-over").await;
 }
+
+/// At-least-once: records each envelope, and fails the first call on Account|1's first event.
+#[derive(Clone, Default)]
+struct FailsOnce {
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    recorder: Recorder,
+}
+
+#[async_trait]
+impl actix_persistence_projection::Handler<Env> for FailsOnce {
+    async fn process(&self, envelope: &Env) -> Result<(), HandlerError> {
+        if *envelope.persistence_id == *pid(1)
+            && envelope.seq_nr == 1
+            && !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err("read model unavailable".into());
+        }
+        self.recorder.process(envelope).await
+    }
+}
+
+/// A handler fails while the offset save under way waits for a row lock another session
+/// holds on the projection's offset (an operator's `SELECT ... FOR UPDATE` left open), on an
+/// offset store with a pool of its own (`connect`: no statement timeout): the failure is
+/// reported at once, while the lock is held, instead of the projection showing `Running` with
+/// no error for as long as the lock stays; once the lock is gone it restarts and handles the
+/// failed event.
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn a_failure_while_an_offset_save_waits_for_a_lock_is_reported_at_once() {
+    let Some(db) = open().await else { return };
+    write_events(&db.journal, &pid(0), 1, 2).await;
+    let handler = FailsOnce::default();
+    let store = PostgresOffsetStore::connect(db._database.url(), 4)
+        .await
+        .unwrap();
+    let handle = Projection::at_least_once(id(), db.source(true), store.clone(), handler.clone())
+        .with_save_offset(SaveOffset {
+            after_envelopes: 1,
+            after: Duration::from_millis(1),
+        })
+        .with_handler_recovery(quick_recovery(0, AfterRetries::Fail))
+        .with_restart_backoff(quick_restarts())
+        .start();
+    // The offset row exists once the first events are saved.
+    let mut saved = false;
+    for _ in 0..10_000 {
+        if handler.recorder.handled().len() == 2
+            && store.read_offset(&id()).await.unwrap().is_some()
+        {
+            saved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(saved, "the first events are handled and saved");
+    let mut locker = db.pool().begin().await.unwrap();
+    sqlx::query(
+        "SELECT current_offset FROM projection_offset WHERE projection_name = 'balance' \
+         FOR UPDATE",
+    )
+    .fetch_all(&mut *locker)
+    .await
+    .unwrap();
+    // Account|0's third event is handled and its save waits for the lock; Account|1's first
+    // fails the run.
+    write_events(&db.journal, &pid(0), 3, 3).await;
+    write_events(&db.journal, &pid(1), 1, 1).await;
+    let reported = tokio::time::timeout(
+        Duration::from_secs(10),
+        handle.wait_for(|p| p.last_error.is_some()),
+    )
+    .await;
+    let progress = handle.progress();
+    assert!(
+        matches!(reported, Ok(Some(_))),
+        "the failure is not reported while the save waits for the lock: {progress:?}"
+    );
+    locker.rollback().await.unwrap();
+    let restarted = tokio::time::timeout(
+        Duration::from_secs(10),
+        handle.wait_for(|p| p.restarts >= 1 && p.state == ProjectionState::Running),
+    )
+    .await;
+    assert!(matches!(restarted, Ok(Some(_))), "{:?}", handle.progress());
+    eventually(|| handler.recorder.counts().contains_key(&(pid(1), 1))).await;
+    assert_eq!(handle.stop().await, ProjectionState::Stopped);
+}
