@@ -945,7 +945,20 @@ impl<'p, E: Envelope> Run<'p, E> {
 
     /// The future that handles `unit` with retries, then skips it or fails.
     fn unit_future(&self, unit: Unit<E>) -> BoxFuture<'static, Outcome<E>> {
-        let commit = self.commit_for(&unit);
+        let commit = match self.commit_for(&unit) {
+            Ok(commit) => commit,
+            // Not handled at all: a transaction without its offset would commit the
+            // handler's writes alone, and the restart would handle the envelopes again.
+            Err(error) => {
+                let Unit { idxs, envelopes } = unit;
+                return futures::future::ready(Outcome {
+                    idxs,
+                    envelopes,
+                    result: Err(error),
+                })
+                .boxed();
+            }
+        };
         let processor = Arc::clone(&self.projection.processor);
         let recovery = self.projection.recovery;
         let id = Arc::clone(&self.shared_id);
@@ -974,9 +987,13 @@ impl<'p, E: Envelope> Run<'p, E> {
     }
 
     /// What an exactly-once unit saves in its transaction.
-    fn commit_for(&self, unit: &Unit<E>) -> Commit {
+    ///
+    /// # Errors
+    /// [`OffsetStoreError::Unserializable`] when the offset the transaction must save cannot
+    /// be stored as JSON: the unit is then not handled (its writes would commit without it).
+    fn commit_for(&self, unit: &Unit<E>) -> Result<Commit, ProjectionError> {
         if !self.exactly_once() {
-            return Commit::default();
+            return Ok(Commit::default());
         }
         let epoch = self.epoch;
         if self.offset_in_transaction() {
@@ -984,12 +1001,17 @@ impl<'p, E: Envelope> Run<'p, E> {
             let offset = unit
                 .envelopes
                 .last()
-                .and_then(|e| serde_json::to_string(&e.offset()).ok());
-            return Commit {
+                .map(|e| serde_json::to_string(&e.offset()))
+                .transpose()
+                .map_err(|source| OffsetStoreError::Unserializable {
+                    id: self.id().clone(),
+                    source,
+                })?;
+            return Ok(Commit {
                 epoch,
                 offset,
                 seen: Vec::new(),
-            };
+            });
         }
         let mut seen: Vec<(String, u64)> = Vec::new();
         for envelope in &unit.envelopes {
@@ -999,11 +1021,11 @@ impl<'p, E: Envelope> Run<'p, E> {
                 None => seen.push((pid.to_owned(), envelope.seq_nr())),
             }
         }
-        Commit {
+        Ok(Commit {
             epoch,
             offset: None,
             seen,
-        }
+        })
     }
 
     fn finished(&mut self, outcome: Outcome<E>) -> Result<(), ProjectionError> {

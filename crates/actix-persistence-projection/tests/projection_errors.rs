@@ -10,8 +10,8 @@ use std::time::Duration;
 use actix_persistence_core::InMemoryJournal;
 use actix_persistence_projection::offset_store::{SeenSeqNrs, StoredProgress};
 use actix_persistence_projection::{
-    AfterRetries, Handler, HandlerError, InMemoryOffsetStore, OffsetStore, OffsetStoreError,
-    Projection, ProjectionId, ProjectionState, RestartBackoff, SaveOffset,
+    AfterRetries, Handler, HandlerError, InMemoryOffsetStore, InMemoryTransaction, OffsetStore,
+    OffsetStoreError, Projection, ProjectionId, ProjectionState, RestartBackoff, SaveOffset,
 };
 use async_trait::async_trait;
 use common::*;
@@ -516,4 +516,109 @@ async fn a_failure_while_an_offset_save_hangs_is_reported_and_restarts() {
         "an older save moved the offset back"
     );
     assert_eq!(handle.stop().await, ProjectionState::Stopped);
+}
+
+/// An envelope of a custom source whose offset cannot be stored as JSON (a map with
+/// non-string keys).
+struct Odd {
+    seq_nr: u64,
+}
+
+type OddOffset = std::collections::HashMap<(u64, u64), u64>;
+
+impl actix_persistence_projection::Envelope for Odd {
+    type Offset = OddOffset;
+
+    fn persistence_id(&self) -> &str {
+        "Odd|1"
+    }
+
+    fn seq_nr(&self) -> u64 {
+        self.seq_nr
+    }
+
+    fn offset(&self) -> OddOffset {
+        OddOffset::from([((1, self.seq_nr), self.seq_nr)])
+    }
+
+    fn timestamp_ms(&self) -> i64 {
+        0
+    }
+}
+
+/// Three envelopes, then the end.
+struct OddSource;
+
+#[async_trait]
+impl actix_persistence_projection::SourceProvider for OddSource {
+    type Envelope = Odd;
+
+    async fn source(
+        &self,
+        _offset: Option<OddOffset>,
+    ) -> Result<
+        actix_persistence_projection::EnvelopeStream<Odd>,
+        actix_persistence_projection::BoxError,
+    > {
+        use futures::StreamExt;
+        Ok(futures::stream::iter((1..=3).map(|seq_nr| Ok(Odd { seq_nr }))).boxed())
+    }
+
+    async fn lag(
+        &self,
+        _offset: Option<&OddOffset>,
+    ) -> Result<actix_persistence_projection::SourceLag, actix_persistence_projection::BoxError>
+    {
+        Ok(actix_persistence_projection::SourceLag::default())
+    }
+}
+
+/// Counts the envelopes whose transaction committed.
+#[derive(Clone, Default)]
+struct CommittedCount(Arc<AtomicU32>);
+
+#[async_trait]
+impl actix_persistence_projection::TransactionalHandler<Odd, InMemoryTransaction>
+    for CommittedCount
+{
+    async fn process(&self, tx: &mut InMemoryTransaction, _: &Odd) -> Result<(), HandlerError> {
+        let count = Arc::clone(&self.0);
+        tx.on_commit(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+        Ok(())
+    }
+}
+
+/// Exactly-once (one call at a time, the offset saved in the handler's transaction) over a
+/// source whose offset cannot be stored as JSON: no handler transaction commits without its
+/// offset. Before, the offset was left out of the transaction, which committed the handler's
+/// writes alone; the save at the end then failed, and each restart committed every envelope
+/// again (handled twice under exactly-once).
+#[tokio::test]
+async fn exactly_once_never_commits_a_handler_transaction_whose_offset_cannot_be_stored() {
+    let handler = CommittedCount::default();
+    let handle = Projection::exactly_once(
+        ProjectionId::new("odd", "all"),
+        OddSource,
+        InMemoryOffsetStore::new(),
+        handler.clone(),
+    )
+    .with_restart_backoff(RestartBackoff {
+        max_restarts: Some(1),
+        ..quick_restarts()
+    })
+    .start();
+    let progress = handle
+        .wait_for(|p| p.state.is_terminal())
+        .await
+        .expect("ends");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    let error = progress.last_error.expect("reported");
+    assert!(error.contains("cannot be stored as JSON"), "{error}");
+    assert_eq!(
+        handler.0.load(Ordering::SeqCst),
+        0,
+        "a transaction committed the handler's writes without its offset"
+    );
 }
