@@ -51,14 +51,14 @@ pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
 pub use handle::{ProjectionHandle, ResetError};
 pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
 pub use id::ProjectionId;
-#[cfg(feature = "postgres")]
-pub use offset_store::PostgresOffsetStore;
 #[cfg(feature = "sqlite")]
 pub use offset_store::SqliteOffsetStore;
 pub use offset_store::{
     InMemoryOffsetStore, InMemoryTransaction, OffsetStore, SeenSeqNrs, StoredProgress,
     TransactionalOffsetStore,
 };
+#[cfg(feature = "postgres")]
+pub use offset_store::{PostgresOffsetStore, OFFSET_STATEMENT_TIMEOUT};
 pub use progress::{Lag, Progress, ProjectionState};
 pub use projection::Projection;
 pub use query::QuerySource;

@@ -811,3 +811,31 @@ async fn a_failure_while_an_offset_save_waits_for_a_lock_is_reported_at_once() {
     eventually(|| handler.recorder.counts().contains_key(&(pid(1), 1))).await;
     assert_eq!(handle.stop().await, ProjectionState::Stopped);
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn an_offset_store_of_its_own_waits_for_a_lock_no_longer_than_its_statement_timeout() {
+    let Some(db) = open().await else { return };
+    let store = PostgresOffsetStore::connect(db._database.url(), 2)
+        .await
+        .unwrap();
+    // Every connection of its pool: a save waiting on a row lock another session holds (the
+    // projection's `stop` and `reset` wait for it) fails after the timeout, never hangs.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(timeout, "10s");
+        held.push(conn);
+    }
+    assert_eq!(
+        actix_persistence_projection::OFFSET_STATEMENT_TIMEOUT,
+        Duration::from_secs(10)
+    );
+}

@@ -41,7 +41,7 @@ mod sqlite;
 
 pub use inmem::{InMemoryOffsetStore, InMemoryTransaction};
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresOffsetStore;
+pub use postgres::{PostgresOffsetStore, OFFSET_STATEMENT_TIMEOUT};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteOffsetStore;
 

@@ -36,11 +36,27 @@ impl PostgresOffsetStore {
     /// URL sets one: `?options=-c%20search_path%3Dmy_schema`). For a journal in a schema of its
     /// own (`journal.postgres.schema`), use [`new`](Self::new) over the journal's pool instead.
     ///
+    /// Every connection gets the journal's default `statement_timeout`
+    /// ([`OFFSET_STATEMENT_TIMEOUT`], 10 s), so that a save or read waiting on a lock another
+    /// session holds fails instead of waiting for ever (a projection's `stop` and `reset` wait
+    /// for the save under way).
+    ///
     /// # Errors
     /// [`OffsetStoreError::Open`] when the database cannot be reached or migrated.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, OffsetStoreError> {
+        let session = format!(
+            "SET statement_timeout = {}",
+            OFFSET_STATEMENT_TIMEOUT.as_millis()
+        );
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(max_connections.max(1))
+            .after_connect(move |conn, _| {
+                let session = session.clone();
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, sqlx::raw_sql(&session)).await?;
+                    Ok(())
+                })
+            })
             .connect(url)
             .await
             .map_err(|source| OffsetStoreError::Open {
@@ -61,6 +77,10 @@ impl PostgresOffsetStore {
         &self.pool
     }
 }
+
+/// The `statement_timeout` of the connections [`PostgresOffsetStore::connect`] opens: 10 s,
+/// the journal's default (`journal.postgres.statement-timeout`).
+pub const OFFSET_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn db(id: &ProjectionId) -> impl FnOnce(sqlx::Error) -> OffsetStoreError + '_ {
     move |source| OffsetStoreError::Database {
