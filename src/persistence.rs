@@ -218,17 +218,24 @@ impl Persistence {
     }
 
     /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
-    /// testkit's controlled store). The plugin settings are ignored; the others apply.
+    /// testkit's controlled store). The plugin settings are ignored; the others apply, checked
+    /// as [`start_with`](Self::start_with) checks them.
     ///
-    /// # Panics
-    /// Outside a running Actix system (Actix panics when the journal actor starts); the
-    /// `start*` functions that return a `Result` report [`StartError::NoActixSystem`] instead.
+    /// # Errors
+    /// [`StartError::NoActixSystem`] outside a running Actix system; [`StartError::Config`]
+    /// when settings adjusted in code break a rule ([`Settings::validate`]: e.g. more
+    /// write-reply-ordering groups than `max-write-reply-ordering-groups`), before any actor
+    /// starts.
     pub fn start_with_stores(
         settings: Settings,
         store: Arc<dyn JournalStore>,
         snapshots: Arc<dyn SnapshotStore>,
-    ) -> Self {
-        Self::launch(settings, store, snapshots, "custom")
+    ) -> Result<Self, StartError> {
+        if actix::System::try_current().is_none() {
+            return Err(StartError::NoActixSystem);
+        }
+        settings.validate()?;
+        Ok(Self::launch(settings, store, snapshots, "custom"))
     }
 
     /// Whether the journal is ready to serve, for a readiness endpoint: its circuit breaker is

@@ -163,6 +163,22 @@ async fn settings_adjusted_in_code_with_groups_above_the_limit_fail_startup() {
     settings.journal.max_write_reply_ordering_groups =
         std::num::NonZeroUsize::new(4).expect("not 0");
     settings.journal.write_reply_ordering_groups = std::num::NonZeroUsize::new(5).expect("not 0");
+    // Stores of the caller's are checked alike.
+    let given = Persistence::start_with_stores(
+        settings.clone(),
+        std::sync::Arc::new(actix_persistence::InMemoryJournal::new()),
+        std::sync::Arc::new(actix_persistence::snapshot::InMemorySnapshotStore::new()),
+    );
+    match given {
+        Err(StartError::Config(error)) => {
+            assert_eq!(
+                error.problems[0].setting,
+                "journal.write-reply-ordering-groups"
+            )
+        }
+        Ok(_) => panic!("5 groups above a limit of 4 must not start over given stores"),
+        Err(other) => panic!("expected a config error, got {other}"),
+    }
     let error = match Persistence::start_with(settings).await {
         Err(StartError::Config(error)) => error,
         Ok(_) => panic!("5 groups above a limit of 4 must not start"),

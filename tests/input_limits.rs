@@ -152,7 +152,8 @@ async fn persistence_state_refuses_ids_no_store_can_write() {
         settings,
         Arc::new(InMemoryJournal::new()),
         Arc::new(actix_persistence::snapshot::InMemorySnapshotStore::new()),
-    );
+    )
+    .expect("start persistence");
     let longest = "é".repeat(MAX_PERSISTENCE_ID_BYTES / 2) + "a";
     assert_eq!(longest.len(), MAX_PERSISTENCE_ID_BYTES);
     assert!(persistence.state::<Probe>(longest.clone()).is_ok());

@@ -141,7 +141,8 @@ async fn a_store_given_without_a_query_store_answers_no_queries() {
         Settings::reference(),
         Arc::new(journal.clone()),
         Arc::new(InMemorySnapshotStore::new()),
-    );
+    )
+    .expect("start persistence");
     assert!(matches!(persistence.query(), Err(QueryError::Unsupported)));
     let persistence = persistence.with_query_store(Arc::new(journal));
     assert!(persistence.query().is_ok());

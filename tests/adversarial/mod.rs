@@ -193,6 +193,7 @@ impl Backend {
                 Arc::new(journal.clone()),
                 Arc::new(snapshots.clone()),
             )
+            .expect("start persistence")
             .with_query_store(Arc::new(journal.clone())),
             None => Persistence::start_with(self.settings())
                 .await
