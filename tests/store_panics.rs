@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_persistence::journal::{JournalActor, JournalConfig};
+use actix_persistence::query::{
+    EventsRequest, QuerySettings, QueryStore, ReadJournal, StoredEvent,
+};
 use actix_persistence::snapshot::{
     InMemorySnapshotStore, SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
     SnapshotSelectionCriteria, SnapshotStore,
@@ -148,6 +151,28 @@ impl JournalStore for Panicky {
             self.check(DELETED_TO_IN_FUTURE, "how far events were deleted");
             self.journal.read_deleted_to(pid).await
         })
+    }
+}
+
+#[async_trait]
+impl QueryStore for Panicky {
+    async fn current_timestamp(&self) -> Result<i64, JournalError> {
+        self.journal.current_timestamp().await
+    }
+
+    async fn read_events(
+        &self,
+        request: EventsRequest<'_>,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        self.journal.read_events(request).await
+    }
+
+    async fn read_persistence_ids(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, JournalError> {
+        self.journal.read_persistence_ids(after, limit).await
     }
 }
 
@@ -380,5 +405,35 @@ async fn a_store_panicking_in_a_delete_or_a_snapshot_save_fails_that_call_and_th
             .expect("the actor is alive")
             .expect("stored");
         assert_eq!(seq_nr, 3, "bit {bit}");
+    }
+}
+
+#[actix::test]
+async fn a_store_panicking_in_a_query_by_persistence_id_ends_the_query_with_a_store_error() {
+    for bit in [REPLAY_BEFORE_STREAM, REPLAY_MID_STREAM] {
+        let store = Panicky::new();
+        let pid = format!("p{bit}");
+        history(&store, &pid).await;
+        let query = ReadJournal::new(store.clone(), QuerySettings::default());
+        store.panics_at(bit);
+        let items: Vec<_> = query
+            .current_events_by_persistence_id(&pid, 1, u64::MAX)
+            .collect()
+            .await;
+        match &items[..] {
+            [Err(error)] => assert!(
+                error.to_string().contains("the journal store panicked"),
+                "bit {bit}: {error}"
+            ),
+            other => panic!("bit {bit}: expected one error, got {other:?}"),
+        }
+        // Fixed, the store answers the same query.
+        store.panics_at(0);
+        let seq_nrs: Vec<u64> = query
+            .current_events_by_persistence_id(&pid, 1, u64::MAX)
+            .map(|item| item.expect("an envelope").seq_nr)
+            .collect()
+            .await;
+        assert_eq!(seq_nrs, vec![1, 2], "bit {bit}");
     }
 }

@@ -113,6 +113,16 @@ fn monotonic() -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// The deadline `after` from now (`now + after`, on Tokio's clock), or a moment about 30 years
+/// away when that overflows the clock: a timeout or interval of `Duration::MAX` (or a setting
+/// such as `"300000000000y"`) means "never by time" instead of a panic of `Instant + Duration`.
+pub fn far_future_saturating(after: std::time::Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(after)
+        .or_else(|| now.checked_add(std::time::Duration::from_secs(30 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -422,6 +422,32 @@ pub enum WriteNow {
 /// A stream of replayed events, in ascending sequence-number order.
 pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>;
 
+/// The cause of a [`JournalError::Storage`] whose store panicked (a bug in a store plugin):
+/// the call it panicked in fails with it, wherever the panic happened (see
+/// `docs/architecture.md`, "Failures").
+#[derive(Debug, thiserror::Error)]
+#[error("the journal store panicked")]
+pub(crate) struct StorePanicked;
+
+/// The replay stream `replay` creates, with a panic of the store caught both while it creates
+/// the stream (the error, as `Err`) and while the stream is polled (an error item that ends
+/// it): the reader (recovery, a query) gets a [`StorePanicked`] error instead of unwinding.
+pub(crate) fn replay_catching_panics(
+    replay: impl FnOnce() -> ReplayStream,
+) -> Result<ReplayStream, JournalError> {
+    use futures::StreamExt;
+    use std::panic::AssertUnwindSafe;
+    let events = std::panic::catch_unwind(AssertUnwindSafe(replay))
+        .map_err(|_panic| JournalError::storage("replay", StorePanicked))?;
+    Ok(AssertUnwindSafe(events)
+        .catch_unwind()
+        .map(|event| match event {
+            Ok(event) => event,
+            Err(_panic) => Err(JournalError::storage("replay", StorePanicked)),
+        })
+        .boxed())
+}
+
 /// Storage behind a journal. Implementations must be safe to call concurrently: the journal
 /// actor starts a write without waiting for the previous one.
 ///

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use metrics::Histogram;
 use tracing::Instrument;
 
@@ -19,8 +19,8 @@ use crate::clock;
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
 use crate::store::{
-    AtomicWrite, CheckedBatch, JournalStore, Ownership, ReplayStream, WriteBatch, WriteNow,
-    WriteResults,
+    replay_catching_panics, AtomicWrite, CheckedBatch, JournalStore, Ownership, StorePanicked,
+    WriteBatch, WriteNow, WriteResults,
 };
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
@@ -449,10 +449,6 @@ fn persist_latency(store: &'static str) -> Histogram {
     metrics::histogram!(crate::metrics::PERSIST_LATENCY, "store" => store)
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("the journal store panicked")]
-struct StorePanicked;
-
 impl Handler<CheckHealth> for JournalActor {
     type Result = ResponseFuture<Result<(), Unhealthy>>;
 
@@ -504,19 +500,6 @@ impl Handler<CheckHealth> for JournalActor {
             }
         })
     }
-}
-
-/// The events of a replay, a panic of the store while it is polled ending it with a
-/// [`StorePanicked`] error (the recovery reading it fails with that error instead of
-/// unwinding through the persistent actor).
-fn unwind_safe_replay(events: ReplayStream) -> ReplayStream {
-    AssertUnwindSafe(events)
-        .catch_unwind()
-        .map(|event| match event {
-            Ok(event) => event,
-            Err(_panic) => Err(JournalError::storage("replay", StorePanicked)),
-        })
-        .boxed()
 }
 
 /// The persistence id the health check reads the highest sequence number of (it need not
@@ -603,10 +586,7 @@ impl JournalActor {
                     store.replay_messages(pid, from, to, max)
                 }
             };
-            let events = match std::panic::catch_unwind(AssertUnwindSafe(replay)) {
-                Ok(events) => unwind_safe_replay(events),
-                Err(_panic) => return Err(JournalError::storage("replay", StorePanicked)),
-            };
+            let events = replay_catching_panics(replay)?;
             Ok(Replay {
                 highest_seq_nr: highest,
                 deleted_to,

@@ -173,15 +173,7 @@ fn report(state: &State) {
     metrics::gauge!(crate::metrics::CIRCUIT_BREAKER_STATE).set(value);
 }
 
-/// The deadline `after` from now (`now + after`), or a moment about 30 years away when that
-/// overflows the clock: a timeout or interval of `Duration::MAX` (or a setting such as
-/// `"300000000000y"`) means "never by time" instead of a panic of `Instant + Duration`.
-pub fn far_future_saturating(after: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(after)
-        .or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))
-        .unwrap_or(now)
-}
+pub use crate::clock::far_future_saturating;
 
 #[cfg(test)]
 mod tests {

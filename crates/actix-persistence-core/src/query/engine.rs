@@ -356,7 +356,7 @@ impl OffsetQuery {
             self.fast = backtrack;
         }
         // Saturating: a refresh interval too long for the clock means "never by time".
-        self.next_round = crate::journal::far_future_saturating(self.settings.refresh_interval);
+        self.next_round = crate::clock::far_future_saturating(self.settings.refresh_interval);
         self.phase = Phase::Settled {
             bound: now.saturating_sub(window),
             // Up to now, inclusive: a current query ends at the events stored when it started.

@@ -96,11 +96,15 @@ impl ReadJournal {
         let store = Arc::clone(&self.store);
         // One entity type for the whole query, shared by its envelopes.
         let entity_type: Arc<str> = Arc::from(super::entity_type_of(persistence_id));
-        store
-            .replay_messages(persistence_id, from_seq_nr, to_seq_nr, MAX_SEQ_NR)
-            .map_ok(move |repr| sequence_envelope(repr, Arc::clone(&entity_type)))
-            .map_err(QueryError::from)
-            .boxed()
+        // A store that panics ends the stream with an error, as in a recovery's replay.
+        let replay = || store.replay_messages(persistence_id, from_seq_nr, to_seq_nr, MAX_SEQ_NR);
+        match crate::store::replay_catching_panics(replay) {
+            Ok(events) => events
+                .map_ok(move |repr| sequence_envelope(repr, Arc::clone(&entity_type)))
+                .map_err(QueryError::from)
+                .boxed(),
+            Err(error) => stream::iter([Err(QueryError::from(error))]).boxed(),
+        }
     }
 
     /// As [`current_events_by_persistence_id`](Self::current_events_by_persistence_id), then
@@ -144,7 +148,7 @@ impl ReadJournal {
             }
             if state.wait {
                 let deadline =
-                    crate::journal::far_future_saturating(state.query.settings.refresh_interval);
+                    crate::clock::far_future_saturating(state.query.settings.refresh_interval);
                 wait_for_round(deadline, state.notifications.as_mut()).await;
             }
             // Read before the page: every event up to the highest sequence number is
