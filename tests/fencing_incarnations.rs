@@ -382,3 +382,118 @@ async fn a_recovery_owns_the_id_before_it_loads_its_snapshot(backend: Backend) {
         ]
     );
 }
+
+/// A persistent actor whose failure hooks panic (user code with a bug), to check that a fenced
+/// write or delete still stops it as fenced.
+struct PanickyHooks {
+    persistence: PersistenceState<Self>,
+    recovered: mpsc::UnboundedSender<u64>,
+}
+
+impl Actor for PanickyHooks {
+    type Context = actix::Context<Self>;
+
+    fn started(&mut self, ctx: &mut actix::Context<Self>) {
+        actix_persistence::start_recovery(self, ctx);
+    }
+}
+
+impl actix_persistence::PersistentActor for PanickyHooks {
+    fn persistence(&self) -> &PersistenceState<Self> {
+        &self.persistence
+    }
+    fn persistence_mut(&mut self) -> &mut PersistenceState<Self> {
+        &mut self.persistence
+    }
+}
+
+impl actix_persistence::EventSourced for PanickyHooks {
+    type Event = Evt;
+
+    fn apply(&mut self, _: &Evt) {}
+
+    fn on_recovery_completed(&mut self, last_seq_nr: u64, _: &mut actix::Context<Self>) {
+        let _ = self.recovered.send(last_seq_nr);
+    }
+
+    fn on_persist_failure(&mut self, _: &JournalError, _: &mut actix::Context<Self>) {
+        panic!("on_persist_failure has a bug");
+    }
+
+    fn on_delete_failure(
+        &mut self,
+        _: &actix_persistence::DeleteError,
+        _: &mut actix::Context<Self>,
+    ) {
+        panic!("on_delete_failure has a bug");
+    }
+}
+
+#[derive(actix_persistence::Message)]
+#[rtype(result = "actix_persistence::PersistResult<u64>")]
+struct PersistOne(Evt);
+
+impl actix::Handler<PersistOne> for PanickyHooks {
+    type Result = actix_persistence::PersistReply<u64>;
+
+    fn handle(&mut self, msg: PersistOne, ctx: &mut actix::Context<Self>) -> Self::Result {
+        use actix_persistence::PersistentActor;
+        self.persist(ctx, msg.0, |act, _, _| act.last_seq_nr())
+    }
+}
+
+#[derive(actix_persistence::Message)]
+#[rtype(result = "()")]
+struct DeleteAll;
+
+impl actix::Handler<DeleteAll> for PanickyHooks {
+    type Result = ();
+
+    fn handle(&mut self, _: DeleteAll, ctx: &mut actix::Context<Self>) {
+        use actix_persistence::PersistentActor;
+        self.delete_events_to(ctx, u64::MAX);
+    }
+}
+
+/// A fenced write or delete stops the actor as fenced (a supervisor does not restart it) also
+/// when its failure hook panics: the panic does not turn it into a failure a supervisor
+/// restarts, which would take the id back from its new owner and fence that one in turn.
+async fn a_fenced_actor_whose_failure_hook_panics_still_stops_as_fenced(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    for delete in [false, true] {
+        let pid = &format!("f5-{delete}");
+        let (tx, mut recovered) = mpsc::unbounded_channel();
+        let mut state = PersistenceState::new(h.journal.clone(), pid.as_str()).expect("valid id");
+        let stopped = state.watch_stop();
+        let old = PanickyHooks {
+            persistence: state,
+            recovered: tx,
+        }
+        .start();
+        assert_eq!(recovered.recv().await, Some(0));
+        let first = old.send(PersistOne(named("one")));
+        h.control.next_write_for(pid).await.complete();
+        assert_eq!(first.await.expect("mailbox").expect("stored"), 1);
+
+        // Another incarnation takes the id over; the old one's next write or delete is fenced.
+        let (_new, recovered_new) = new_incarnation(&mut h, pid).await;
+        assert_eq!(recovered_new.0, 1);
+        if delete {
+            old.do_send(DeleteAll);
+        } else {
+            let stale = old.send(PersistOne(named("stale")));
+            h.control.next_write_for(pid).await.complete();
+            match stale.await.expect("mailbox") {
+                Err(PersistError::Failed(JournalError::Fenced { .. })) => {}
+                other => panic!("expected a fenced write, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            stopped.await,
+            Ok(StopReason::Fenced),
+            "delete {delete}: fenced, whatever the hook did"
+        );
+    }
+}
+
+on_every_backend!(a_fenced_actor_whose_failure_hook_panics_still_stops_as_fenced);

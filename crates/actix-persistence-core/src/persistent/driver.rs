@@ -353,6 +353,12 @@ fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: Write
                 let hook = catch_user(|| act.on_persist_failure(&cause, ctx));
                 let _ = then.call(None, Err(PersistError::Failed(cause)));
                 let reason = match hook {
+                    // Fenced whatever the hook did: a newer incarnation owns the id, and a
+                    // supervisor restarting this one (as after a panic) would take it back.
+                    Err(reason) if fenced => {
+                        tracing::error!(panic = %reason, "on_persist_failure panicked after a fenced write; the actor stops as fenced");
+                        StopReason::Fenced
+                    }
                     Ok(()) if fenced => StopReason::Fenced,
                     Ok(()) => StopReason::PersistFailure,
                     Err(reason) => StopReason::Panicked { reason },

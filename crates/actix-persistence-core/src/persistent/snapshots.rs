@@ -390,18 +390,21 @@ pub(crate) fn delete_events_to<A: PersistentActor>(
                 Ok(()) => {
                     run_hook(act, ctx, |act, ctx| act.on_events_deleted(to_seq_nr, ctx));
                 }
-                Err(error) => {
-                    let fenced = matches!(error, JournalError::Fenced { .. });
-                    let failure = fenced.then(|| ActorFailure::Persist(error.clone()));
-                    let error = DeleteError::Journal(error);
-                    let hook_returned =
-                        run_hook(act, ctx, |act, ctx| act.on_delete_failure(&error, ctx));
+                Err(error) if matches!(error, JournalError::Fenced { .. }) => {
                     // A fenced delete shows that a newer incarnation owns the id: this one
-                    // stops as after a fenced write (a supervisor does not restart it).
-                    if let (true, Some(failure)) = (hook_returned, failure) {
-                        act.persistence().record_failure(failure);
-                        super::driver::stop_with(act, ctx, StopReason::Fenced, std::iter::empty());
+                    // stops as after a fenced write (a supervisor does not restart it), also
+                    // when the hook panics (a restart would take the id back).
+                    act.persistence()
+                        .record_failure(ActorFailure::Persist(error.clone()));
+                    let error = DeleteError::Journal(error);
+                    if let Err(reason) = catch_user(|| act.on_delete_failure(&error, ctx)) {
+                        tracing::error!(panic = %reason, "on_delete_failure panicked after a fenced delete; the actor stops as fenced");
                     }
+                    super::driver::stop_with(act, ctx, StopReason::Fenced, std::iter::empty());
+                }
+                Err(error) => {
+                    let error = DeleteError::Journal(error);
+                    run_hook(act, ctx, |act, ctx| act.on_delete_failure(&error, ctx));
                 }
             }),
     );

@@ -124,8 +124,10 @@ pub enum StopReason {
     /// recovery ([`RecoveryError::Panicked`](super::RecoveryError::Panicked)).
     RecoveryFailure,
     /// A write or a delete was fenced ([`crate::JournalError::Fenced`]): a newer incarnation of the
-    /// persistence id owns it, here or in another process. A [`super::BackoffSupervisor`]
-    /// does not restart it (a restart would take the id back from its new owner).
+    /// persistence id owns it, here or in another process, also when its failure hook
+    /// (`on_persist_failure`, `on_delete_failure`) panicked (the panic is logged). A
+    /// [`super::BackoffSupervisor`] does not restart it (a restart would take the id back from
+    /// its new owner).
     Fenced,
     /// User code the library ran after recovery panicked: [`EventSourced::apply`] of a stored
     /// event, a `persist`/`persist_all`/`defer` continuation, or a hook. The state may be
