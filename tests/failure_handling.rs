@@ -384,6 +384,44 @@ async fn supervised(
     supervisor
 }
 
+#[actix::test]
+async fn a_panicking_factory_is_a_failed_start_retried_after_the_backoff() {
+    let mut h = Harness::new(1);
+    let journal = h.journal.clone();
+    let log = h.log_tx.clone();
+    let backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(1),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(600),
+    };
+    // The factory panics on its first two calls (a configuration read that fails at first).
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let supervisor = BackoffSupervisor::new(backoff, move || {
+        let call = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(call >= 2, "the factory's bug, call {call}");
+        Probe {
+            persistence: PersistenceState::new(journal.clone(), "factory").expect("valid id"),
+            applied: Vec::new(),
+            log: log.clone(),
+        }
+    })
+    .start();
+    // Sent while no child could be made yet: kept, then handled by the third one.
+    let first = supervisor.send(Persist(vec![named("e1")]));
+    assert!(matches!(
+        h.next_seen().await,
+        Seen::Recovered { last_seq_nr: 0, .. }
+    ));
+    h.control.next_write_for("factory").await.complete();
+    assert_eq!(
+        first.await.expect("the supervisor lives").expect("stored"),
+        1
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
 #[test]
 fn backoff_doubles_from_min_up_to_max_plus_the_random_share() {
     let backoff = Backoff {

@@ -71,7 +71,8 @@ type Forward<A> = Box<dyn FnOnce(&Addr<A>)>;
 /// Runs a persistent actor built by a factory, and builds and starts a new incarnation after
 /// the old one stopped on a failure (a failed persist or recovery, or a panic: in user code the
 /// library runs, or one that escaped a command handler), after a backoff.
-/// The new incarnation recovers from the store. A normal stop stops the supervisor too, and so
+/// The new incarnation recovers from the store. A factory that panics is a failed start,
+/// retried after the backoff in the same way. A normal stop stops the supervisor too, and so
 /// does a fenced child ([`StopReason::Fenced`]): another incarnation owns the persistence id,
 /// and restarting would fight it for the id.
 ///
@@ -109,7 +110,19 @@ impl<A: PersistentActor> BackoffSupervisor<A> {
     }
 
     fn start_child(&mut self, ctx: &mut Context<Self>) {
-        let mut child = (self.factory)();
+        // The factory is user code: a panic in it is a failed start, restarted after the
+        // backoff as a child's panic is (commands sent meanwhile stay buffered), not the end of
+        // the supervisor with every buffered command answered `ActorStopped`.
+        let factory = &mut self.factory;
+        let mut child = match super::panics::catch_user(factory) {
+            Ok(child) => child,
+            Err(reason) => {
+                tracing::error!(%reason, "the persistent actor's factory panicked");
+                self.child_started = Instant::now();
+                self.child_stopped(StopReason::Panicked { reason }, ctx);
+                return;
+            }
+        };
         let stopped = child.persistence_mut().watch_stop();
         let addr = child.start();
         self.child_started = Instant::now();
