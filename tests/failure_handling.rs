@@ -422,6 +422,57 @@ async fn a_panicking_factory_is_a_failed_start_retried_after_the_backoff() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
 
+#[actix::test]
+async fn a_stop_watch_set_in_the_factory_is_told_beside_the_supervisor() {
+    let mut h = Harness::new(1);
+    let journal = h.journal.clone();
+    let log = h.log_tx.clone();
+    let backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(1),
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(600),
+    };
+    let (watches, mut watched) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = BackoffSupervisor::new(backoff, move || {
+        let mut persistence = PersistenceState::new(journal.clone(), "watched").expect("valid id");
+        // The application's own watch of each incarnation.
+        let _ = watches.send(persistence.watch_stop());
+        Probe {
+            persistence,
+            applied: Vec::new(),
+            log: log.clone(),
+        }
+    })
+    .start();
+    assert!(matches!(h.next_seen().await, Seen::Recovered { .. }));
+    let failing = supervisor.send(Persist(vec![named("e1")]));
+    h.control
+        .next_write_for("watched")
+        .await
+        .fail(JournalError::JournalStopped);
+    assert!(matches!(
+        failing.await.expect("mailbox"),
+        Err(PersistError::Failed(_))
+    ));
+    let first = watched.recv().await.expect("the first incarnation's watch");
+    assert!(
+        matches!(
+            first.await,
+            Ok(actix_persistence::StopReason::PersistFailure)
+        ),
+        "the application's watch is told why, not dropped"
+    );
+    // And the supervisor was told too: it started the next incarnation.
+    assert!(matches!(
+        h.seen_until(|s| matches!(s, Seen::Recovered { .. }))
+            .await
+            .pop(),
+        Some(Seen::Recovered { .. })
+    ));
+    assert!(watched.recv().await.is_some(), "a second incarnation");
+}
+
 #[test]
 fn backoff_doubles_from_min_up_to_max_plus_the_random_share() {
     let backoff = Backoff {

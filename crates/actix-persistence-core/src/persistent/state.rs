@@ -106,7 +106,7 @@ pub struct PersistenceState<A: EventSourced> {
     pub(crate) write_channel: Option<WriteSender>,
     /// Why the actor stopped, told to a watching supervisor when this state is dropped.
     pub(crate) stop_reason: StopReason,
-    stop_watch: Option<oneshot::Sender<StopReason>>,
+    stop_watches: Vec<oneshot::Sender<StopReason>>,
     /// Why the actor stopped on a failure, for its [`super::PersistentAddr`]s.
     pub(crate) failure: FailureCell,
     /// Counts this actor's writes, snapshot saves and deletes for a graceful shutdown.
@@ -158,7 +158,7 @@ impl<A: EventSourced> Drop for PersistenceState<A> {
             self.stop_reason = StopReason::Panicked { reason };
         }
         self.answer_abandoned_invocations();
-        if let Some(watch) = self.stop_watch.take() {
+        for watch in self.stop_watches.drain(..) {
             let _ = watch.send(self.stop_reason.clone());
         }
     }
@@ -200,7 +200,7 @@ impl<A: EventSourced> PersistenceState<A> {
             slot_waker: None,
             write_channel: None,
             stop_reason: StopReason::Normal,
-            stop_watch: None,
+            stop_watches: Vec::new(),
             failure: FailureCell::default(),
             work: None,
         })
@@ -251,10 +251,12 @@ impl<A: EventSourced> PersistenceState<A> {
     }
 
     /// A receiver told why the actor stopped, once its state is dropped (used by
-    /// [`super::BackoffSupervisor`]). Replaces an earlier watch.
+    /// [`super::BackoffSupervisor`]). Every watch is told: one of the application's, set in a
+    /// supervisor's factory, is kept beside the supervisor's own.
     pub fn watch_stop(&mut self) -> oneshot::Receiver<StopReason> {
         let (tx, rx) = oneshot::channel();
-        self.stop_watch = Some(tx);
+        self.stop_watches.retain(|watch| !watch.is_closed());
+        self.stop_watches.push(tx);
         rx
     }
 
