@@ -177,3 +177,41 @@ async fn keep_counts_snapshots_and_events_are_deleted_only_up_to_the_oldest_kept
 }
 
 on_every_store!(keep_counts_snapshots_and_events_are_deleted_only_up_to_the_oldest_kept);
+
+async fn retention_follows_snapshots_asked_for_without_automatic_ones(backend: Backend) {
+    let mut h = Harness::on(backend, 1).await;
+    let store = Arc::clone(&h.snapshots);
+    // No automatic snapshots; keep the newest one and delete the events it covers.
+    let policy = SnapshotPolicy::default().keep(1).delete_events(true);
+    let configured = Arc::clone(&store);
+    let a = h
+        .probe_with("manual", 0, move |s| {
+            s.with_snapshot_store(configured, Duration::from_secs(5))
+                .with_snapshot_policy(policy)
+        })
+        .await;
+    for i in 1..=4u64 {
+        let reply = a.send(Persist(vec![named(&format!("e{i}"))]));
+        h.control.next_write_for("manual").await.complete();
+        reply.await.expect("mailbox").expect("stored");
+        if i % 2 == 0 {
+            a.send(SaveSnapshot).await.expect("mailbox");
+            match h
+                .seen_until(|s| {
+                    matches!(s, Seen::SnapshotSaved { .. } | Seen::SnapshotFailed { .. })
+                })
+                .await
+                .pop()
+            {
+                Some(Seen::SnapshotSaved { seq_nr, .. }) => assert_eq!(seq_nr, i),
+                other => panic!("expected the snapshot at {i}, saw {other:?}"),
+            }
+            h.seen_until(|s| matches!(s, Seen::EventsDeleted { to_seq_nr, .. } if *to_seq_nr == i))
+                .await;
+        }
+    }
+    assert_eq!(snapshot_seq_nrs(&store, "manual").await, vec![4]);
+    assert_eq!(stored_seq_nrs(&h, "manual").await, Vec::<u64>::new());
+}
+
+on_every_store!(retention_follows_snapshots_asked_for_without_automatic_ones);

@@ -32,7 +32,8 @@ pub struct SnapshotPolicy {
     /// default) takes none automatically.
     pub every: Option<NonZeroU64>,
     /// Keep this many newest snapshots (by count, whatever their sequence numbers), delete
-    /// older ones; 0 keeps all (and then no events are deleted).
+    /// older ones; 0 keeps all (and then no events are deleted). Applied after every snapshot
+    /// saved, also those `save_snapshot` asks for (with `every` `None` as well).
     pub keep: u32,
     /// After a snapshot was saved and `keep` snapshots exist, delete the events up to the
     /// oldest kept snapshot (never further: recovery may fall back to any kept snapshot and
@@ -272,7 +273,9 @@ fn apply_retention<A: PersistentActor>(
     let Some(store) = act.persistence().snapshots.clone() else {
         return;
     };
-    if policy.every.is_none() || policy.keep == 0 {
+    // After every saved snapshot, automatic or asked for with `save_snapshot` (as Akka's
+    // retention follows every snapshot it saves), once `keep` is set.
+    if policy.keep == 0 {
         return;
     }
     let pid = saved.persistence_id.clone();
