@@ -85,7 +85,9 @@ impl<O: Clone + Send + Sync + 'static> ProjectionHandle<O> {
         &self.id
     }
 
-    /// Stops pulling new envelopes; those in flight finish and the handled offset is saved.
+    /// Stops pulling new envelopes and starting handler calls; calls in flight finish (envelopes
+    /// pulled before, waiting behind their ids' calls, wait for [`resume`](Self::resume)) and
+    /// the handled offset is saved.
     /// The pause holds until [`resume`](Self::resume), also across the restarts after a
     /// failure (a pause asked while the projection waits to restart included).
     pub fn pause(&self) {

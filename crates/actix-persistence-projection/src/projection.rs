@@ -888,10 +888,13 @@ impl<'p, E: Envelope> Run<'p, E> {
 
     /// Starts waiting units in order while slots are free, skipping a unit whose persistence
     /// ids are in flight or belong to an earlier waiting unit (that keeps each id in order);
-    /// none while the projection [waits for a save](Self::waits_for_save).
+    /// none while paused or while the projection [waits for a save](Self::waits_for_save).
     fn start_runnable(&mut self) {
         let max = self.projection.max_concurrency;
+        // Paused: calls in flight finish, none starts (also of units pulled before the pause,
+        // waiting behind their ids' calls); resuming starts them.
         if self.stopping
+            || self.paused
             || self.waiting.is_empty()
             || self.in_flight.len() >= max
             || self.waits_for_save()

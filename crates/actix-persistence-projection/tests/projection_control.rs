@@ -48,6 +48,42 @@ async fn a_paused_projection_handles_nothing_until_resumed() {
     handle.stop().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_pause_holds_back_pulled_envelopes_that_wait_for_their_id() {
+    // One id, three events, up to 4 calls at once: the first runs (held by the gate), the
+    // other two are pulled and wait behind it (one id's envelopes go in seq_nr order).
+    let journal = InMemoryJournal::new();
+    write_events(&journal, &pid(0), 1, 3).await;
+    let handler = Gated::default();
+    let handle = Projection::at_least_once(
+        id(),
+        live_source(&journal),
+        InMemoryOffsetStore::new(),
+        handler.clone(),
+    )
+    .with_max_concurrency(4)
+    .start();
+    eventually(|| handler.started.handled().len() == 1).await;
+    handle.pause();
+    handle
+        .wait_for(|p| p.state == ProjectionState::Paused)
+        .await
+        .expect("paused");
+    // The call in flight finishes; the waiting ones must not start while paused.
+    handler.release(3);
+    eventually(|| !handler.finished.handled().is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(
+        handler.started.handled().len(),
+        1,
+        "no handler call starts after the pause took effect"
+    );
+    handle.resume();
+    handle.wait_for(|p| p.handled == 3).await.expect("the rest");
+    assert_eq!(handler.finished.handled().len(), 3);
+    handle.stop().await;
+}
+
 #[tokio::test]
 async fn stop_saves_the_offset_of_every_handled_envelope() {
     let journal = InMemoryJournal::new();
