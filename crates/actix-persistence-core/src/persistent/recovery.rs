@@ -389,6 +389,7 @@ fn poll_recovery_steps<A: PersistentActor>(
                 return Poll::Pending;
             }
             Poll::Ready(Some(Ok(repr))) => {
+                check_expected(&recovery.bounds, recovery.replayed, &repr, act)?;
                 if recovery.replayed == 0 {
                     check_not_deleted(covered, repr.seq_nr.saturating_sub(1), act)?;
                 }
@@ -422,6 +423,33 @@ fn poll_recovery_steps<A: PersistentActor>(
             }
         }
     }
+}
+
+/// Fails recovery on an event it did not ask for ([`RecoveryError::UnexpectedEvent`]): not
+/// above the last applied sequence number, above the recovery's bounds, or of another id.
+#[inline]
+fn check_expected<A: PersistentActor>(
+    bounds: &Recovery,
+    replayed: u64,
+    repr: &crate::store::PersistentRepr,
+    act: &A,
+) -> Result<(), RecoveryError> {
+    let after = act.last_seq_nr();
+    if repr.seq_nr > after
+        && repr.seq_nr <= bounds.to_seq_nr
+        && replayed < bounds.max_events
+        && *repr.persistence_id == *act.persistence_id()
+    {
+        return Ok(());
+    }
+    Err(RecoveryError::UnexpectedEvent {
+        persistence_id: act.persistence_id().to_owned(),
+        event_persistence_id: repr.persistence_id.to_string(),
+        seq_nr: repr.seq_nr,
+        after,
+        to_seq_nr: bounds.to_seq_nr,
+        max_events: bounds.max_events,
+    })
 }
 
 /// The end of the replay: checks that no stored event is missing after the snapshot, and
