@@ -148,15 +148,15 @@ pub enum RecoveryError {
     },
     /// The journal replayed an event this recovery did not ask for: a sequence number not
     /// above the last one applied (repeated or out of order), one above the recovery's
-    /// `to_seq_nr` or past its `max_events`, or an event of another persistence id. That is a
-    /// bug of the journal store (the journal conformance suite checks the order); applying the
-    /// event would build a wrong state, so recovery fails instead (as Akka's replay filter in
-    /// its `fail` mode).
+    /// [`Recovery::to_seq_nr`] or past its [`Recovery::max_events`], or an event of another
+    /// persistence id. That is a bug of the journal store (the journal conformance suite checks
+    /// the order); applying the event would build a wrong state, so recovery fails instead (as
+    /// Akka's replay filter in its `fail` mode).
     #[error(
         "recovery of {persistence_id:?} failed: the journal replayed {event_persistence_id:?} \
          seq_nr {seq_nr} after seq_nr {after} (expected the events of {persistence_id:?} in \
-         ascending order, up to seq_nr {to_seq_nr}, at most {max_events} of them): a bug of the \
-         journal store"
+         ascending order, within the recovery's to_seq_nr and max_events): a bug of the journal \
+         store"
     )]
     UnexpectedEvent {
         /// Whose recovery.
@@ -167,10 +167,6 @@ pub enum RecoveryError {
         seq_nr: u64,
         /// The sequence number applied before it (the snapshot's, or 0 at the start).
         after: u64,
-        /// The recovery's upper bound ([`Recovery::to_seq_nr`]).
-        to_seq_nr: u64,
-        /// The recovery's [`Recovery::max_events`].
-        max_events: u64,
     },
     /// User code panicked while recovering: `hook` is `"EventSourced::snapshotting"`,
     /// `"Snapshotting::restore"`, `"deserialize_event"`, `"apply"` or

@@ -434,22 +434,28 @@ fn check_expected<A: PersistentActor>(
     repr: &crate::store::PersistentRepr,
     act: &A,
 ) -> Result<(), RecoveryError> {
-    let after = act.last_seq_nr();
-    if repr.seq_nr > after
+    if repr.seq_nr > act.last_seq_nr()
         && repr.seq_nr <= bounds.to_seq_nr
         && replayed < bounds.max_events
         && *repr.persistence_id == *act.persistence_id()
     {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(unexpected_event(repr, act))
     }
-    Err(RecoveryError::UnexpectedEvent {
+}
+
+#[cold]
+fn unexpected_event<A: PersistentActor>(
+    repr: &crate::store::PersistentRepr,
+    act: &A,
+) -> RecoveryError {
+    RecoveryError::UnexpectedEvent {
         persistence_id: act.persistence_id().to_owned(),
         event_persistence_id: repr.persistence_id.to_string(),
         seq_nr: repr.seq_nr,
-        after,
-        to_seq_nr: bounds.to_seq_nr,
-        max_events: bounds.max_events,
-    })
+        after: act.last_seq_nr(),
+    }
 }
 
 /// The end of the replay: checks that no stored event is missing after the snapshot, and
