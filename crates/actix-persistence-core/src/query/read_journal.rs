@@ -87,6 +87,12 @@ impl ReadJournal {
     /// The events of `persistence_id` with `from_seq_nr <= seq_nr <= to_seq_nr`, ascending,
     /// as stored when the query runs (each page is read when pulled); then the stream ends.
     /// Offsets are [`Offset::Sequence`].
+    ///
+    /// It reads the id's highest sequence number first and replays up to it (at most
+    /// `to_seq_nr`): every event up to it has committed, so the events it delivers have no gap
+    /// but the holes of deleted or rejected numbers. A replay read past it (pages of windows of
+    /// sequence numbers) took a window whose events had not all committed for one with holes,
+    /// and read the next window after they had: it went on past them.
     pub fn current_events_by_persistence_id(
         &self,
         persistence_id: &str,
@@ -94,17 +100,29 @@ impl ReadJournal {
         to_seq_nr: u64,
     ) -> EnvelopeStream {
         let store = Arc::clone(&self.store);
-        // One entity type for the whole query, shared by its envelopes.
-        let entity_type: Arc<str> = Arc::from(super::entity_type_of(persistence_id));
-        // A store that panics ends the stream with an error, as in a recovery's replay.
-        let replay = || store.replay_messages(persistence_id, from_seq_nr, to_seq_nr, MAX_SEQ_NR);
-        match crate::store::replay_catching_panics(replay) {
-            Ok(events) => events
-                .map_ok(move |repr| sequence_envelope(repr, Arc::clone(&entity_type)))
-                .map_err(QueryError::from)
-                .boxed(),
-            Err(error) => stream::iter([Err(QueryError::from(error))]).boxed(),
-        }
+        let persistence_id = persistence_id.to_owned();
+        stream::once(async move {
+            match read_highest_in_task(&store, &persistence_id, from_seq_nr).await {
+                Ok(highest) => {
+                    replay_envelopes(&store, &persistence_id, from_seq_nr, to_seq_nr.min(highest))
+                }
+                Err(error) => stream::iter([Err(QueryError::from(error))]).boxed(),
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    /// The stored events of `persistence_id` from `from_seq_nr` to `to_seq_nr`, where
+    /// `to_seq_nr` is at most the highest sequence number read before (see
+    /// [`current_events_by_persistence_id`](Self::current_events_by_persistence_id)).
+    fn replay_up_to_highest(
+        &self,
+        persistence_id: &str,
+        from_seq_nr: u64,
+        to_seq_nr: u64,
+    ) -> EnvelopeStream {
+        replay_envelopes(&self.store, persistence_id, from_seq_nr, to_seq_nr)
     }
 
     /// As [`current_events_by_persistence_id`](Self::current_events_by_persistence_id), then
@@ -152,13 +170,11 @@ impl ReadJournal {
                 wait_for_round(deadline, state.notifications.as_mut()).await;
             }
             // Read before the page: every event up to the highest sequence number is
-            // committed then, so a page read afterwards that ends below `to` holds all of
-            // them there are (a query up to MAX never ends, so it needs none).
-            let highest = if state.to == MAX_SEQ_NR {
-                Ok(0)
-            } else {
-                read_highest_in_task(&state.query.store, &state.persistence_id, state.next).await
-            };
+            // committed then, so a page read afterwards up to it holds all of them there are
+            // (read past it, a replay can take numbers not committed yet for holes and go on
+            // past them; see `current_events_by_persistence_id`).
+            let highest =
+                read_highest_in_task(&state.query.store, &state.persistence_id, state.next).await;
             let highest = match highest {
                 Ok(highest) => highest,
                 Err(error) => {
@@ -166,12 +182,16 @@ impl ReadJournal {
                 }
             };
             let page_size = state.query.settings.page_size.max(1) as usize;
-            let page: Vec<_> = state
-                .query
-                .current_events_by_persistence_id(&state.persistence_id, state.next, state.to)
-                .take(page_size)
-                .collect()
-                .await;
+            let page: Vec<_> = if highest < state.next {
+                Vec::new()
+            } else {
+                state
+                    .query
+                    .replay_up_to_highest(&state.persistence_id, state.next, state.to.min(highest))
+                    .take(page_size)
+                    .collect()
+                    .await
+            };
             let mut failed = false;
             for item in &page {
                 match item {
@@ -349,6 +369,26 @@ fn sequence_envelope(repr: crate::store::PersistentRepr, entity_type: Arc<str>) 
 /// The highest sequence number of `persistence_id` (from `from`), read in a task of its own
 /// ([`in_own_task`]): a read under way completes and gives its database connection back also
 /// when the consumer stops pulling in the middle of it.
+/// The stored events of `persistence_id` from `from_seq_nr` to `to_seq_nr` as envelopes.
+fn replay_envelopes(
+    store: &Arc<dyn QueryStore>,
+    persistence_id: &str,
+    from_seq_nr: u64,
+    to_seq_nr: u64,
+) -> EnvelopeStream {
+    // One entity type for the whole query, shared by its envelopes.
+    let entity_type: Arc<str> = Arc::from(super::entity_type_of(persistence_id));
+    // A store that panics ends the stream with an error, as in a recovery's replay.
+    let replay = || store.replay_messages(persistence_id, from_seq_nr, to_seq_nr, MAX_SEQ_NR);
+    match crate::store::replay_catching_panics(replay) {
+        Ok(events) => events
+            .map_ok(move |repr| sequence_envelope(repr, Arc::clone(&entity_type)))
+            .map_err(QueryError::from)
+            .boxed(),
+        Err(error) => stream::iter([Err(QueryError::from(error))]).boxed(),
+    }
+}
+
 async fn read_highest_in_task(
     store: &Arc<dyn QueryStore>,
     persistence_id: &str,
