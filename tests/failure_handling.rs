@@ -356,6 +356,16 @@ async fn the_backoff_supervisor_restarts_a_failed_actor_which_recovers_and_conti
     assert_eq!(after.await.expect("mailbox").expect("stored"), 2);
 }
 
+/// Restarts after `delay` every time (no growth, no random share).
+fn fixed_backoff(delay: Duration) -> Backoff {
+    Backoff {
+        min: delay,
+        max: delay,
+        random_factor: 0.0,
+        reset_after: Duration::from_secs(600),
+    }
+}
+
 /// A backoff supervisor over probes of `pid` restarting after `delay`, once its first child
 /// recovered empty.
 async fn supervised(
@@ -365,12 +375,7 @@ async fn supervised(
 ) -> actix::Addr<BackoffSupervisor<Probe>> {
     let journal = h.journal.clone();
     let log = h.log_tx.clone();
-    let backoff = Backoff {
-        min: delay,
-        max: delay,
-        random_factor: 0.0,
-        reset_after: Duration::from_secs(600),
-    };
+    let backoff = fixed_backoff(delay);
     let supervisor = BackoffSupervisor::new(backoff, move || Probe {
         persistence: PersistenceState::new(journal.clone(), pid).expect("valid id"),
         applied: Vec::new(),
@@ -389,12 +394,7 @@ async fn a_panicking_factory_is_a_failed_start_retried_after_the_backoff() {
     let mut h = Harness::new(1);
     let journal = h.journal.clone();
     let log = h.log_tx.clone();
-    let backoff = Backoff {
-        min: Duration::from_millis(1),
-        max: Duration::from_millis(1),
-        random_factor: 0.0,
-        reset_after: Duration::from_secs(600),
-    };
+    let backoff = fixed_backoff(Duration::from_millis(1));
     // The factory panics on its first two calls (a configuration read that fails at first).
     let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let counted = Arc::clone(&calls);
@@ -427,12 +427,7 @@ async fn a_stop_watch_set_in_the_factory_is_told_beside_the_supervisor() {
     let mut h = Harness::new(1);
     let journal = h.journal.clone();
     let log = h.log_tx.clone();
-    let backoff = Backoff {
-        min: Duration::from_millis(1),
-        max: Duration::from_millis(1),
-        random_factor: 0.0,
-        reset_after: Duration::from_secs(600),
-    };
+    let backoff = fixed_backoff(Duration::from_millis(1));
     let (watches, mut watched) = tokio::sync::mpsc::unbounded_channel();
     let supervisor = BackoffSupervisor::new(backoff, move || {
         let mut persistence = PersistenceState::new(journal.clone(), "watched").expect("valid id");
