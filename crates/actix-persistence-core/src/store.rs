@@ -520,6 +520,13 @@ pub trait JournalStore: Send + Sync + 'static {
 
     /// Replays the stored events of `persistence_id` with `from <= seq_nr <= to`, at most `max`
     /// of them, ascending. The stream owns what it needs (`'static`) so it can outlive `&self`.
+    ///
+    /// Callers cap `to` at the id's highest sequence number read before
+    /// ([`read_highest_sequence_nr`](Self::read_highest_sequence_nr)), as the journal actor,
+    /// recovery and the queries by persistence id do: every event up to it has committed. A
+    /// replay past it while the id is being written may read a window of numbers whose events
+    /// are still committing as one with holes, and pass over them (as Akka's
+    /// `asyncReplayMessages`, which is called up to the highest sequence number).
     fn replay_messages(
         &self,
         persistence_id: &str,
