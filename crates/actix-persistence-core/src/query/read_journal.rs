@@ -113,18 +113,6 @@ impl ReadJournal {
         .boxed()
     }
 
-    /// The stored events of `persistence_id` from `from_seq_nr` to `to_seq_nr`, where
-    /// `to_seq_nr` is at most the highest sequence number read before (see
-    /// [`current_events_by_persistence_id`](Self::current_events_by_persistence_id)).
-    fn replay_up_to_highest(
-        &self,
-        persistence_id: &str,
-        from_seq_nr: u64,
-        to_seq_nr: u64,
-    ) -> EnvelopeStream {
-        replay_envelopes(&self.store, persistence_id, from_seq_nr, to_seq_nr)
-    }
-
     /// As [`current_events_by_persistence_id`](Self::current_events_by_persistence_id), then
     /// keeps delivering new events of `persistence_id` (`to_seq_nr` = `MAX_SEQ_NR`: never
     /// ends).
@@ -185,9 +173,8 @@ impl ReadJournal {
             let page: Vec<_> = if highest < state.next {
                 Vec::new()
             } else {
-                state
-                    .query
-                    .replay_up_to_highest(&state.persistence_id, state.next, state.to.min(highest))
+                let to = state.to.min(highest);
+                replay_envelopes(&state.query.store, &state.persistence_id, state.next, to)
                     .take(page_size)
                     .collect()
                     .await
@@ -366,10 +353,9 @@ fn sequence_envelope(repr: crate::store::PersistentRepr, entity_type: Arc<str>) 
     RawEnvelope::from_repr_with_entity_type(repr, Offset::Sequence { seq_nr }, entity_type)
 }
 
-/// The highest sequence number of `persistence_id` (from `from`), read in a task of its own
-/// ([`in_own_task`]): a read under way completes and gives its database connection back also
-/// when the consumer stops pulling in the middle of it.
-/// The stored events of `persistence_id` from `from_seq_nr` to `to_seq_nr` as envelopes.
+/// The stored events of `persistence_id` from `from_seq_nr` to `to_seq_nr` as envelopes;
+/// `to_seq_nr` at most the highest sequence number read before (see
+/// [`ReadJournal::current_events_by_persistence_id`]).
 fn replay_envelopes(
     store: &Arc<dyn QueryStore>,
     persistence_id: &str,
@@ -389,6 +375,9 @@ fn replay_envelopes(
     }
 }
 
+/// The highest sequence number of `persistence_id` (from `from`), read in a task of its own
+/// ([`in_own_task`]): a read under way completes and gives its database connection back also
+/// when the consumer stops pulling in the middle of it.
 async fn read_highest_in_task(
     store: &Arc<dyn QueryStore>,
     persistence_id: &str,
