@@ -429,6 +429,37 @@ pub type ReplayStream = BoxStream<'static, Result<PersistentRepr, JournalError>>
 #[error("the journal store panicked")]
 pub(crate) struct StorePanicked;
 
+/// How a store call made with [`answer_within`] ended without an answer of the store's.
+#[cfg(feature = "actor")]
+pub(crate) enum NoAnswer {
+    /// The store panicked, while it created the call's future or while that ran.
+    Panicked,
+    /// The call did not end within its timeout.
+    TimedOut,
+}
+
+/// Makes a store call (`call` creates its future) and awaits its answer within `timeout`; a
+/// panic of the store, before its future exists (a hand-written method doing work up front) or
+/// while it runs, is [`NoAnswer::Panicked`], not a panic of the caller. The journal actor's
+/// calls, its health check and the snapshot calls go through it.
+#[cfg(feature = "actor")]
+pub(crate) async fn answer_within<T, F>(
+    timeout: std::time::Duration,
+    call: impl FnOnce() -> F,
+) -> Result<T, NoAnswer>
+where
+    F: std::future::Future<Output = T>,
+{
+    use futures::FutureExt;
+    use std::panic::AssertUnwindSafe;
+    let call = std::panic::catch_unwind(AssertUnwindSafe(call)).map_err(|_| NoAnswer::Panicked)?;
+    match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
+        Err(_) => Err(NoAnswer::TimedOut),
+        Ok(Err(_panic)) => Err(NoAnswer::Panicked),
+        Ok(Ok(answer)) => Ok(answer),
+    }
+}
+
 /// The replay stream `replay` creates, with a panic of the store caught both while it creates
 /// the stream (the error, as `Err`) and while the stream is polled (an error item that ends
 /// it): the reader (recovery, a query) gets a [`StorePanicked`] error instead of unwinding.

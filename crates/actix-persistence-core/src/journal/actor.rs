@@ -19,8 +19,8 @@ use crate::clock;
 use crate::error::{AtomicWriteError, JournalError};
 use crate::persistent::{InFlight, InFlightGuard};
 use crate::store::{
-    replay_catching_panics, AtomicWrite, CheckedBatch, JournalStore, Ownership, StorePanicked,
-    WriteBatch, WriteNow, WriteResults,
+    answer_within, replay_catching_panics, AtomicWrite, CheckedBatch, JournalStore, NoAnswer,
+    Ownership, StorePanicked, WriteBatch, WriteNow, WriteResults,
 };
 
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
@@ -477,28 +477,22 @@ impl Handler<CheckHealth> for JournalActor {
             }
             // A read, never a write; past the breaker, so a check never trips it.
             let read = || store.read_highest_sequence_nr(HEALTH_CHECK_ID, 0);
-            let call = match std::panic::catch_unwind(AssertUnwindSafe(read)) {
-                Ok(call) => AssertUnwindSafe(call),
-                Err(_panic) => {
-                    return Err(Unhealthy::StoreUnreachable(JournalError::storage(
-                        "health check",
-                        StorePanicked,
-                    )))
-                }
-            };
-            match tokio::time::timeout(timeout, call.catch_unwind()).await {
-                Ok(Ok(Ok(_))) => Ok(()),
-                Ok(Ok(Err(cause))) => Err(Unhealthy::StoreUnreachable(cause)),
-                Ok(Err(_panic)) => Err(Unhealthy::StoreUnreachable(JournalError::storage(
-                    "health check",
-                    StorePanicked,
-                ))),
-                Err(_) => Err(Unhealthy::StoreUnreachable(JournalError::Timeout {
-                    operation: "health check",
-                    timeout,
-                })),
-            }
+            let answer = answered("health check", timeout, answer_within(timeout, read).await);
+            answer.map(|_| ()).map_err(Unhealthy::StoreUnreachable)
         })
+    }
+}
+
+/// A store call's result, or the journal's error when the store gave none.
+fn answered<T>(
+    operation: &'static str,
+    timeout: Duration,
+    answer: Result<Result<T, JournalError>, NoAnswer>,
+) -> Result<T, JournalError> {
+    match answer {
+        Ok(result) => result,
+        Err(NoAnswer::TimedOut) => Err(JournalError::Timeout { operation, timeout }),
+        Err(NoAnswer::Panicked) => Err(JournalError::storage(operation, StorePanicked)),
     }
 }
 
@@ -520,16 +514,7 @@ where
 {
     let generation = breaker.permit()?;
     // A panicking store must still record its outcome, or a half-open breaker stays shut.
-    let result = match std::panic::catch_unwind(AssertUnwindSafe(call)) {
-        Err(_panic) => Err(JournalError::storage(operation, StorePanicked)),
-        Ok(call) => {
-            match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
-                Err(_) => Err(JournalError::Timeout { operation, timeout }),
-                Ok(Err(_panic)) => Err(JournalError::storage(operation, StorePanicked)),
-                Ok(Ok(result)) => result,
-            }
-        }
-    };
+    let result = answered(operation, timeout, answer_within(timeout, call).await);
     // A refusal of a healthy store (a fenced delete) does not count against it.
     let healthy = result
         .as_ref()

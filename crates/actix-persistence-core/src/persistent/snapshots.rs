@@ -1,12 +1,10 @@
 //! Snapshots and deletes from inside a persistent actor.
 
 use std::num::NonZeroU64;
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use actix::fut::ActorFutureExt;
 use actix::{AsyncContext, Context, WrapFuture};
-use futures::FutureExt;
 
 use super::addr::ActorFailure;
 use super::in_flight::InFlightGuard;
@@ -15,6 +13,7 @@ use super::state::{now_millis, StopReason};
 use super::PersistentActor;
 use crate::error::JournalError;
 use crate::journal::DeleteMessagesTo;
+use crate::store::NoAnswer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -464,12 +463,10 @@ pub(super) async fn with_timeout<T, F>(
 where
     F: std::future::Future<Output = Result<T, SnapshotError>>,
 {
-    let panicked = || SnapshotError::storage(operation, SnapshotStorePanicked);
-    let call = std::panic::catch_unwind(AssertUnwindSafe(call)).map_err(|_| panicked())?;
-    match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
-        Err(_) => Err(SnapshotError::Timeout { operation, timeout }),
-        Ok(Err(_panic)) => Err(panicked()),
-        Ok(Ok(result)) => result,
+    match crate::store::answer_within(timeout, call).await {
+        Ok(result) => result,
+        Err(NoAnswer::TimedOut) => Err(SnapshotError::Timeout { operation, timeout }),
+        Err(NoAnswer::Panicked) => Err(SnapshotError::storage(operation, SnapshotStorePanicked)),
     }
 }
 
