@@ -136,6 +136,17 @@ impl std::fmt::Debug for Persistence {
     }
 }
 
+/// What every `start*` checks before it opens or starts anything: a running Actix system, and
+/// settings that keep their rules. Settings adjusted in code (the fields are public) may break
+/// a rule the types cannot hold, such as a group count above its limit, which would start that
+/// many actors.
+fn check_can_start(settings: &Settings) -> Result<(), StartError> {
+    if actix::System::try_current().is_none() {
+        return Err(StartError::NoActixSystem);
+    }
+    Ok(settings.validate()?)
+}
+
 impl Persistence {
     /// Loads the settings (`reference.toml`, then the file named by `ACTIX_PERSISTENCE_CONFIG`,
     /// then `ACTIX_PERSISTENCE__*` environment variables), validates them, opens the
@@ -167,12 +178,7 @@ impl Persistence {
     /// ([`Settings::validate`]: more write-reply-ordering groups than their limit, say);
     /// [`StartError::Store`] when the store cannot be opened.
     pub async fn start_with(settings: Settings) -> Result<Self, StartError> {
-        if actix::System::try_current().is_none() {
-            return Err(StartError::NoActixSystem);
-        }
-        // Settings adjusted in code (the fields are public) may break a rule the types cannot
-        // hold: fail here, before a group count above its limit starts that many actors.
-        settings.validate()?;
+        check_can_start(&settings)?;
         let stores = open_stores(&settings).await?;
         let store_name = settings.journal.plugin.as_str();
         let mut persistence = Self::launch(settings, stores.journal, stores.snapshots, store_name)
@@ -231,10 +237,7 @@ impl Persistence {
         store: Arc<dyn JournalStore>,
         snapshots: Arc<dyn SnapshotStore>,
     ) -> Result<Self, StartError> {
-        if actix::System::try_current().is_none() {
-            return Err(StartError::NoActixSystem);
-        }
-        settings.validate()?;
+        check_can_start(&settings)?;
         Ok(Self::launch(settings, store, snapshots, "custom"))
     }
 

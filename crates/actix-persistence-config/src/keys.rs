@@ -76,6 +76,22 @@ pub(crate) struct Key {
 pub(crate) const GROUPS: &str = "journal.write-reply-ordering-groups";
 pub(crate) const MAX_GROUPS: &str = "journal.max-write-reply-ordering-groups";
 pub(crate) const POSTGRES_URL: &str = "journal.postgres.url";
+pub(crate) const READ_AHEAD_PAGES: &str = "query.read-ahead-pages";
+/// The most `query.read-ahead-pages` can be.
+pub(crate) const MAX_READ_AHEAD_PAGES: u128 = 64;
+
+/// The rule a group count above its limit breaks (`limit` from `source`).
+pub(crate) fn groups_above_limit_rule(
+    limit: impl std::fmt::Display,
+    source: &crate::error::ConfigSource,
+) -> String {
+    format!("must be <= {MAX_GROUPS} ({limit} from {source}); raise the limit to use more groups")
+}
+
+/// The rule of a count setting: an integer from 1 to `max`.
+pub(crate) fn count_rule(max: u128) -> String {
+    format!("must be an integer >= 1 and <= {max}")
+}
 
 const USIZE_MAX: u128 = usize::MAX as u128;
 const U32_MAX: u128 = u32::MAX as u128;
@@ -175,8 +191,10 @@ pub(crate) const KEYS: &[Key] = &[
         kind: Kind::Count { max: U32_MAX },
     },
     Key {
-        path: "query.read-ahead-pages",
-        kind: Kind::Count { max: 64 },
+        path: READ_AHEAD_PAGES,
+        kind: Kind::Count {
+            max: MAX_READ_AHEAD_PAGES,
+        },
     },
 ];
 

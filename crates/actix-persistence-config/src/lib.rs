@@ -495,19 +495,16 @@ impl Settings {
             problems.push(ConfigProblem {
                 setting: keys::GROUPS.to_owned(),
                 value: groups.to_string(),
-                rule: format!(
-                    "must be <= {} ({limit} from {source}); raise the limit to use more groups",
-                    keys::MAX_GROUPS
-                ),
+                rule: keys::groups_above_limit_rule(limit, &source),
                 source: source.clone(),
             });
         }
         let pages = self.query.read_ahead_pages.get();
-        if pages > 64 {
+        if u128::from(pages) > keys::MAX_READ_AHEAD_PAGES {
             problems.push(ConfigProblem {
-                setting: "query.read-ahead-pages".to_owned(),
+                setting: keys::READ_AHEAD_PAGES.to_owned(),
                 value: pages.to_string(),
-                rule: "must be an integer >= 1 and <= 64".to_owned(),
+                rule: keys::count_rule(keys::MAX_READ_AHEAD_PAGES),
                 source,
             });
         }

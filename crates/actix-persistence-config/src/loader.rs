@@ -827,20 +827,15 @@ impl Merged {
         let refresh_interval = self.duration("query.refresh-interval", problems);
         let late_commit_window = self.duration("query.late-commit-window", problems);
         let page_size = self.count_u32("query.page-size", problems);
-        let read_ahead_pages = self.count_u32("query.read-ahead-pages", problems);
+        let read_ahead_pages = self.count_u32(keys::READ_AHEAD_PAGES, problems);
 
         // The limit rule, on merged values: only when both are valid integers on their own.
         let mut groups_ok = groups.is_some();
         if let (Some((g, g_found)), Some((l, l_found))) = (&groups, &limit) {
             if g > l {
                 groups_ok = false;
-                problems.push(g_found.problem(
-                    GROUPS,
-                    format!(
-                        "must be <= {MAX_GROUPS} ({l} from {}); raise the limit to use more groups",
-                        l_found.source
-                    ),
-                ));
+                let rule = keys::groups_above_limit_rule(l, &l_found.source);
+                problems.push(g_found.problem(GROUPS, rule));
             }
         }
 
@@ -924,5 +919,5 @@ fn looks_like_big_integer(s: &str) -> bool {
 }
 
 fn too_large(max: u128) -> String {
-    format!("must be an integer >= 1 and <= {max}")
+    keys::count_rule(max)
 }
