@@ -87,21 +87,32 @@ pub async fn run_on_store(
     drive(&addrs, events, progress).await
 }
 
+/// Where the journal actors of a closed loop on several arbiters run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JournalPlacement {
+    /// One journal actor, with its resequencers, on an arbiter of its own, shared by the actors
+    /// of every arbiter: each persist crosses to its thread and back.
+    Shared,
+    /// A journal actor on each actors' arbiter, all over the one store: a persist stays on its
+    /// thread (the store's locks are the only thing the arbiters share).
+    PerArbiter,
+}
+
 /// The closed loop with the actors spread over `arbiters` Actix arbiters (threads), each
-/// driving its own share of the actors, and the journal actor with its resequencers on an
-/// arbiter of its own: how an Actix app with one arbiter per core uses one shared journal.
-/// CPU is the whole process's.
+/// driving its own share of the actors, their journal placed as `placement` says: how an
+/// Actix app with one arbiter per core persists. CPU is the whole process's.
 pub async fn run_on_arbiters(
     store: Arc<dyn JournalStore>,
     groups: usize,
     actors: usize,
     events: u64,
-    arbiters: usize,
+    (arbiters, placement): (usize, JournalPlacement),
     call_timeout: Duration,
 ) -> ClosedLoopOutcome {
+    // The shared journal's arbiter (idle when each arbiter has a journal of its own).
     let journal_arbiter = actix::Arbiter::new();
     let config = crate::runner::journal_config(groups, call_timeout);
-    let journal = JournalActor::start_on(&journal_arbiter.handle(), store, config);
+    let journal = JournalActor::start_on(&journal_arbiter.handle(), store.clone(), config.clone());
     let arbiters: Vec<actix::Arbiter> = (0..arbiters.max(1))
         .map(|_| actix::Arbiter::new())
         .collect();
@@ -115,7 +126,12 @@ pub async fn run_on_arbiters(
         let (done_tx, done_rx) = oneshot::channel::<(u64, u64)>();
         let journal = journal.clone();
         let count = share.min(actors.saturating_sub(index * share));
+        let (store, config) = (store.clone(), config.clone());
         arbiter.spawn(async move {
+            let journal = match placement {
+                JournalPlacement::Shared => journal,
+                JournalPlacement::PerArbiter => JournalActor::start_with(store, config),
+            };
             let addrs = BenchActor::start_many(&journal, &format!("closed-{index}"), count);
             wait_ready(&addrs).await.expect("benchmark actors recover");
             let _ = ready_tx.send(());
@@ -182,9 +198,11 @@ pub struct ClosedLoopOptions {
     pub parallel: bool,
     /// Seed of the pathological delays.
     pub seed: u64,
-    /// Arbiters the healthy store's actors run on; above 1 the journal actor gets an arbiter
-    /// of its own too (see [`run_on_arbiters`]). 1: everything on one thread.
+    /// Arbiters the healthy store's actors run on (see [`run_on_arbiters`]). 1: everything on
+    /// one thread.
     pub arbiters: usize,
+    /// Where the journal actors run when `arbiters` is above 1.
+    pub placement: JournalPlacement,
 }
 
 /// Runs the `closed-loop` scenario and returns its rows.
@@ -199,11 +217,13 @@ pub fn run(options: &ClosedLoopOptions, progress: &Progress) -> Vec<Row> {
         for run in 1..=options.runs {
             for &groups in &options.groups {
                 let (actors, events, arbiters) = (options.actors, options.events, options.arbiters);
+                let placement = options.placement;
                 let outcome = block_on_system(async move {
                     let store = Arc::new(InMemoryJournal::new());
                     let timeout = Duration::from_secs(10);
                     if arbiters > 1 {
-                        run_on_arbiters(store, groups, actors, events, arbiters, timeout).await
+                        let on = (arbiters, placement);
+                        run_on_arbiters(store, groups, actors, events, on, timeout).await
                     } else {
                         run_on_store(store, groups, actors, events, timeout, None).await
                     }
@@ -211,6 +231,9 @@ pub fn run(options: &ClosedLoopOptions, progress: &Progress) -> Vec<Row> {
                 let mut row = Row::new("closed-loop", "in-memory", groups, run);
                 fill(&mut row, actors, &outcome);
                 row.detail("arbiters", arbiters);
+                if arbiters > 1 {
+                    row.detail("journal", format!("{placement:?}"));
+                }
                 bar.inc(1);
                 rows.push(row);
             }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use actix_persistence_bench::closed_loop::{self, ClosedLoopOptions};
+use actix_persistence_bench::closed_loop::{self, ClosedLoopOptions, JournalPlacement};
 use actix_persistence_bench::group_commit::{self, GroupCommitOptions};
 use actix_persistence_bench::open_loop::{self, Arrivals, OpenLoopOptions};
 use actix_persistence_bench::pg::PgServer;
@@ -159,10 +159,13 @@ struct ClosedLoopArgs {
     /// Seed of the pathological delays.
     #[arg(long, default_value_t = 2048)]
     seed: u64,
-    /// Arbiters (threads) the healthy store's actors run on, each driving its share; above 1
-    /// the journal actor and its resequencers run on an arbiter of their own.
+    /// Arbiters (threads) the healthy store's actors run on, each driving its share.
     #[arg(long, default_value_t = 1)]
     arbiters: usize,
+    /// With several arbiters: one journal actor on an arbiter of its own (`shared`), or one on
+    /// each actors' arbiter over the same store (`per-arbiter`).
+    #[arg(long, value_enum, default_value_t = JournalPlacement::Shared)]
+    journal: JournalPlacement,
 }
 
 #[derive(Debug, Args)]
@@ -390,6 +393,7 @@ fn main() {
                 parallel: !args.sequential,
                 seed: args.seed,
                 arbiters: args.arbiters.max(1),
+                placement: args.journal,
             };
             progress.println(format!("closed-loop: {options:?}"));
             let rows = report::with_medians(closed_loop::run(&options, &progress));
