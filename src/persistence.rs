@@ -425,7 +425,9 @@ impl Persistence {
         &self.settings
     }
 
-    /// The journal actor.
+    /// The journal actor that [`state`](Self::state) gives the persistent actors: the one
+    /// started with this `Persistence`, or the arbiter's own one of a `Persistence` returned by
+    /// [`on_this_arbiter`](Self::on_this_arbiter).
     pub fn journal(&self) -> &Addr<JournalActor> {
         &self.journal
     }
