@@ -110,51 +110,74 @@ pub struct Persistence {
 }
 
 /// What [`Persistence::on_this_arbiter`] starts journal actors from, and the ones it started:
-/// one per arbiter (thread), over the same store with the same settings and shutdown count.
+/// one per arbiter (thread), over the same store with the same settings.
 struct ArbiterJournals {
     /// The thread of the arbiter the first journal actor runs on.
     home: std::thread::ThreadId,
     store: Arc<dyn JournalStore>,
     config: JournalConfig,
     store_name: &'static str,
+    /// What the first journal actor and its persistent actors count their work in.
+    home_in_flight: InFlight,
+    started: std::sync::Mutex<Vec<ArbiterJournal>>,
+}
+
+/// A journal actor [`ArbiterJournals`] started, with the count of its arbiter's work: a count
+/// of its own, so that writes on two arbiters do not update one shared counter (an atomic
+/// that would move between the cores twice per persist).
+struct ArbiterJournal {
+    thread: std::thread::ThreadId,
+    journal: Addr<JournalActor>,
     in_flight: InFlight,
-    started: std::sync::Mutex<Vec<(std::thread::ThreadId, Addr<JournalActor>)>>,
 }
 
 impl ArbiterJournals {
-    /// The journal actor of the current thread's arbiter, started on first use (or again
-    /// after its arbiter stopped it); `None` on the first journal's own arbiter.
-    fn current(&self) -> Option<Addr<JournalActor>> {
+    fn started(&self) -> std::sync::MutexGuard<'_, Vec<ArbiterJournal>> {
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The journal actor of the current thread's arbiter and the count of its work, started
+    /// on first use (or again after its arbiter stopped it); `None` on the first journal's
+    /// own arbiter.
+    fn current(&self) -> Option<(Addr<JournalActor>, InFlight)> {
         let thread = std::thread::current().id();
         if thread == self.home {
             return None;
         }
-        let mut started = self
-            .started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        started.retain(|(_, journal)| journal.connected());
-        if let Some((_, journal)) = started.iter().find(|(on, _)| *on == thread) {
-            return Some(journal.clone());
+        let mut started = self.started();
+        started.retain(|started| started.journal.connected());
+        if let Some(local) = started.iter().find(|started| started.thread == thread) {
+            return Some((local.journal.clone(), local.in_flight.clone()));
         }
+        let in_flight = InFlight::new();
         let journal = JournalActor::new(Arc::clone(&self.store), self.config.clone())
-            .with_in_flight(self.in_flight.clone())
+            .with_in_flight(in_flight.clone())
             .with_store_name(self.store_name)
             .start();
-        started.push((thread, journal.clone()));
-        Some(journal)
+        started.push(ArbiterJournal {
+            thread,
+            journal: journal.clone(),
+            in_flight: in_flight.clone(),
+        });
+        Some((journal, in_flight))
     }
 
     /// The journal actors started so far that still run.
     fn running(&self) -> Vec<Addr<JournalActor>> {
-        let started = self
-            .started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        started
+        self.started()
             .iter()
-            .filter(|(_, journal)| journal.connected())
-            .map(|(_, journal)| journal.clone())
+            .filter(|started| started.journal.connected())
+            .map(|started| started.journal.clone())
+            .collect()
+    }
+
+    /// The work counts of the first journal and of every arbiter's.
+    fn in_flight(&self) -> Vec<InFlight> {
+        let started = self.started();
+        std::iter::once(self.home_in_flight.clone())
+            .chain(started.iter().map(|started| started.in_flight.clone()))
             .collect()
     }
 }
@@ -262,7 +285,17 @@ impl Persistence {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        self.in_flight.idle().await;
+        // Until every count is zero in one pass (work on one arbiter may start work on
+        // another only before the last command was answered, but checking costs nothing).
+        loop {
+            let counts = self.arbiter_journals.in_flight();
+            for in_flight in &counts {
+                in_flight.idle().await;
+            }
+            if counts.iter().all(|in_flight| in_flight.count() == 0) {
+                break;
+            }
+        }
         for close in self.closers.iter() {
             close().await;
         }
@@ -272,7 +305,11 @@ impl Persistence {
     /// Writes, snapshot saves and deletes under way now (what [`shutdown`](Self::shutdown)
     /// waits for).
     pub fn work_in_flight(&self) -> usize {
-        self.in_flight.count()
+        self.arbiter_journals
+            .in_flight()
+            .iter()
+            .map(InFlight::count)
+            .sum()
     }
 
     /// Starts the journal actor over stores of the caller's (a third-party plugin, or the
@@ -330,7 +367,8 @@ impl Persistence {
     /// among the actors of one arbiter. Writes of one persistence id from two arbiters are
     /// kept apart by the store as those of two processes are (the owner epoch: the newest
     /// incarnation writes, an older one is fenced). [`health`](Self::health) checks every
-    /// journal actor and [`shutdown`](Self::shutdown) waits for their work. On the arbiter
+    /// journal actor and [`shutdown`](Self::shutdown) waits for their work (each arbiter
+    /// counts its own, so persists on two arbiters share no counter). On the arbiter
     /// that started the `Persistence`, or outside any arbiter, it is a plain clone.
     ///
     /// # Examples
@@ -351,8 +389,9 @@ impl Persistence {
     pub fn on_this_arbiter(&self) -> Self {
         let mut local = self.clone();
         if actix::Arbiter::try_current().is_some() {
-            if let Some(journal) = self.arbiter_journals.current() {
+            if let Some((journal, in_flight)) = self.arbiter_journals.current() {
                 local.journal = journal;
+                local.in_flight = in_flight;
             }
         }
         local
@@ -379,7 +418,7 @@ impl Persistence {
             store: Arc::clone(&store),
             config: config.clone(),
             store_name,
-            in_flight: in_flight.clone(),
+            home_in_flight: in_flight.clone(),
             started: std::sync::Mutex::default(),
         });
         let journal = JournalActor::new(store, config)

@@ -135,3 +135,71 @@ async fn each_arbiter_persists_through_a_journal_of_its_own_over_the_one_store()
         let _ = arbiter.join();
     }
 }
+
+/// `shutdown` waits for a write held by the store that went through an arbiter's own journal
+/// (each arbiter counts its work apart from the others), and `work_in_flight` counts it.
+#[actix_rt::test]
+async fn shutdown_waits_for_a_write_through_an_arbiters_journal() {
+    use std::sync::Arc;
+
+    use actix_persistence::snapshot::InMemorySnapshotStore;
+    use actix_persistence_testkit::ControlledJournal;
+
+    let settings = Settings::loader()
+        .env_vars(Vec::<(String, String)>::new())
+        .load()
+        .expect("settings");
+    let (store, mut control) = ControlledJournal::new();
+    let persistence = Persistence::start_with_stores(
+        settings,
+        Arc::new(store),
+        Arc::new(InMemorySnapshotStore::new()),
+    )
+    .expect("starts");
+    let arbiter = Arbiter::new();
+
+    // An actor on the arbiter asks for a persist; the store holds the write.
+    let p = persistence.clone();
+    let (answer_tx, answer) = oneshot::channel();
+    on(&arbiter, move || async move {
+        let local = p.on_this_arbiter();
+        let counter = Counter {
+            persistence: local.state("Account|held").expect("valid id"),
+            total: 0,
+        }
+        .start_persistent();
+        actix_rt::spawn(async move {
+            let _ = answer_tx.send(counter.ask(Add(7)).await);
+        });
+    })
+    .await;
+    let write = control.next_write_for("Account|held").await;
+    // The actor's write awaiting its reply, and the journal's store call.
+    assert_eq!(
+        persistence.work_in_flight(),
+        2,
+        "the held write is not counted"
+    );
+
+    let shutdown = {
+        let persistence = persistence.clone();
+        actix_rt::spawn(async move { persistence.shutdown().await })
+    };
+    // Shutdown waits while the write is held (the test's own thread runs the shutdown task
+    // until it awaits).
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown ended with a write in flight"
+    );
+
+    let _ = write.complete();
+    assert_eq!(answer.await.expect("answered").expect("persisted"), 7);
+    shutdown
+        .await
+        .expect("shutdown ends once the write is answered");
+    assert_eq!(persistence.work_in_flight(), 0);
+    arbiter.stop();
+    let _ = arbiter.join();
+}
