@@ -114,6 +114,10 @@ pub struct Persistence {
 struct ArbiterJournals {
     /// The thread of the arbiter the first journal actor runs on.
     home: std::thread::ThreadId,
+    /// The first journal actor (on the `home` arbiter): every clone checks it in
+    /// [`Persistence::health`], and gets it from [`Persistence::on_this_arbiter`] there, also a
+    /// clone that another arbiter's call gave another journal actor.
+    home_journal: Addr<JournalActor>,
     store: Arc<dyn JournalStore>,
     config: JournalConfig,
     store_name: &'static str,
@@ -138,18 +142,18 @@ impl ArbiterJournals {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The journal actor of the current thread's arbiter and the count of its work, started
-    /// on first use (or again after its arbiter stopped it); `None` on the first journal's
-    /// own arbiter.
-    fn current(&self) -> Option<(Addr<JournalActor>, InFlight)> {
+    /// The journal actor of the current thread's arbiter and the count of its work: the
+    /// first journal on its own arbiter, elsewhere one started on first use (or again after
+    /// its arbiter stopped it).
+    fn current(&self) -> (Addr<JournalActor>, InFlight) {
         let thread = std::thread::current().id();
         if thread == self.home {
-            return None;
+            return (self.home_journal.clone(), self.home_in_flight.clone());
         }
         let mut started = self.started();
         started.retain(|started| started.journal.connected());
         if let Some(local) = started.iter().find(|started| started.thread == thread) {
-            return Some((local.journal.clone(), local.in_flight.clone()));
+            return (local.journal.clone(), local.in_flight.clone());
         }
         let in_flight = InFlight::new();
         let journal = JournalActor::new(Arc::clone(&self.store), self.config.clone())
@@ -161,16 +165,25 @@ impl ArbiterJournals {
             journal: journal.clone(),
             in_flight: in_flight.clone(),
         });
-        Some((journal, in_flight))
+        (journal, in_flight)
     }
 
-    /// The journal actors started so far that still run.
-    fn running(&self) -> Vec<Addr<JournalActor>> {
-        self.started()
-            .iter()
-            .filter(|started| started.journal.connected())
-            .map(|started| started.journal.clone())
-            .collect()
+    /// The journal actors [`Persistence::health`] checks for a clone writing through `own`:
+    /// `own` and the first one (stopped or not: they serve this app's actors), then every
+    /// one started since whose arbiter still runs, each once.
+    fn to_check(&self, own: &Addr<JournalActor>) -> Vec<Addr<JournalActor>> {
+        let mut journals = vec![own.clone()];
+        if self.home_journal != *own {
+            journals.push(self.home_journal.clone());
+        }
+        journals.extend(
+            self.started()
+                .iter()
+                .map(|started| &started.journal)
+                .filter(|journal| journal.connected() && *journal != own)
+                .cloned(),
+        );
+        journals
     }
 
     /// The work counts of the first journal and of every arbiter's.
@@ -342,8 +355,9 @@ impl Persistence {
     /// [`Unhealthy::CircuitOpen`] while the breaker is open after repeated store failures;
     /// [`Unhealthy::StoreUnreachable`] when the store fails or does not answer the read.
     pub async fn health(&self) -> Result<(), Unhealthy> {
-        let others = self.arbiter_journals.running();
-        for journal in std::iter::once(&self.journal).chain(&others) {
+        // Every journal actor, whichever this clone writes through (a clone from
+        // `on_this_arbiter` holds its arbiter's).
+        for journal in &self.arbiter_journals.to_check(&self.journal) {
             journal
                 .send(CheckHealth)
                 .await
@@ -368,8 +382,9 @@ impl Persistence {
     /// kept apart by the store as those of two processes are (the owner epoch: the newest
     /// incarnation writes, an older one is fenced). [`health`](Self::health) checks every
     /// journal actor and [`shutdown`](Self::shutdown) waits for their work (each arbiter
-    /// counts its own, so persists on two arbiters share no counter). On the arbiter
-    /// that started the `Persistence`, or outside any arbiter, it is a plain clone.
+    /// counts its own, so persists on two arbiters share no counter). On the arbiter that
+    /// started the `Persistence` it gives that arbiter's journal actor, the first one (also to
+    /// a clone another arbiter's call gave its own); outside any arbiter it is a plain clone.
     ///
     /// # Examples
     /// ```no_run
@@ -389,10 +404,9 @@ impl Persistence {
     pub fn on_this_arbiter(&self) -> Self {
         let mut local = self.clone();
         if actix::Arbiter::try_current().is_some() {
-            if let Some((journal, in_flight)) = self.arbiter_journals.current() {
-                local.journal = journal;
-                local.in_flight = in_flight;
-            }
+            let (journal, in_flight) = self.arbiter_journals.current();
+            local.journal = journal;
+            local.in_flight = in_flight;
         }
         local
     }
@@ -413,18 +427,19 @@ impl Persistence {
             },
         };
         let in_flight = InFlight::new();
+        let journal = JournalActor::new(Arc::clone(&store), config.clone())
+            .with_in_flight(in_flight.clone())
+            .with_store_name(store_name)
+            .start();
         let arbiter_journals = Arc::new(ArbiterJournals {
             home: std::thread::current().id(),
-            store: Arc::clone(&store),
-            config: config.clone(),
+            home_journal: journal.clone(),
+            store,
+            config,
             store_name,
             home_in_flight: in_flight.clone(),
             started: std::sync::Mutex::default(),
         });
-        let journal = JournalActor::new(store, config)
-            .with_in_flight(in_flight.clone())
-            .with_store_name(store_name)
-            .start();
         let permits = RecoveryPermits::new(settings.journal.max_concurrent_recoveries.get());
         Persistence {
             settings: Arc::new(settings),
