@@ -85,7 +85,7 @@ where
 
 /// Starts a counter for `id` from `persistence` on the current arbiter and adds `amounts`;
 /// returns the totals.
-async fn add_all(persistence: Persistence, id: &'static str, amounts: Vec<i64>) -> Vec<i64> {
+async fn add_all(persistence: Persistence, id: impl Into<String>, amounts: Vec<i64>) -> Vec<i64> {
     let counter = Counter {
         persistence: persistence.state(id).expect("valid id"),
         total: 0,
@@ -362,4 +362,70 @@ async fn on_the_home_arbiter_a_clone_from_another_arbiter_gets_the_home_journal(
     assert!(again.journal() == local.journal());
     worker.stop();
     worker.join().expect("the arbiter's thread ends");
+}
+
+/// Counters on two arbiters, each persisting through its arbiter's own journal actor into the
+/// one in-memory store, while a live query by slices reads: every event comes exactly once,
+/// each id's in order.
+#[actix_rt::test]
+async fn a_live_query_reads_each_event_once_while_two_arbiters_journals_write() {
+    use actix_persistence::Offset;
+    use futures::StreamExt;
+
+    const IDS: usize = 8;
+    const EVENTS: i64 = 25;
+    let loader = Settings::loader().toml_str(
+        "test",
+        "[journal]\nplugin = \"inmem\"\n[query]\nrefresh-interval = \"5ms\"\n\
+         late-commit-window = \"20ms\"\npage-size = 7\n",
+    );
+    let persistence = Persistence::start_from(loader).await.expect("starts");
+    let mut live = persistence
+        .query()
+        .expect("in-memory queries")
+        .events_by_slices("Spread", 0, 1023, Offset::NoOffset);
+    let workers = [Arbiter::new(), Arbiter::new()];
+    let mut done = Vec::new();
+    for (w, worker) in workers.iter().enumerate() {
+        let p = persistence.clone();
+        let (tx, rx) = oneshot::channel();
+        assert!(worker.spawn_fn(move || {
+            let local = p.on_this_arbiter();
+            for i in 0..IDS {
+                let id = format!("Spread|{w}-{i}");
+                actix_rt::spawn(add_all(local.clone(), id, (1..=EVENTS).collect()));
+            }
+            let _ = tx.send(());
+        }));
+        done.push(rx);
+    }
+
+    let mut delivered: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    while delivered.len() < 2 * IDS || delivered.values().any(|n| n.len() < EVENTS as usize) {
+        let next = tokio::time::timeout(Duration::from_secs(20), live.next())
+            .await
+            .expect("delivered")
+            .expect("live")
+            .expect("no error");
+        let numbers = delivered
+            .entry(next.persistence_id.to_string())
+            .or_default();
+        assert!(
+            numbers.last().is_none_or(|last| *last < next.seq_nr),
+            "{}: {} after {numbers:?}",
+            next.persistence_id,
+            next.seq_nr
+        );
+        numbers.push(next.seq_nr);
+    }
+    for (id, numbers) in &delivered {
+        assert_eq!(*numbers, (1..=EVENTS as u64).collect::<Vec<_>>(), "{id}");
+    }
+    for rx in done {
+        rx.await.expect("the arbiter ran the work");
+    }
+    for worker in workers {
+        worker.stop();
+        worker.join().expect("the arbiter's thread ends");
+    }
 }

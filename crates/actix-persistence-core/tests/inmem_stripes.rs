@@ -430,3 +430,88 @@ async fn persistence_ids_page_through_every_stripe_in_byte_order() {
         assert_eq!(page, want, "after {after:?} limit {limit}");
     }
 }
+
+/// Deletes of some ids' older events race a live query while threads write (compacting the
+/// stripes' indexes meanwhile): nothing is delivered twice, each id's events come in order,
+/// and every event not deleted is delivered (a deleted one only if read before its delete).
+#[tokio::test]
+async fn deletes_racing_a_live_query_lose_no_live_event() {
+    const EVENTS: u64 = 60;
+    let journal = InMemoryJournal::new();
+    let query = ReadJournal::new(journal.clone(), live_settings(11));
+    let mut live = query.events_by_slices("Live", 0, 1023, Offset::NoOffset);
+    let ids: Vec<Vec<String>> = (0..4)
+        .map(|t| (0..16).map(|i| format!("Live|{t}-{i}")).collect())
+        .collect();
+    let writers: Vec<_> = ids
+        .iter()
+        .map(|ids| spawn_writer(journal.clone(), ids.clone(), EVENTS))
+        .collect();
+    // Deletes the first half of thread 0's ids' stored events, again and again.
+    let deleter = {
+        let (journal, ids) = (journal.clone(), ids[0].clone());
+        thread::spawn(move || {
+            let runtime = runtime();
+            let mut deleted_to = HashMap::new();
+            while deleted_to.len() < ids.len() || deleted_to.values().any(|to| *to < EVENTS / 2) {
+                for id in &ids {
+                    let highest = runtime
+                        .block_on(journal.read_highest_sequence_nr(id, 0))
+                        .expect("highest");
+                    let to = (highest / 2).min(EVENTS / 2);
+                    runtime
+                        .block_on(journal.delete_messages_to(
+                            id,
+                            to,
+                            actix_persistence_core::FencingToken::UNOWNED,
+                        ))
+                        .expect("delete");
+                    deleted_to.insert(id.clone(), to);
+                }
+            }
+        })
+    };
+
+    let mut delivered = HashMap::new();
+    // Until every event above the deletes' reach came.
+    collect_until(&mut live, &mut delivered, |d, _| {
+        ids.iter().flatten().all(|id| {
+            d.get(id.as_str()).is_some_and(|n: &Vec<u64>| {
+                n.iter().filter(|n| **n > EVENTS / 2).count() == EVENTS as usize / 2
+            })
+        })
+    })
+    .await;
+    for writer in writers {
+        writer.join().expect("writer");
+    }
+    deleter.join().expect("deleter");
+    let end = journal.current_timestamp().await.expect("clock");
+    settle_past(&journal, &mut live, &mut delivered, "Live|sentinel", end).await;
+    for (t, ids) in ids.iter().enumerate() {
+        for id in ids {
+            let numbers = &delivered[id];
+            if t == 0 {
+                let kept: Vec<u64> = numbers
+                    .iter()
+                    .copied()
+                    .filter(|n| *n > EVENTS / 2)
+                    .collect();
+                assert_eq!(kept, (EVENTS / 2 + 1..=EVENTS).collect::<Vec<_>>(), "{id}");
+            } else {
+                assert_eq!(*numbers, (1..=EVENTS).collect::<Vec<_>>(), "{id}");
+            }
+        }
+    }
+    // What is left: exactly the events not deleted.
+    let left: Vec<_> = query
+        .current_events_by_slices("Live", 0, 1023, Offset::NoOffset)
+        .try_collect()
+        .await
+        .expect("query");
+    let writers_left = left
+        .iter()
+        .filter(|e| !e.persistence_id.starts_with("Live|sentinel"))
+        .count();
+    assert_eq!(writers_left as u64, 16 * EVENTS / 2 + 48 * EVENTS);
+}
