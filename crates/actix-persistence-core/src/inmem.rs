@@ -617,7 +617,11 @@ impl Shared {
         use std::collections::BinaryHeap;
 
         let limit = request.limit as usize;
-        let keys = (limit / STRIPES).saturating_mul(2).clamp(16, 1024);
+        // About twice a stripe's share of the page (31 entries for a page of 1,000), never
+        // more than the page: a small page copies few events it does not deliver.
+        let keys = (limit.saturating_mul(2) / STRIPES)
+            .clamp(1, 1024)
+            .min(limit.max(1));
         let after = TimeKey::from_event_key(request.after);
         let look = |stripe: usize, after: &TimeKey| -> StripeEvents {
             let state = lock(&self.stripes[stripe].0);
