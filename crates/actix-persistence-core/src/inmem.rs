@@ -148,6 +148,13 @@ struct StripeState {
     index: TimeIndex,
 }
 
+/// Entries a stripe's query index makes room for at its first (128 KiB: at glibc's threshold
+/// for a block of its own, which later grows in place by remapping; its pages are only taken
+/// as they are written). Grown from nothing, the 64 indexes of a journal copied themselves
+/// into fresh memory at every doubling: twice the page faults of one index, and a closed loop
+/// on one arbiter 10-18 % slower (room for 1,024 entries: still 8-14 %).
+const INDEX_FIRST_CAPACITY: usize = 4096;
+
 /// A stripe's query index and clock.
 #[derive(Debug, Default)]
 struct TimeIndex {
@@ -184,7 +191,12 @@ impl TimeIndex {
                     self.by_time.insert(at, key);
                 }
             }
-            _ => self.by_time.push(key),
+            _ => {
+                if self.by_time.capacity() == 0 {
+                    self.by_time.reserve(INDEX_FIRST_CAPACITY);
+                }
+                self.by_time.push(key)
+            }
         }
     }
 
