@@ -372,8 +372,8 @@ impl Persistence {
     /// persistent actors on several arbiters (one per core, as actix-web's workers): call it
     /// on each arbiter and make the actors' [`state`](Self::state) from what it returns. A
     /// persist then stays on its actor's thread instead of crossing to the journal's arbiter
-    /// and back (the closed loop of `docs/benchmarks.md` on 2 arbiters: 1.0-1.3M persists/s
-    /// against 0.93M on one; a shared journal on its own arbiter ran no faster than one).
+    /// and back (the closed loop of `docs/benchmarks.md` on 2 arbiters: 1.4-1.6M persists/s
+    /// against 0.9M on one; a shared journal on its own arbiter ran no faster than one).
     ///
     /// Each arbiter's journal actor (started on the first call there, and again if its arbiter
     /// was stopped and started anew) writes to the same store with the same settings: its own
