@@ -59,8 +59,52 @@ where
 }
 
 #[actix_rt::test]
-async fn each_arbiter_persists_through_a_journal_of_its_own_over_the_one_store() {
-    let persistence = start_inmem().await;
+async fn each_arbiter_persists_through_a_journal_of_its_own_over_the_one_store_in_memory() {
+    persists_through_journals_of_two_arbiters(start_inmem().await).await;
+}
+
+#[actix_rt::test]
+async fn each_arbiter_persists_through_a_journal_of_its_own_over_the_one_store_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let toml = format!(
+        "[journal.sqlite]\nurl = \"sqlite:{}\"\n",
+        dir.path().join("journal.db").display()
+    );
+    let loader = Settings::loader()
+        .toml_str("test", &toml)
+        .env_vars(Vec::<(String, String)>::new());
+    persists_through_journals_of_two_arbiters(
+        Persistence::start_from(loader).await.expect("starts"),
+    )
+    .await;
+}
+
+#[actix_rt::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn each_arbiter_persists_through_a_journal_of_its_own_over_the_one_store_postgres() {
+    let Some(db) = actix_persistence_sql::test_util::TestDatabase::create().await else {
+        return;
+    };
+    let toml = format!(
+        "[journal]\nplugin = \"postgres\"\n[journal.postgres]\nurl = \"{}\"\n",
+        db.url()
+    );
+    let loader = Settings::loader()
+        .toml_str("test", &toml)
+        .env_vars(Vec::<(String, String)>::new());
+    persists_through_journals_of_two_arbiters(
+        Persistence::start_from(loader).await.expect("starts"),
+    )
+    .await;
+}
+
+/// Two arbiters, each persisting through its own journal actor over `persistence`'s store: one
+/// id's events written through one are recovered through the other, which fences the older
+/// incarnation; the home arbiter recovers what both stored.
+async fn persists_through_journals_of_two_arbiters(persistence: Persistence) {
     let (a, b) = (Arbiter::new(), Arbiter::new());
 
     // Arbiter A: a journal actor of its own (the same one on every call there), and an
