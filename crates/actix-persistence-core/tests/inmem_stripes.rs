@@ -51,6 +51,22 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// Four writer threads ([`spawn_writer`]) of 16 ids `Live|<thread>-<i>` each, `events` per
+/// id: the ids of each thread, and the threads.
+fn spawn_live_writers(
+    journal: &InMemoryJournal,
+    events: u64,
+) -> (Vec<Vec<String>>, Vec<thread::JoinHandle<()>>) {
+    let ids: Vec<Vec<String>> = (0..4)
+        .map(|t| (0..16).map(|i| format!("Live|{t}-{i}")).collect())
+        .collect();
+    let writers = ids
+        .iter()
+        .map(|ids| spawn_writer(journal.clone(), ids.clone(), events))
+        .collect();
+    (ids, writers)
+}
+
 /// Writes `events` events of each of `ids` from a thread of its own, in atomic writes of 1 to
 /// 3 events (one timestamp each), the ids taking turns. Returns the thread.
 fn spawn_writer(journal: InMemoryJournal, ids: Vec<String>, events: u64) -> thread::JoinHandle<()> {
@@ -296,13 +312,7 @@ async fn live_queries_deliver_each_event_of_threaded_writers_once() {
     let query = ReadJournal::new(journal.clone(), live_settings(13));
     let mut by_slices = query.events_by_slices("Live", 0, 1023, Offset::NoOffset);
     let mut by_tag = query.events_by_tag("third", Offset::NoOffset);
-    let ids: Vec<Vec<String>> = (0..4)
-        .map(|t| (0..16).map(|i| format!("Live|{t}-{i}")).collect())
-        .collect();
-    let writers: Vec<_> = ids
-        .iter()
-        .map(|ids| spawn_writer(journal.clone(), ids.clone(), EVENTS))
-        .collect();
+    let (ids, writers) = spawn_live_writers(&journal, EVENTS);
 
     let mut slices = HashMap::new();
     let mut tagged = HashMap::new();
@@ -343,13 +353,7 @@ async fn a_query_resumed_from_its_offset_while_threads_write_misses_and_repeats_
     const EVENTS: u64 = 60;
     let journal = InMemoryJournal::new();
     let query = ReadJournal::new(journal.clone(), live_settings(9));
-    let ids: Vec<Vec<String>> = (0..4)
-        .map(|t| (0..16).map(|i| format!("Live|{t}-{i}")).collect())
-        .collect();
-    let writers: Vec<_> = ids
-        .iter()
-        .map(|ids| spawn_writer(journal.clone(), ids.clone(), EVENTS))
-        .collect();
+    let (ids, writers) = spawn_live_writers(&journal, EVENTS);
 
     let mut delivered = HashMap::new();
     let mut offset = Offset::NoOffset;
@@ -440,13 +444,7 @@ async fn deletes_racing_a_live_query_lose_no_live_event() {
     let journal = InMemoryJournal::new();
     let query = ReadJournal::new(journal.clone(), live_settings(11));
     let mut live = query.events_by_slices("Live", 0, 1023, Offset::NoOffset);
-    let ids: Vec<Vec<String>> = (0..4)
-        .map(|t| (0..16).map(|i| format!("Live|{t}-{i}")).collect())
-        .collect();
-    let writers: Vec<_> = ids
-        .iter()
-        .map(|ids| spawn_writer(journal.clone(), ids.clone(), EVENTS))
-        .collect();
+    let (ids, writers) = spawn_live_writers(&journal, EVENTS);
     // Deletes the first half of thread 0's ids' stored events, again and again.
     let deleter = {
         let (journal, ids) = (journal.clone(), ids[0].clone());
