@@ -168,20 +168,21 @@ impl ArbiterJournals {
         (journal, in_flight)
     }
 
-    /// The journal actors [`Persistence::health`] checks for a clone writing through `own`:
-    /// `own` and the first one (stopped or not: they serve this app's actors), then every
-    /// one started since whose arbiter still runs, each once.
-    fn to_check(&self, own: &Addr<JournalActor>) -> Vec<Addr<JournalActor>> {
-        let mut journals = vec![own.clone()];
+    /// The journal actors [`Persistence::health`] checks for a clone writing through `own`,
+    /// each once: `own` and the first one, which must answer (they serve this app's actors,
+    /// stopped or not), then every one started since whose arbiter still runs, which may stop
+    /// meanwhile (`false`: its arbiter, and the actors it served, are stopping).
+    fn to_check(&self, own: &Addr<JournalActor>) -> Vec<(Addr<JournalActor>, bool)> {
+        let mut journals = vec![(own.clone(), true)];
         if self.home_journal != *own {
-            journals.push(self.home_journal.clone());
+            journals.push((self.home_journal.clone(), true));
         }
         journals.extend(
             self.started()
                 .iter()
                 .map(|started| &started.journal)
                 .filter(|journal| journal.connected() && *journal != own)
-                .cloned(),
+                .map(|journal| (journal.clone(), false)),
         );
         journals
     }
@@ -357,13 +358,19 @@ impl Persistence {
     pub async fn health(&self) -> Result<(), Unhealthy> {
         // Every journal actor, whichever this clone writes through (a clone from
         // `on_this_arbiter` holds its arbiter's).
-        for journal in &self.arbiter_journals.to_check(&self.journal) {
-            journal
-                .send(CheckHealth)
-                .await
-                .unwrap_or(Err(Unhealthy::StoreUnreachable(
-                    actix_persistence_core::JournalError::JournalStopped,
-                )))?;
+        for (journal, must_answer) in self.arbiter_journals.to_check(&self.journal) {
+            match journal.send(CheckHealth).await {
+                Ok(health) => health?,
+                // Another arbiter's journal that stopped since it was listed: that arbiter
+                // is stopping (an actix-web worker being replaced, say), with the actors it
+                // served; no reason to report the app unready.
+                Err(_) if !must_answer => {}
+                Err(_) => {
+                    return Err(Unhealthy::StoreUnreachable(
+                        actix_persistence_core::JournalError::JournalStopped,
+                    ))
+                }
+            }
         }
         Ok(())
     }
@@ -767,6 +774,50 @@ fn postgres_options(settings: &Settings) -> PostgresJournalOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `health` leaves out another arbiter's journal actor that stops while it is asked (its
+    /// arbiter is stopping, with the actors it served: an actix-web worker being replaced),
+    /// where it reported the app unready; the journals this clone's actors use must answer.
+    #[actix_rt::test]
+    async fn health_leaves_out_an_arbiters_journal_that_stops_while_asked() {
+        use futures::StreamExt;
+
+        let settings = Settings::loader()
+            .env_vars(Vec::<(String, String)>::new())
+            .load()
+            .expect("settings");
+        let persistence = Persistence::start_with_stores(
+            settings,
+            Arc::new(InMemoryJournal::new()),
+            Arc::new(InMemorySnapshotStore::new()),
+        )
+        .expect("starts");
+        // Another arbiter's journal actor, as `on_this_arbiter` lists it: its mailbox open
+        // until the test drops it.
+        let (sender, mut mailbox) = actix::dev::channel::channel::<JournalActor>(16);
+        let elsewhere = std::thread::spawn(|| std::thread::current().id())
+            .join()
+            .expect("a thread");
+        persistence.arbiter_journals.started().push(ArbiterJournal {
+            thread: elsewhere,
+            journal: Addr::new(sender),
+            in_flight: InFlight::new(),
+        });
+
+        let check = {
+            let persistence = persistence.clone();
+            actix_rt::spawn(async move { persistence.health().await })
+        };
+        // The home journal answered; the other is asked, and its arbiter stops before it
+        // answers (the request is dropped with its mailbox).
+        let asked = mailbox
+            .next()
+            .await
+            .expect("health asked the other journal");
+        drop((asked, mailbox));
+        let health = check.await.expect("the check ran");
+        assert!(health.is_ok(), "{health:?}");
+    }
 
     /// `fn main() -> Result<(), Box<dyn Error>>` prints `Error: {:?}`: the setting, the value
     /// and the source, readable, not `Config(ConfigError { problems: [ConfigProblem { .. }] })`.
