@@ -388,7 +388,8 @@ impl Persistence {
     /// among the actors of one arbiter. Writes of one persistence id from two arbiters are
     /// kept apart by the store as those of two processes are (the owner epoch: the newest
     /// incarnation writes, an older one is fenced). [`health`](Self::health) checks every
-    /// journal actor and [`shutdown`](Self::shutdown) waits for their work (each arbiter
+    /// running journal actor (one of another arbiter that stops while asked is left out: its
+    /// arbiter is stopping) and [`shutdown`](Self::shutdown) waits for their work (each arbiter
     /// counts its own, so persists on two arbiters share no counter). On the arbiter that
     /// started the `Persistence` it gives that arbiter's journal actor, the first one (also to
     /// a clone another arbiter's call gave its own); outside any arbiter it is a plain clone.
