@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::far_future_saturating;
 use crate::error::JournalError;
 
 /// Settings of the journal's circuit breaker (as Akka's journal `circuit-breaker`).
@@ -172,8 +173,6 @@ fn report(state: &State) {
     };
     metrics::gauge!(crate::metrics::CIRCUIT_BREAKER_STATE).set(value);
 }
-
-pub use crate::clock::far_future_saturating;
 
 #[cfg(test)]
 mod tests {

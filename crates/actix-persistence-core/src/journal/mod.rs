@@ -17,8 +17,8 @@ mod resequencer;
 mod routing;
 mod write_queue;
 
+pub use crate::clock::far_future_saturating;
 pub use actor::{JournalActor, JournalConfig};
-pub use breaker::far_future_saturating;
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, RecoveryReplay, Replay,

@@ -171,7 +171,7 @@ impl Recovering {
     }
 
     fn made_progress(&mut self) {
-        let deadline = crate::journal::far_future_saturating(self.timeout);
+        let deadline = crate::clock::far_future_saturating(self.timeout);
         match &mut self.idle {
             Some(idle) => idle.as_mut().reset(deadline),
             None => self.idle = Some(Box::pin(sleep_until(deadline))),
@@ -181,7 +181,7 @@ impl Recovering {
     fn timed_out(&mut self, task: &mut TaskContext<'_>) -> bool {
         let timeout = self.timeout;
         let idle = self.idle.get_or_insert_with(|| {
-            Box::pin(sleep_until(crate::journal::far_future_saturating(timeout)))
+            Box::pin(sleep_until(crate::clock::far_future_saturating(timeout)))
         });
         idle.as_mut().poll(task).is_ready()
     }
