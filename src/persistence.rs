@@ -156,10 +156,7 @@ impl ArbiterJournals {
             return (local.journal.clone(), local.in_flight.clone());
         }
         let in_flight = InFlight::new();
-        let journal = JournalActor::new(Arc::clone(&self.store), self.config.clone())
-            .with_in_flight(in_flight.clone())
-            .with_store_name(self.store_name)
-            .start();
+        let journal = start_journal(&self.store, &self.config, self.store_name, &in_flight);
         started.push(ArbiterJournal {
             thread,
             journal: journal.clone(),
@@ -194,6 +191,20 @@ impl ArbiterJournals {
             .chain(started.iter().map(|started| started.in_flight.clone()))
             .collect()
     }
+}
+
+/// Starts a journal actor over `store` on the current arbiter, counting its work in
+/// `in_flight`: the first one of a [`Persistence`], and each arbiter's own.
+fn start_journal(
+    store: &Arc<dyn JournalStore>,
+    config: &JournalConfig,
+    store_name: &'static str,
+    in_flight: &InFlight,
+) -> Addr<JournalActor> {
+    JournalActor::new(Arc::clone(store), config.clone())
+        .with_in_flight(in_flight.clone())
+        .with_store_name(store_name)
+        .start()
 }
 
 /// The SQL journal store a [`Persistence`] opened from its settings (none for the in-memory
@@ -435,10 +446,7 @@ impl Persistence {
             },
         };
         let in_flight = InFlight::new();
-        let journal = JournalActor::new(Arc::clone(&store), config.clone())
-            .with_in_flight(in_flight.clone())
-            .with_store_name(store_name)
-            .start();
+        let journal = start_journal(&store, &config, store_name, &in_flight);
         let arbiter_journals = Arc::new(ArbiterJournals {
             home: std::thread::current().id(),
             home_journal: journal.clone(),
