@@ -116,6 +116,15 @@ struct TimeKey {
 }
 
 impl TimeKey {
+    /// The position of a stored event.
+    fn of(event: &StoredEvent) -> Self {
+        TimeKey {
+            timestamp: event.timestamp,
+            persistence_id: Arc::clone(&event.repr.persistence_id),
+            seq_nr: event.repr.seq_nr,
+        }
+    }
+
     fn from_event_key(key: &EventKey) -> Self {
         TimeKey {
             timestamp: key.timestamp,
@@ -161,11 +170,9 @@ struct TimeIndex {
     /// Every stored event of the stripe in query order, sorted. The stripe's timestamps never
     /// go down, so a write's keys sort after every earlier write's (an append, but among the
     /// keys of its own timestamp). Entries of deleted events stay until
-    /// [`StripeState::compact`] drops them: a reader skips an entry whose event is gone or was
-    /// stored again at another timestamp.
+    /// [`StripeState::compact`] drops them: a reader skips an entry whose event is gone.
     by_time: Vec<TimeKey>,
-    /// How many entries of `by_time` have no stored event (at most: a deleted number stored
-    /// again at the same timestamp makes its entry live again).
+    /// How many entries of `by_time` have no stored event.
     stale: usize,
     /// The last timestamp the stripe gave.
     last_timestamp: i64,
@@ -179,17 +186,13 @@ impl TimeIndex {
         self.last_timestamp
     }
 
-    /// Adds `key` to the query index, in its place.
+    /// Adds `key` to the query index, in its place. No entry equals it: a stored or deleted
+    /// sequence number is never written again (conformance J29).
     fn index(&mut self, key: TimeKey) {
         match self.by_time.last() {
-            Some(last) if *last >= key => {
+            Some(last) if *last > key => {
                 let at = self.position_from_end(&key);
-                if self.by_time.get(at) == Some(&key) {
-                    // The entry of a deleted event stored again at the same timestamp.
-                    self.stale = self.stale.saturating_sub(1);
-                } else {
-                    self.by_time.insert(at, key);
-                }
+                self.by_time.insert(at, key);
             }
             _ => {
                 if self.by_time.capacity() == 0 {
@@ -223,11 +226,7 @@ impl StripeState {
         if index.stale == 0 || index.stale < index.by_time.len() / 2 {
             return;
         }
-        index.by_time.retain(|key| {
-            ids.get(&*key.persistence_id)
-                .and_then(|events| events.get(key.seq_nr))
-                .is_some_and(|(_, timestamp)| *timestamp == key.timestamp)
-        });
+        index.by_time.retain(|key| stored_at(ids, key).is_some());
         index.stale = 0;
     }
 
@@ -251,9 +250,7 @@ impl StripeState {
         for key in in_range.take(keys) {
             scanned += 1;
             last = Some(key);
-            if let Some(event) = stored_event(&self.ids, key, request) {
-                events.push_back((key.clone(), event));
-            }
+            events.extend(stored_event(&self.ids, key, request));
         }
         StripeEvents {
             events,
@@ -265,8 +262,8 @@ impl StripeState {
 
 /// What one look into a stripe's index found ([`StripeState::events_after`]).
 struct StripeEvents {
-    /// The events, in query order, with their index entries.
-    events: VecDeque<(TimeKey, StoredEvent)>,
+    /// The events, in query order.
+    events: VecDeque<StoredEvent>,
     /// The last entry looked at: the next look starts after it.
     last_scanned: Option<TimeKey>,
     /// Whether no entry of the range was left after it.
@@ -285,7 +282,7 @@ struct Shared {
 }
 
 /// [`Shared::floor`], on a cache line of its own.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(128))]
 struct Floor(AtomicI64);
 
@@ -453,18 +450,13 @@ impl InMemoryJournal {
         let (lowest, highest) = (write.lowest_seq_nr(), write.highest_seq_nr());
         events.highest = events.highest.max(highest);
         let timestamp = index.clock(self.inner.floor.0.load(Ordering::Acquire));
-        for seq_nr in lowest..highest {
+        for seq_nr in lowest..=highest {
             index.index(TimeKey {
                 timestamp,
                 persistence_id: Arc::clone(&events.id),
                 seq_nr,
             });
         }
-        index.index(TimeKey {
-            timestamp,
-            persistence_id: Arc::clone(&events.id),
-            seq_nr: highest,
-        });
         for event in write.events {
             events.insert(event, timestamp);
         }
@@ -652,7 +644,11 @@ impl Shared {
         let mut heads: BinaryHeap<Reverse<(TimeKey, usize)>> = cursors
             .iter()
             .enumerate()
-            .filter_map(|(s, c)| c.events.front().map(|(key, _)| Reverse((key.clone(), s))))
+            .filter_map(|(s, c)| {
+                c.events
+                    .front()
+                    .map(|event| Reverse((TimeKey::of(event), s)))
+            })
             .collect();
         let mut page = Vec::with_capacity(limit.min(1024));
         while page.len() < limit {
@@ -660,31 +656,33 @@ impl Shared {
                 break;
             };
             let cursor = &mut cursors[s];
-            if let Some((_, event)) = cursor.events.pop_front() {
-                page.push(event);
-            }
+            page.extend(cursor.events.pop_front());
             if cursor.events.is_empty() && !cursor.exhausted {
                 if let Some(last) = cursor.last_scanned.take() {
                     *cursor = look(s, &last);
                 }
             }
-            if let Some((key, _)) = cursor.events.front() {
-                heads.push(Reverse((key.clone(), s)));
+            if let Some(event) = cursor.events.front() {
+                heads.push(Reverse((TimeKey::of(event), s)));
             }
         }
         page
     }
 }
 
+/// The events of the id the index entry `key` names, and the event it names, if that is
+/// stored with the entry's timestamp (an entry of a deleted event stays until its stripe is
+/// compacted).
+fn stored_at<'a>(ids: &'a IdMap, key: &TimeKey) -> Option<(&'a Events, &'a PersistentRepr, i64)> {
+    let events = ids.get(&*key.persistence_id)?;
+    let (repr, timestamp) = events.get(key.seq_nr)?;
+    (*timestamp == key.timestamp).then_some((&**events, repr, *timestamp))
+}
+
 /// The event the index entry `key` names, from its id's stripe `ids`, if it is stored (with
 /// that timestamp) and `request`'s filter takes it.
 fn stored_event(ids: &IdMap, key: &TimeKey, request: &EventsRequest<'_>) -> Option<StoredEvent> {
-    let events = ids.get(&*key.persistence_id)?;
-    let (repr, timestamp) = events.get(key.seq_nr)?;
-    if *timestamp != key.timestamp {
-        // A deleted event's entry; its number was stored again later.
-        return None;
-    }
+    let (events, repr, timestamp) = stored_at(ids, key)?;
     let slice = slice_for_persistence_id(&repr.persistence_id);
     if !request.filter.matches(repr, slice) {
         return None;
@@ -699,7 +697,7 @@ fn stored_event(ids: &IdMap, key: &TimeKey, request: &EventsRequest<'_>) -> Opti
         None
     };
     Some(StoredEvent {
-        timestamp: *timestamp,
+        timestamp,
         repr: repr.clone(),
         previous_timestamp: previous.map(|(_, timestamp)| timestamp),
         previous_seq_nr: previous.map(|(seq_nr, _)| seq_nr),
