@@ -77,6 +77,13 @@ pub(crate) const GROUPS: &str = "journal.write-reply-ordering-groups";
 pub(crate) const MAX_GROUPS: &str = "journal.max-write-reply-ordering-groups";
 pub(crate) const POSTGRES_URL: &str = "journal.postgres.url";
 pub(crate) const READ_AHEAD_PAGES: &str = "query.read-ahead-pages";
+/// The most `journal.max-write-reply-ordering-groups` (and so
+/// `journal.write-reply-ordering-groups`) can be: each group is a resequencer actor started with
+/// the journal ([`crate::MAX_WRITE_REPLY_ORDERING_GROUPS`]).
+pub(crate) const MAX_GROUPS_CEILING: u128 = crate::MAX_WRITE_REPLY_ORDERING_GROUPS as u128;
+/// The most `journal.sqlite.max-connections` and `journal.postgres.max-connections` can be
+/// ([`crate::MAX_POOL_CONNECTIONS`]).
+pub(crate) const MAX_CONNECTIONS_CEILING: u128 = crate::MAX_POOL_CONNECTIONS as u128;
 /// The most `query.read-ahead-pages` can be.
 pub(crate) const MAX_READ_AHEAD_PAGES: u128 = 64;
 
@@ -104,11 +111,15 @@ pub(crate) const KEYS: &[Key] = &[
     },
     Key {
         path: GROUPS,
-        kind: Kind::Count { max: USIZE_MAX },
+        kind: Kind::Count {
+            max: MAX_GROUPS_CEILING,
+        },
     },
     Key {
         path: MAX_GROUPS,
-        kind: Kind::Count { max: USIZE_MAX },
+        kind: Kind::Count {
+            max: MAX_GROUPS_CEILING,
+        },
     },
     Key {
         path: "journal.replay-batch-size",
@@ -144,7 +155,9 @@ pub(crate) const KEYS: &[Key] = &[
     },
     Key {
         path: "journal.sqlite.max-connections",
-        kind: Kind::Count { max: U32_MAX },
+        kind: Kind::Count {
+            max: MAX_CONNECTIONS_CEILING,
+        },
     },
     Key {
         path: "journal.sqlite.busy-timeout",
@@ -156,7 +169,9 @@ pub(crate) const KEYS: &[Key] = &[
     },
     Key {
         path: "journal.postgres.max-connections",
-        kind: Kind::Count { max: U32_MAX },
+        kind: Kind::Count {
+            max: MAX_CONNECTIONS_CEILING,
+        },
     },
     Key {
         path: "journal.postgres.acquire-timeout",

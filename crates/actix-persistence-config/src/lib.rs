@@ -79,6 +79,21 @@ pub use error::{ConfigError, ConfigProblem, ConfigSource};
 pub use keys::{env_var, keys, CONFIG_FILE_ENV, DATABASE_URL_ENV, ENV_PREFIX};
 pub use loader::SettingsLoader;
 
+/// The most write-reply-ordering groups a journal runs: `journal.max-write-reply-ordering-groups`
+/// (and so `journal.write-reply-ordering-groups`) is at most this. Each group is a resequencer
+/// actor started with the journal, so millions of them would take gigabytes and seconds at
+/// startup; a journal whose groups are held back by one slow write needs a few per slow write
+/// in flight, not one per actor. The same limit as the core's
+/// `journal::MAX_WRITE_REPLY_ORDERING_GROUPS`.
+pub const MAX_WRITE_REPLY_ORDERING_GROUPS: usize = 65_536;
+
+/// The largest connection pool of a SQL store: `journal.sqlite.max-connections` and
+/// `journal.postgres.max-connections` are at most this. sqlx takes room for every connection
+/// of a pool when it builds it (a pool of `u32::MAX` connections asked for hundreds of GB and
+/// aborted the process); PostgreSQL itself serves at most 262,143 connections, and a default
+/// server 100. The same limit as `actix_persistence_sql::MAX_POOL_CONNECTIONS`.
+pub const MAX_POOL_CONNECTIONS: u32 = 10_000;
+
 /// The text of the repository's `reference.toml`, embedded at build time: every setting with
 /// its default, meaning, rule and environment variable. Rendered in [`reference`](mod@crate::reference).
 pub const REFERENCE_TOML: &str = include_str!("../../../reference.toml");
@@ -146,7 +161,8 @@ pub struct JournalSettings {
     pub write_reply_ordering_groups: NonZeroUsize,
     /// `journal.max-write-reply-ordering-groups`: upper limit for
     /// [`write_reply_ordering_groups`](Self::write_reply_ordering_groups); each group is an actor
-    /// created at startup. Never raised silently. Default: 10000.
+    /// created at startup. Never raised silently. At most [`MAX_WRITE_REPLY_ORDERING_GROUPS`]
+    /// (65,536). Default: 10000.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS`.
     pub max_write_reply_ordering_groups: NonZeroUsize,
     /// `journal.replay-batch-size`: events fetched per round trip during recovery. Default: 1000.
@@ -246,7 +262,8 @@ pub struct SqliteSettings {
     /// file in the working directory, created when missing.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL`.
     pub url: String,
-    /// `journal.sqlite.max-connections`: size of the connection pool. Default: 4.
+    /// `journal.sqlite.max-connections`: size of the connection pool, at most
+    /// [`MAX_POOL_CONNECTIONS`]. Default: 4.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__SQLITE__MAX_CONNECTIONS`.
     pub max_connections: NonZeroU32,
     /// `journal.sqlite.busy-timeout`: how long a connection waits for a lock, > 0. Default: 5 s.
@@ -262,7 +279,8 @@ pub struct PostgresSettings {
     /// only while no plugin is `"postgres"`. May hold a password: `Debug` hides it.
     /// Default: empty. Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL`, then `DATABASE_URL`.
     pub url: String,
-    /// `journal.postgres.max-connections`: size of the connection pool. Default: 10.
+    /// `journal.postgres.max-connections`: size of the connection pool, at most
+    /// [`MAX_POOL_CONNECTIONS`]. Default: 10.
     /// Env: `ACTIX_PERSISTENCE__JOURNAL__POSTGRES__MAX_CONNECTIONS`.
     pub max_connections: NonZeroU32,
     /// `journal.postgres.acquire-timeout`: how long an operation waits for a connection of the
@@ -464,7 +482,8 @@ impl Settings {
 
     /// Checks the rules that the field types cannot hold, for settings built or adjusted in
     /// code (the fields are public): `write_reply_ordering_groups <=
-    /// max_write_reply_ordering_groups` and `read_ahead_pages <= 64`. Settings from a loader
+    /// max_write_reply_ordering_groups <=` [`MAX_WRITE_REPLY_ORDERING_GROUPS`], both pools'
+    /// `max_connections <=` [`MAX_POOL_CONNECTIONS`] and `read_ahead_pages <= 64`. Settings from a loader
     /// always pass; `Persistence` checks the settings it is given before it starts anything.
     ///
     /// # Errors
@@ -499,15 +518,36 @@ impl Settings {
                 source: source.clone(),
             });
         }
-        let pages = self.query.read_ahead_pages.get();
-        if u128::from(pages) > keys::MAX_READ_AHEAD_PAGES {
-            problems.push(ConfigProblem {
-                setting: keys::READ_AHEAD_PAGES.to_owned(),
-                value: pages.to_string(),
-                rule: keys::count_rule(keys::MAX_READ_AHEAD_PAGES),
-                source,
-            });
-        }
+        let mut above = |setting: &str, value: u128, max: u128| {
+            if value > max {
+                problems.push(ConfigProblem {
+                    setting: setting.to_owned(),
+                    value: value.to_string(),
+                    rule: keys::count_rule(max),
+                    source: source.clone(),
+                });
+            }
+        };
+        above(
+            keys::MAX_GROUPS,
+            limit.get() as u128,
+            keys::MAX_GROUPS_CEILING,
+        );
+        above(
+            "journal.sqlite.max-connections",
+            u128::from(self.journal.sqlite.max_connections.get()),
+            keys::MAX_CONNECTIONS_CEILING,
+        );
+        above(
+            "journal.postgres.max-connections",
+            u128::from(self.journal.postgres.max_connections.get()),
+            keys::MAX_CONNECTIONS_CEILING,
+        );
+        above(
+            keys::READ_AHEAD_PAGES,
+            u128::from(self.query.read_ahead_pages.get()),
+            keys::MAX_READ_AHEAD_PAGES,
+        );
         if problems.is_empty() {
             Ok(())
         } else {

@@ -341,3 +341,46 @@ async fn a_reply_at_once_waits_for_an_earlier_pending_write_of_its_group() {
         WriteMessagesReply::Completed(_)
     ));
 }
+
+/// A `JournalConfig` built in code with more groups than a journal runs (the configuration
+/// refuses such a count; code can still build one): the journal runs
+/// `MAX_WRITE_REPLY_ORDERING_GROUPS` groups and answers writes of incarnations routed all over
+/// them. Before, it started one resequencer per group and panicked ("capacity overflow") for
+/// `usize::MAX`, leaving every write unanswered.
+#[actix_rt::test]
+async fn a_group_count_above_the_limit_runs_the_limit() {
+    use actix_persistence_core::journal::MAX_WRITE_REPLY_ORDERING_GROUPS;
+    use std::num::NonZeroUsize;
+
+    let store = Scripted::new(Now::Store);
+    let journal = JournalActor::start_with(
+        Arc::clone(&store) as Arc<dyn JournalStore>,
+        JournalConfig {
+            write_reply_ordering_groups: NonZeroUsize::MAX,
+            ..JournalConfig::default()
+        },
+    );
+    // Incarnations whose groups lie across the whole range of the limit's groups.
+    for (n, raw) in [1, 7, 65_535, 65_536, 1 << 40, u64::MAX]
+        .into_iter()
+        .enumerate()
+    {
+        let (reply_to, rx) = oneshot::channel();
+        journal
+            .send(WriteMessages {
+                writes: vec![write(&format!("g-{n}"), 1)].into(),
+                incarnation: Incarnation::from_raw(raw),
+                reply_to: reply_to.into(),
+            })
+            .await
+            .expect("the journal runs");
+        match reply(rx).await {
+            WriteMessagesReply::Completed(results) => {
+                assert!(matches!(results.as_slice(), [Ok(())]), "{raw}: {results:?}")
+            }
+            other => panic!("{raw}: expected the write stored, got {other:?}"),
+        }
+    }
+    assert_eq!(store.now_calls.load(Ordering::SeqCst), 6);
+    assert_eq!(MAX_WRITE_REPLY_ORDERING_GROUPS, 65_536);
+}

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use actix_persistence_core::query::ReadJournal;
 use actix_persistence_projection::{
-    AfterRetries, Grouping, HandlerError, OffsetStore, PostgresOffsetStore, Projection,
-    ProjectionId, ProjectionState, QuerySource, SaveOffset, TransactionalGroupedHandler,
-    TransactionalHandler, TransactionalOffsetStore,
+    AfterRetries, Grouping, HandlerError, OffsetStore, OffsetStoreError, PostgresOffsetStore,
+    Projection, ProjectionId, ProjectionState, QuerySource, SaveOffset,
+    TransactionalGroupedHandler, TransactionalHandler, TransactionalOffsetStore,
 };
 use actix_persistence_sql::test_util::TestDatabase;
 use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions};
@@ -838,4 +838,25 @@ async fn an_offset_store_of_its_own_waits_for_a_lock_no_longer_than_its_statemen
         actix_persistence_projection::OFFSET_STATEMENT_TIMEOUT,
         Duration::from_secs(10)
     );
+}
+
+/// An offset store's pool above `MAX_POOL_CONNECTIONS` is refused before anything connects
+/// (sqlx would take room for every connection of the pool; `u32::MAX` aborted the process).
+#[tokio::test]
+async fn an_offset_store_pool_above_the_ceiling_is_refused() {
+    for max_connections in [actix_persistence_sql::MAX_POOL_CONNECTIONS + 1, u32::MAX] {
+        // Nothing listens there: the check comes before any connection.
+        match PostgresOffsetStore::connect("postgres://127.0.0.1:1/none", max_connections).await {
+            Err(OffsetStoreError::Open {
+                source:
+                    actix_persistence_sql::SqlStoreError::InvalidOption {
+                        option: "max_connections",
+                        value,
+                        ..
+                    },
+            }) => assert_eq!(value, max_connections.to_string()),
+            Err(other) => panic!("{max_connections}: expected an invalid option, got {other}"),
+            Ok(_) => panic!("{max_connections}: expected an invalid option, got a store"),
+        }
+    }
 }

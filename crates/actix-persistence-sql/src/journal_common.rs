@@ -249,19 +249,25 @@ pub(crate) fn check_batch_sizes(
     Ok(())
 }
 
-/// Checks `max_connections`, which must be at least 1; `reason` says what needs a connection.
+/// Checks `max_connections`, which must be at least 1 (`reason` says what needs a connection)
+/// and at most [`crate::MAX_POOL_CONNECTIONS`].
 pub(crate) fn check_max_connections(
     max_connections: u32,
     reason: &'static str,
 ) -> Result<(), SqlStoreError> {
-    if max_connections == 0 {
-        return Err(SqlStoreError::InvalidOption {
-            option: "max_connections",
-            value: max_connections.to_string(),
-            reason,
-        });
-    }
-    Ok(())
+    let reason = match max_connections {
+        0 => reason,
+        n if n > crate::MAX_POOL_CONNECTIONS => {
+            "a pool holds at most MAX_POOL_CONNECTIONS (10000) connections: sqlx takes room \
+             for each when it builds the pool"
+        }
+        _ => return Ok(()),
+    };
+    Err(SqlStoreError::InvalidOption {
+        option: "max_connections",
+        value: max_connections.to_string(),
+        reason,
+    })
 }
 
 /// A sequence number bound in the API (u64) as the signed 64-bit column: above `i64::MAX` (no

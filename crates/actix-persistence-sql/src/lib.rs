@@ -120,3 +120,11 @@ pub use sqlite_snapshot::SqliteSnapshotStore;
 /// stores (what every page costs, whatever its rows, is paid half as often), and 2,000 to 8,000
 /// no faster (`docs/benchmarks.md`, "Session 10"). A replay holds at most three pages.
 pub const DEFAULT_REPLAY_BATCH_SIZE: u32 = 1000;
+
+/// The largest connection pool a SQL store opens (`max_connections` of
+/// [`SqliteJournalOptions`] and [`PostgresJournalOptions`], and of the projections' offset
+/// stores): sqlx takes room for every connection of a pool when it builds it, so a pool of
+/// `u32::MAX` connections asked for hundreds of GB and aborted the process. A larger value
+/// fails the store's `connect` with [`SqlStoreError::InvalidOption`]. (PostgreSQL itself serves
+/// at most 262,143 connections, a default server 100.)
+pub const MAX_POOL_CONNECTIONS: u32 = 10_000;

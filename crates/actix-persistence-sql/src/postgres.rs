@@ -372,7 +372,9 @@ async fn connect_pool(
     }
     let pool = PgPoolOptions::new()
         .max_connections(options.max_connections)
-        .acquire_timeout(options.acquire_timeout)
+        // sqlx adds it to `Instant::now()` (a panic past the clock's end): a longer one is 30
+        // years, as good as never.
+        .acquire_timeout(options.acquire_timeout.min(LONGEST_ACQUIRE_TIMEOUT))
         .after_connect(move |conn, _| {
             let session = session.clone();
             Box::pin(async move {
@@ -424,6 +426,9 @@ fn quoted_schema(schema: &str) -> Result<Option<String>, SqlStoreError> {
 
 /// Connects once, to report what failed (refused, authentication, unknown database, no
 /// answer) and where, instead of the pool's "timed out while waiting for an open connection".
+/// The longest `acquire_timeout` handed to sqlx (30 years): see [`connect_pool`].
+const LONGEST_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
 async fn check_connection(
     options: &PgConnectOptions,
     timeout: Duration,

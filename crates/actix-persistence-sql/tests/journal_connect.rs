@@ -81,10 +81,19 @@ async fn data_survives_closing_and_reconnecting<B: TestBackend>(db: B) {
 }
 
 async fn invalid_options_are_refused_before_connecting<B: TestBackend>(db: B) {
-    for (setting, option) in [
-        (Setting::MaxConnections(0), "max_connections"),
-        (Setting::ReplayBatchSize(0), "replay_batch_size"),
-        (Setting::MaxBatchSize(0), "max_batch_size"),
+    // Above the ceiling, sqlx would take room for every connection when it builds the pool
+    // (`u32::MAX` asked for hundreds of GB and aborted the process).
+    let above = actix_persistence_sql::MAX_POOL_CONNECTIONS + 1;
+    for (setting, option, refused) in [
+        (Setting::MaxConnections(0), "max_connections", 0),
+        (Setting::MaxConnections(above), "max_connections", above),
+        (
+            Setting::MaxConnections(u32::MAX),
+            "max_connections",
+            u32::MAX,
+        ),
+        (Setting::ReplayBatchSize(0), "replay_batch_size", 0),
+        (Setting::MaxBatchSize(0), "max_batch_size", 0),
     ] {
         let options = db.options(&[setting]);
         match B::connect(&options).await {
@@ -92,7 +101,7 @@ async fn invalid_options_are_refused_before_connecting<B: TestBackend>(db: B) {
                 option: named,
                 value,
                 ..
-            }) => assert_eq!((named, value.as_str()), (option, "0")),
+            }) => assert_eq!((named, value), (option, refused.to_string())),
             Err(other) => panic!("{option}: expected an invalid option, got {other}"),
             Ok(_) => panic!("{option}: expected an invalid option, got a journal"),
         }

@@ -23,10 +23,18 @@ use crate::store::{
     Ownership, StorePanicked, WriteBatch, WriteNow, WriteResults,
 };
 
+/// The most write-reply-ordering groups a [`JournalActor`] runs: each is a resequencer actor
+/// started with the journal, so a count in the millions would take memory and time at startup
+/// for groups no application can use (the configuration refuses more: its
+/// `journal.max-write-reply-ordering-groups` is at most this).
+pub const MAX_WRITE_REPLY_ORDERING_GROUPS: usize = 65_536;
+
 /// Settings of a [`JournalActor`]. Validated values: a zero group count cannot be expressed.
 #[derive(Debug, Clone)]
 pub struct JournalConfig {
-    /// Number of write-reply-ordering groups, one resequencer actor each (default 1).
+    /// Number of write-reply-ordering groups, one resequencer actor each (default 1). At most
+    /// [`MAX_WRITE_REPLY_ORDERING_GROUPS`]: a journal actor given more runs that many (and logs
+    /// a warning).
     pub write_reply_ordering_groups: NonZeroUsize,
     /// How long a store call may take before the journal fails it (default 10 s).
     pub call_timeout: Duration,
@@ -87,7 +95,9 @@ impl Group {
 
 impl JournalActor {
     /// A journal actor over `store`. Its resequencers are created when it starts.
-    pub fn new(store: Arc<dyn JournalStore>, config: JournalConfig) -> Self {
+    pub fn new(store: Arc<dyn JournalStore>, mut config: JournalConfig) -> Self {
+        config.write_reply_ordering_groups =
+            groups_within_limit(config.write_reply_ordering_groups);
         JournalActor {
             store,
             breaker: Arc::new(CircuitBreaker::new(config.circuit_breaker)),
@@ -158,6 +168,21 @@ impl JournalActor {
     fn call_timeout(&self) -> Duration {
         self.config.call_timeout
     }
+}
+
+/// `groups`, or [`MAX_WRITE_REPLY_ORDERING_GROUPS`] when it is more (with a warning): a
+/// journal given a count the configuration would refuse (a `JournalConfig` built in code)
+/// still starts, rather than failing to start its groups.
+fn groups_within_limit(groups: NonZeroUsize) -> NonZeroUsize {
+    if groups.get() <= MAX_WRITE_REPLY_ORDERING_GROUPS {
+        return groups;
+    }
+    tracing::warn!(
+        write_reply_ordering_groups = groups.get(),
+        limit = MAX_WRITE_REPLY_ORDERING_GROUPS,
+        "more write-reply-ordering groups than a journal runs: it runs the limit"
+    );
+    NonZeroUsize::new(MAX_WRITE_REPLY_ORDERING_GROUPS).unwrap_or(NonZeroUsize::MIN)
 }
 
 impl Actor for JournalActor {

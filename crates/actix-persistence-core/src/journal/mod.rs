@@ -18,7 +18,7 @@ mod routing;
 mod write_queue;
 
 pub use crate::clock::far_future_saturating;
-pub use actor::{JournalActor, JournalConfig};
+pub use actor::{JournalActor, JournalConfig, MAX_WRITE_REPLY_ORDERING_GROUPS};
 pub use breaker::CircuitBreakerConfig;
 pub use protocol::{
     CheckHealth, DeleteMessagesTo, Incarnation, ReadHighestSequenceNr, RecoveryReplay, Replay,

@@ -42,8 +42,20 @@ impl PostgresOffsetStore {
     /// for the save under way).
     ///
     /// # Errors
-    /// [`OffsetStoreError::Open`] when the database cannot be reached or migrated.
+    /// [`OffsetStoreError::Open`] when the database cannot be reached or migrated, or
+    /// `max_connections` is above [`actix_persistence_sql::MAX_POOL_CONNECTIONS`] (0 is taken
+    /// as 1).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, OffsetStoreError> {
+        if max_connections > actix_persistence_sql::MAX_POOL_CONNECTIONS {
+            return Err(OffsetStoreError::Open {
+                source: actix_persistence_sql::SqlStoreError::InvalidOption {
+                    option: "max_connections",
+                    value: max_connections.to_string(),
+                    reason: "a pool holds at most MAX_POOL_CONNECTIONS (10000) connections: \
+                             sqlx takes room for each when it builds the pool",
+                },
+            });
+        }
         let session = format!(
             "SET statement_timeout = {}",
             OFFSET_STATEMENT_TIMEOUT.as_millis()
