@@ -108,7 +108,8 @@ pub use postgres::{connection_budgets, migrate_postgres, PostgresJournal, Postgr
 pub use postgres_snapshot::PostgresSnapshotStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
-    migrate_sqlite, sqlite_connect_options, SqliteJournal, SqliteJournalOptions, DEFAULT_SQLITE_URL,
+    migrate_sqlite, open_sqlite_pool, sqlite_connect_options, SqliteJournal, SqliteJournalOptions,
+    DEFAULT_SQLITE_URL,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite_snapshot::SqliteSnapshotStore;

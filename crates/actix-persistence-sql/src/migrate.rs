@@ -24,6 +24,36 @@ use crate::SqlStoreError;
 /// The table the journal records its applied migrations in.
 pub const MIGRATIONS_TABLE: &str = "actix_persistence_migrations";
 
+/// Runs `migrate` (one pass of the migrations) again while it fails, at most
+/// `migrations + 3` times in all: processes starting together on a new database apply the
+/// same migration at once, and the losers fail when the winner commits (a duplicate record or
+/// column, a lock or a snapshot that changed under them). Each such failure means another
+/// process made progress (it created the bookkeeping table or applied a migration), so a bounded
+/// number of passes always ends with every migration applied, or with a real error. A table
+/// that is not the journal's ([`SqlStoreError::ForeignTable`]) stays so: no retry.
+pub(crate) async fn with_retries<F, Fut>(
+    migrator: &Migrator,
+    mut migrate: F,
+) -> Result<(), SqlStoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), SqlStoreError>>,
+{
+    let attempts = migrator.iter().count() + 3;
+    let mut attempt = 1;
+    loop {
+        match migrate().await {
+            Ok(()) => return Ok(()),
+            Err(error @ SqlStoreError::ForeignTable { .. }) => return Err(error),
+            Err(error) if attempt < attempts => {
+                tracing::debug!(%error, attempt, "journal migration failed; running it again");
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// Every table the migrations create: a database where none was applied yet must hold none of
 /// them.
 const OWN_TABLES: &[&str] = &[

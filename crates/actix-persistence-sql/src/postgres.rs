@@ -289,32 +289,17 @@ pub async fn migrate_postgres(pool: &PgPool) -> Result<(), SqlStoreError> {
 /// [`migrate_postgres`], first creating `schema` (already quoted) when one is given.
 async fn migrate_postgres_in(pool: &PgPool, schema: Option<&str>) -> Result<(), SqlStoreError> {
     // Without an advisory lock, processes starting together may apply the same migration at
-    // once: the losers fail when the winner commits. Each such failure means another process
-    // made progress (it created the migrations table or applied a migration), so a bounded
-    // number of retries always ends with every migration applied, or with a real error.
-    let attempts = MIGRATOR.iter().count() + 3;
-    let mut attempt = 1;
-    loop {
-        let migrated = async {
-            if let Some(schema) = schema {
-                sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                    .execute(pool)
-                    .await
-                    .map_err(|e| SqlStoreError::Migrate { source: e.into() })?;
-            }
-            crate::migrate::postgres::run(pool, &MIGRATOR).await
-        };
-        match migrated.await {
-            Ok(()) => return Ok(()),
-            // A table that is not the journal's stays so: no retry.
-            Err(error @ SqlStoreError::ForeignTable { .. }) => return Err(error),
-            Err(error) if attempt < attempts => {
-                tracing::debug!(%error, attempt, "journal migration failed; running it again");
-                attempt += 1;
-            }
-            Err(error) => return Err(error),
+    // once (see `with_retries`).
+    crate::migrate::with_retries(&MIGRATOR, || async {
+        if let Some(schema) = schema {
+            sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .execute(pool)
+                .await
+                .map_err(|e| SqlStoreError::Migrate { source: e.into() })?;
         }
-    }
+        crate::migrate::postgres::run(pool, &MIGRATOR).await
+    })
+    .await
 }
 
 /// How the connections of a pool plan their prepared statements.

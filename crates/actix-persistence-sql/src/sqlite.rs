@@ -257,19 +257,20 @@ impl SqlitePools {
         // connects first.
         // No ping before each acquire (sqlx's default): a local file needs no liveness check,
         // and the ping costs a round trip to the connection's worker thread per write.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .test_before_acquire(false)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(
-                base.clone()
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal),
-            )
-            .await
-            .map_err(connect_error)?;
+        let writer = open_sqlite_pool(
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .test_before_acquire(false)
+                .idle_timeout(None)
+                .max_lifetime(None),
+            base.clone()
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal),
+            busy_timeout,
+        )
+        .await
+        .map_err(connect_error)?;
         migrate_sqlite(&writer).await?;
         // A reader's worker thread hands rows over through a channel of this many; sqlx's
         // default (50) made a replay's page of 500 wait for the actor about ten times, each a
@@ -356,6 +357,42 @@ pub fn sqlite_connect_options(url: &str) -> Result<SqliteConnectOptions, SqlStor
     }
 }
 
+/// Opens `pool` on `options`, trying again while SQLite answers `SQLITE_BUSY`, for up to
+/// `busy_timeout`, every 10 ms: processes opening a new database file together (replicas of a
+/// deployment, an app and its projection process) each switch it to WAL, which takes the file's
+/// exclusive lock, and SQLite answers one of two connections that both read the file and then
+/// both ask for it `SQLITE_BUSY` at once, without waiting out the busy timeout (it cannot wait
+/// for a lock the other one waits on too). The journal opens its writer with it; a projection's
+/// offset store on a pool of its own too.
+///
+/// # Errors
+/// The last attempt's error.
+pub async fn open_sqlite_pool(
+    pool: SqlitePoolOptions,
+    options: SqliteConnectOptions,
+    busy_timeout: Duration,
+) -> Result<SqlitePool, sqlx::Error> {
+    let started = std::time::Instant::now();
+    loop {
+        match pool.clone().connect_with(options.clone()).await {
+            Err(error) if is_busy(&error) && started.elapsed() < busy_timeout => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes: the primary code is
+/// the low byte).
+fn is_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
+}
+
 /// Brings the schema of the SQLite database behind `pool` up to date with the migrations
 /// embedded in this crate (journal, snapshots, queries, projection offsets).
 /// [`SqliteJournal::connect`] runs it; other users of the same database file (a projection's
@@ -366,7 +403,8 @@ pub fn sqlite_connect_options(url: &str) -> Result<SqliteConnectOptions, SqlStor
 /// [`SqlStoreError::ForeignTable`] when no migration was applied yet and a table of one of the
 /// journal's names exists.
 pub async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), SqlStoreError> {
-    crate::migrate::sqlite::run(pool, &MIGRATOR).await
+    // Processes opening a new database file together race to migrate it (see `with_retries`).
+    crate::migrate::with_retries(&MIGRATOR, || crate::migrate::sqlite::run(pool, &MIGRATOR)).await
 }
 
 impl SqliteJournal {

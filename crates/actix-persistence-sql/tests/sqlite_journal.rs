@@ -449,3 +449,35 @@ async fn timestamps_never_go_below_a_deleted_event() {
     })
     .await;
 }
+
+/// Processes starting together on a database file that does not exist yet (a deployment's
+/// replicas, an app and its migration job) all open it: each brings the schema up to date, or
+/// finds it so. Before, the migrations had no retry on SQLite (PostgreSQL's had): a journal
+/// that lost the race failed to open ("UNIQUE constraint failed:
+/// actix_persistence_migrations.version", "duplicate column name: owner_epoch"), in about
+/// half of the starts of two processes. Journals of one process stand in for the processes
+/// here: each has its own connections, so their migrations run at once, as two processes'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journals_opening_a_new_file_at_once_all_migrate_it() {
+    for round in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("new.db").display());
+        let options = SqliteJournalOptions::new(&url);
+        let journals =
+            futures::future::join_all((0..4).map(|_| SqliteJournal::connect(&options))).await;
+        for (i, journal) in journals.iter().enumerate() {
+            let journal = journal
+                .as_ref()
+                .unwrap_or_else(|e| panic!("round {round}, journal {i}: {e}"));
+            write_all_ok(journal, vec![atomic(&format!("p-{i}"), 1..=1)]).await;
+        }
+        let journal = journals[0].as_ref().unwrap();
+        for i in 0..4 {
+            assert_eq!(
+                recover(journal, &format!("p-{i}"), 1, MAX, MAX).await,
+                (vec![1], 1),
+                "round {round}"
+            );
+        }
+    }
+}

@@ -53,11 +53,15 @@ impl SqliteOffsetStore {
             .create_if_missing(true)
             .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
             .busy_timeout(std::time::Duration::from_secs(5));
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(2)
-            .connect_with(options)
-            .await
-            .map_err(open)?;
+        // Opened together with the journal's process on a new file, both switch it to WAL:
+        // `open_sqlite_pool` tries again while SQLite answers that the file is busy.
+        let pool = actix_persistence_sql::open_sqlite_pool(
+            sqlx::sqlite::SqlitePoolOptions::new().max_connections(2),
+            options,
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .map_err(open)?;
         actix_persistence_sql::migrate_sqlite(&pool)
             .await
             .map_err(|source| OffsetStoreError::Open { source })?;
