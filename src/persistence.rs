@@ -53,7 +53,11 @@ pub enum StartError {
     )]
     NoActixSystem,
     /// `journal.plugin` names a store this build was compiled without.
-    #[error("journal.plugin = {plugin:?} is not available: enable the crate feature {feature:?}")]
+    #[error(
+        "journal.plugin = {plugin:?} is not available: enable the crate feature {feature:?}, \
+         or choose a store this build has (journal.plugin in your TOML, or \
+         ACTIX_PERSISTENCE__JOURNAL__PLUGIN)"
+    )]
     PluginNotCompiled {
         /// The `journal.plugin` setting.
         plugin: &'static str,

@@ -177,3 +177,62 @@ async fn a_delete_and_a_snapshot_before_recovery_completed_are_refused_and_the_a
     assert_eq!(snapshot, None);
     assert!(log.try_recv().is_err(), "nothing else happened");
 }
+
+/// A hand-written `Actor` that forgets `start_recovery`.
+struct Forgetful {
+    persistence: PersistenceState<Self>,
+}
+
+impl Actor for Forgetful {
+    type Context = Context<Self>;
+}
+
+impl PersistentActor for Forgetful {
+    fn persistence(&self) -> &PersistenceState<Self> {
+        &self.persistence
+    }
+    fn persistence_mut(&mut self) -> &mut PersistenceState<Self> {
+        &mut self.persistence
+    }
+}
+
+impl EventSourced for Forgetful {
+    type Event = String;
+
+    fn apply(&mut self, _: &String) {}
+}
+
+#[derive(Message)]
+#[rtype(result = "actix_persistence::PersistResult<()>")]
+struct Store;
+
+impl Handler<Store> for Forgetful {
+    type Result = actix_persistence::PersistReply<()>;
+
+    fn handle(&mut self, _: Store, ctx: &mut Context<Self>) -> Self::Result {
+        self.persist(ctx, "e".to_owned(), |_, _, _| ())
+    }
+}
+
+/// A persist of an actor that never started its recovery is refused with an error that says
+/// so and how to start it (it said "persist from a command handler", which it was doing).
+#[actix::test]
+async fn a_persist_of_an_actor_that_never_started_recovery_says_how_to_start_it() {
+    let journal =
+        JournalActor::start_with(Arc::new(InMemoryJournal::new()), JournalConfig::default());
+    let actor = Forgetful {
+        persistence: PersistenceState::new(journal, "forgetful").expect("valid id"),
+    }
+    .start();
+    match actor.send(Store).await.expect("the actor is running") {
+        Err(actix_persistence::PersistError::Rejected(rejection)) => {
+            assert!(
+                rejection.reason.contains("never started its recovery")
+                    && rejection.reason.contains("start_recovery(self, ctx)"),
+                "{}",
+                rejection.reason
+            );
+        }
+        other => panic!("expected the persist refused, got {other:?}"),
+    }
+}

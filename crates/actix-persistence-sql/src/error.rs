@@ -141,6 +141,12 @@ pub enum ConnectFailure {
     InvalidUrl,
     /// TLS could not be negotiated.
     Tls,
+    /// SQLite: the directory of the database file does not exist (SQLite creates the file,
+    /// not its directory).
+    NoDirectory {
+        /// The directory, as an absolute path.
+        directory: std::path::PathBuf,
+    },
     /// Anything else (for SQLite: the file cannot be opened or created).
     Other,
 }
@@ -168,6 +174,11 @@ impl std::fmt::Display for ConnectFailure {
             ConnectFailure::Tls => {
                 f.write_str("TLS negotiation failed: check sslmode and certificates")
             }
+            ConnectFailure::NoDirectory { directory } => write!(
+                f,
+                "the directory {} does not exist: create it, or fix the path in the URL",
+                directory.display()
+            ),
             ConnectFailure::Other => {
                 f.write_str("check the URL (SQLite: that its directory exists and is writable)")
             }

@@ -22,7 +22,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Sqlite, Transaction};
 
-use crate::error::SqlStoreError;
+use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
 use crate::journal_common::{
     all_distinct, check_batch_sizes, check_max_connections, clamp_seq_nr, in_use,
@@ -270,7 +270,14 @@ impl SqlitePools {
             busy_timeout,
         )
         .await
-        .map_err(connect_error)?;
+        .map_err(|source| match missing_directory(&base) {
+            Some(directory) => SqlStoreError::Connect {
+                url: options.url.clone(),
+                failure: ConnectFailure::NoDirectory { directory },
+                source,
+            },
+            None => connect_error(source),
+        })?;
         migrate_sqlite(&writer).await?;
         // A reader's worker thread hands rows over through a channel of this many; sqlx's
         // default (50) made a replay's page of 500 wait for the actor about ten times, each a
@@ -355,6 +362,14 @@ pub fn sqlite_connect_options(url: &str) -> Result<SqliteConnectOptions, SqlStor
         // No working directory to resolve it against: sqlx opens it as given.
         Err(_) => Ok(options),
     }
+}
+
+/// The directory of the database file of `options` when it does not exist (SQLite creates a
+/// missing file, not its directory): what a failed open names.
+fn missing_directory(options: &SqliteConnectOptions) -> Option<std::path::PathBuf> {
+    let file = options.get_filename();
+    let directory = file.parent().filter(|_| file.is_absolute())?;
+    (!directory.exists()).then(|| directory.to_path_buf())
 }
 
 /// Opens `pool` on `options`, trying again while SQLite answers `SQLITE_BUSY`, for up to

@@ -481,3 +481,52 @@ async fn journals_opening_a_new_file_at_once_all_migrate_it() {
         }
     }
 }
+
+/// A database file in a directory that does not exist (SQLite creates the file, not its
+/// directory): the error names the directory, as an absolute path, also for a relative URL.
+#[tokio::test]
+async fn a_missing_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let absolute = format!("sqlite:{}", missing.join("journal.db").display());
+    match SqliteJournal::connect(&SqliteJournalOptions::new(&absolute)).await {
+        Err(error @ SqlStoreError::Connect { .. }) => {
+            assert!(
+                matches!(
+                    &error,
+                    SqlStoreError::Connect {
+                        failure: actix_persistence_sql::ConnectFailure::NoDirectory { directory },
+                        ..
+                    } if *directory == missing
+                ),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!(
+                    "the directory {} does not exist",
+                    missing.display()
+                )),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("expected a connect error, got {other}"),
+        Ok(_) => panic!("expected a connect error, got a journal"),
+    }
+    assert!(!missing.exists(), "nothing created");
+    // Relative to the working directory: named as the absolute path it resolves to.
+    let relative = "sqlite:no-such-dir-of-this-test/journal.db";
+    match SqliteJournal::connect(&SqliteJournalOptions::new(relative)).await {
+        Err(SqlStoreError::Connect {
+            failure: actix_persistence_sql::ConnectFailure::NoDirectory { directory },
+            ..
+        }) => assert_eq!(
+            directory,
+            std::env::current_dir()
+                .unwrap()
+                .join("no-such-dir-of-this-test")
+        ),
+        Err(other) => panic!("expected a missing directory, got {other}"),
+        Ok(_) => panic!("expected a connect error, got a journal"),
+    }
+}

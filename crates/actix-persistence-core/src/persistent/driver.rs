@@ -36,6 +36,7 @@ pub(crate) fn enqueue<A: PersistentActor>(
 
 pub(crate) fn start_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>) {
     let state = act.persistence_mut();
+    state.recovery_started = true;
     state.driver_running = true;
     state.driver = DriverState::Recovering(Box::new(Recovering::new(state.recovery_plan())));
     ctx.wait(Driver::<A>::new());

@@ -300,6 +300,48 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
 ///
 /// Implement the two accessors (or `#[derive(PersistentActor)]`, which also implements
 /// `Actor` with recovery on start); the other methods are provided.
+///
+/// Implementing `Actor` yourself (for a mailbox capacity of your own, or `started` and
+/// `stopped` hooks)? Call [`start_recovery`] first thing in `started`: without it the actor
+/// never recovers, and every persist is refused with a [`WriteRejection`] that says so.
+///
+/// ```
+/// use actix::{Actor, Context};
+/// use actix_persistence_core::persistent::{
+///     start_recovery, EventSourced, PersistenceState, PersistentActor,
+/// };
+///
+/// struct Counter {
+///     persistence: PersistenceState<Self>,
+///     total: u64,
+/// }
+///
+/// impl Actor for Counter {
+///     type Context = Context<Self>;
+///
+///     fn started(&mut self, ctx: &mut Context<Self>) {
+///         ctx.set_mailbox_capacity(64);
+///         start_recovery(self, ctx);
+///     }
+/// }
+///
+/// impl PersistentActor for Counter {
+///     fn persistence(&self) -> &PersistenceState<Self> {
+///         &self.persistence
+///     }
+///     fn persistence_mut(&mut self) -> &mut PersistenceState<Self> {
+///         &mut self.persistence
+///     }
+/// }
+///
+/// impl EventSourced for Counter {
+///     type Event = u64;
+///
+///     fn apply(&mut self, event: &u64) {
+///         self.total += event;
+///     }
+/// }
+/// ```
 pub trait PersistentActor: EventSourced {
     /// The actor's persistence state.
     fn persistence(&self) -> &PersistenceState<Self>;

@@ -340,7 +340,10 @@ fn poll_recovery_steps<A: PersistentActor>(
                 None => Err(SerializationError::SnapshotDeserialize {
                     seq_nr: last,
                     reason: "this actor restores no snapshots: EventSourced::snapshotting \
-                             returns None"
+                             returns None; implement it, or (only when no events were deleted \
+                             under the snapshot) recover from the events alone with \
+                             PersistenceState::with_recovery(Recovery { from_snapshot: \
+                             SnapshotSelectionCriteria::none(), ..Recovery::latest() })"
                         .to_owned(),
                 }),
             };

@@ -73,6 +73,9 @@ pub struct PersistenceState<A: EventSourced> {
     /// Highest sequence number handed out (ahead of `last_seq_nr` while writes are pending).
     assigned_seq_nr: u64,
     pub(crate) recovered: bool,
+    /// Whether `start_recovery` ran (a hand-written `Actor::started` may forget it): only read
+    /// to say so when a persist comes before recovery completed.
+    pub(crate) recovery_started: bool,
     /// Recovery stopped before the highest stored event (bounded recovery): snapshots would
     /// drop the events the state misses, so none are taken.
     pub(crate) partially_recovered: bool,
@@ -185,6 +188,7 @@ impl<A: EventSourced> PersistenceState<A> {
             stored_seq_nr: 0,
             assigned_seq_nr: 0,
             recovered: false,
+            recovery_started: false,
             partially_recovered: false,
             recovery: Recovery::latest(),
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
@@ -407,12 +411,18 @@ impl<A: EventSourced> PersistenceState<A> {
     /// the [limits](crate::limits), rejects the whole atomic write before it is sent.
     pub(crate) fn next_seq_nr(&self) -> Result<u64, WriteRejection> {
         if !self.recovered {
+            let reason = if self.recovery_started {
+                "persist before recovery completed: sequence numbers are not known yet \
+                 (persist from a command handler or on_recovery_completed)"
+            } else {
+                "persist before recovery was started: this actor never started its recovery \
+                 (call actix_persistence::start_recovery(self, ctx) first thing in \
+                 Actor::started, or #[derive(PersistentActor)], whose Actor does)"
+            };
             return Err(WriteRejection {
                 persistence_id: self.persistence_id.to_string(),
                 seq_nr: 0,
-                reason: "persist before recovery completed: sequence numbers are not known yet \
-                         (persist from a command handler or on_recovery_completed)"
-                    .to_owned(),
+                reason: reason.to_owned(),
             });
         }
         Ok(self.assigned_seq_nr + 1)
