@@ -25,7 +25,8 @@ pub struct EventEnvelope<E = SerializedEvent> {
     /// The offset just after this event: hand it back to the same query to resume with the
     /// next one.
     pub offset: Offset,
-    /// When the event was written, milliseconds since the Unix epoch (the writer's clock).
+    /// When the event was written, milliseconds since the Unix epoch (the writer's clock; the
+    /// offset's database timestamp is in microseconds).
     pub timestamp: i64,
     /// Its tags (see `EventSourced::tags`).
     pub tags: Vec<String>,

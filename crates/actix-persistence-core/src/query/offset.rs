@@ -279,8 +279,9 @@ impl<'de> Deserialize<'de> for SeenMap {
 /// a group-commit transaction of 500 ids made a catch-up 16x slower: docs/benchmarks.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimestampOffset {
-    /// Database timestamp, microseconds since the Unix epoch: every event with an earlier
-    /// timestamp was delivered (or was not visible within the late-commit window).
+    /// Database timestamp, microseconds since the Unix epoch (not milliseconds, unlike an
+    /// [`EventEnvelope`](super::EventEnvelope)'s `timestamp`, the writer's clock): every event
+    /// with an earlier timestamp was delivered (or was not visible within the late-commit window).
     pub timestamp: i64,
     /// Per persistence id, the highest sequence number delivered whose timestamp is at or
     /// after [`timestamp`](Self::timestamp). Events of these ids up to that sequence number are
@@ -294,7 +295,8 @@ pub struct TimestampOffset {
 pub struct SeenEvent {
     /// Its sequence number.
     pub seq_nr: u64,
-    /// Its database timestamp, microseconds since the Unix epoch.
+    /// Its database timestamp, microseconds since the Unix epoch (not milliseconds, unlike an
+    /// [`EventEnvelope`](super::EventEnvelope)'s `timestamp`).
     pub timestamp: i64,
 }
 
