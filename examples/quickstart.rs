@@ -46,9 +46,16 @@ struct Account {
     recovered_events: u64,
 }
 
+/// The largest balance an account may hold: what the read model's `INTEGER` column (an
+/// `i64`) stores.
+const MAX_BALANCE: u64 = i64::MAX as u64;
+
 impl EventSourced for Account {
     type Event = AccountEvent;
 
+    /// Cannot overflow: the command handler persists only events that keep the balance
+    /// within `0..=MAX_BALANCE` (an event `apply` cannot apply would stop the actor, and
+    /// every later recovery of it).
     fn apply(&mut self, event: &AccountEvent) {
         if !self.persistence.is_recovered() {
             self.recovered_events += 1;
@@ -60,28 +67,40 @@ impl EventSourced for Account {
     }
 }
 
+/// Why a command was refused; nothing was persisted.
 #[derive(Debug, thiserror::Error)]
-#[error("insufficient funds: balance {balance}, asked {asked}")]
-struct InsufficientFunds {
-    balance: u64,
-    asked: u64,
+enum Refused {
+    #[error("insufficient funds: balance {balance}, asked {asked}")]
+    InsufficientFunds { balance: u64, asked: u64 },
+    #[error("the balance {balance} plus {asked} would exceed {MAX_BALANCE}")]
+    BalanceLimit { balance: u64, asked: u64 },
 }
 
 #[derive(Message)]
-#[rtype(result = "PersistResult<Result<u64, InsufficientFunds>>")]
+#[rtype(result = "PersistResult<Result<u64, Refused>>")]
 enum Command {
     Deposit(u64),
     Withdraw(u64),
 }
 
 impl Handler<Command> for Account {
-    type Result = PersistReply<Result<u64, InsufficientFunds>>;
+    type Result = PersistReply<Result<u64, Refused>>;
 
     fn handle(&mut self, command: Command, ctx: &mut Context<Self>) -> Self::Result {
+        // Validated before persisting: a stored event is replayed on every recovery, so
+        // `apply` must always be able to apply it. A refusal replies at once, storing nothing.
         let event = match command {
-            Command::Deposit(amount) => AccountEvent::Deposited { amount },
+            Command::Deposit(amount) => match self.balance.checked_add(amount) {
+                Some(balance) if balance <= MAX_BALANCE => AccountEvent::Deposited { amount },
+                _ => {
+                    return PersistReply::ready(Err(Refused::BalanceLimit {
+                        balance: self.balance,
+                        asked: amount,
+                    }))
+                }
+            },
             Command::Withdraw(amount) if amount > self.balance => {
-                return PersistReply::ready(Err(InsufficientFunds {
+                return PersistReply::ready(Err(Refused::InsufficientFunds {
                     balance: self.balance,
                     asked: amount,
                 }))
@@ -160,9 +179,11 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
         tx: &mut Transaction<'static, Sqlite>,
         envelope: &EventEnvelope<AccountEvent>,
     ) -> Result<(), HandlerError> {
+        // Never out of range for events the actor persisted (at most `MAX_BALANCE`); an
+        // error, not a wrapped `as` cast, if one were.
         let change = match envelope.event {
-            AccountEvent::Deposited { amount } => amount as i64,
-            AccountEvent::Withdrawn { amount } => -(amount as i64),
+            AccountEvent::Deposited { amount } => i64::try_from(amount)?,
+            AccountEvent::Withdrawn { amount } => -i64::try_from(amount)?,
         };
         sqlx::query(
             "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
@@ -238,7 +259,7 @@ async fn read_model_agrees(
                 .await?;
         let balance = balance.unwrap_or(0);
         println!("read model: {} balance {balance}", s.persistence_id);
-        if balance != s.balance as i64 {
+        if i64::try_from(s.balance).ok() != Some(balance) {
             return Err(format!(
                 "read model disagrees for {}: {balance}, the actor has {}",
                 s.persistence_id, s.balance
@@ -280,6 +301,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             refused += 1;
         }
+    }
+    // A deposit the balance cannot hold is refused too, before anything is stored: had it
+    // been persisted, `apply` would overflow on it now and on every later recovery.
+    if let Err(refused) = accounts[0].ask(Command::Deposit(u64::MAX)).await? {
+        println!("quickstart: deposit of {} refused: {refused}", u64::MAX);
     }
 
     let end = summaries(&accounts).await?;

@@ -3,7 +3,8 @@
 //! projection keeps in the journal's SQLite database.
 //!
 //! ```text
-//! POST /accounts/{id}/deposit   {"amount": 100}  -> 200 {"balance": 100}
+//! POST /accounts/{id}/deposit   {"amount": 100}  -> 200 {"balance": 100}, or 422 when the
+//!                                                   balance would exceed i64::MAX
 //! POST /accounts/{id}/withdraw  {"amount": 30}   -> 200 {"balance": 70}, or 409 when short
 //! GET  /accounts/{id}                            -> 200 {"id": "...", "balance": 70} (read model), or 404
 //! GET  /projection                               -> 200 {"state": "Running", "handled": 2, "lag_events": 0, "lag_ms": 0}
@@ -51,9 +52,16 @@ struct Account {
     balance: u64,
 }
 
+/// The largest balance an account may hold: what the read model's `INTEGER` column (an
+/// `i64`) stores.
+const MAX_BALANCE: u64 = i64::MAX as u64;
+
 impl EventSourced for Account {
     type Event = AccountEvent;
 
+    /// Cannot overflow: the command handler persists only events that keep the balance
+    /// within `0..=MAX_BALANCE` (an event `apply` cannot apply would stop the actor, and
+    /// every later recovery of it).
     fn apply(&mut self, event: &AccountEvent) {
         match event {
             AccountEvent::Deposited { amount } => self.balance += amount,
@@ -62,22 +70,41 @@ impl EventSourced for Account {
     }
 }
 
-/// A command; the reply is the new balance, or the balance that was too low.
+/// A command; the reply is the new balance, or why it was refused.
 #[derive(Message)]
-#[rtype(result = "PersistResult<Result<u64, u64>>")]
+#[rtype(result = "PersistResult<Result<u64, Refused>>")]
 enum Command {
     Deposit(u64),
     Withdraw(u64),
 }
 
+/// A refused command: nothing was persisted; the balance is the account's current one.
+enum Refused {
+    /// A withdrawal above the balance.
+    InsufficientFunds { balance: u64 },
+    /// A deposit that would take the balance above `MAX_BALANCE`.
+    BalanceLimit { balance: u64 },
+}
+
 impl Handler<Command> for Account {
-    type Result = PersistReply<Result<u64, u64>>;
+    type Result = PersistReply<Result<u64, Refused>>;
 
     fn handle(&mut self, command: Command, ctx: &mut Context<Self>) -> Self::Result {
+        // Validated before persisting: a stored event is replayed on every recovery, so
+        // `apply` must always be able to apply it.
         let event = match command {
-            Command::Deposit(amount) => AccountEvent::Deposited { amount },
+            Command::Deposit(amount) => match self.balance.checked_add(amount) {
+                Some(balance) if balance <= MAX_BALANCE => AccountEvent::Deposited { amount },
+                _ => {
+                    return PersistReply::ready(Err(Refused::BalanceLimit {
+                        balance: self.balance,
+                    }))
+                }
+            },
             Command::Withdraw(amount) if amount > self.balance => {
-                return PersistReply::ready(Err(self.balance))
+                return PersistReply::ready(Err(Refused::InsufficientFunds {
+                    balance: self.balance,
+                }))
             }
             Command::Withdraw(amount) => AccountEvent::Withdrawn { amount },
         };
@@ -97,9 +124,11 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
         tx: &mut Transaction<'static, Sqlite>,
         envelope: &EventEnvelope<AccountEvent>,
     ) -> Result<(), HandlerError> {
+        // Never out of range for events the actor persisted (at most `MAX_BALANCE`); an
+        // error, not a wrapped `as` cast, if one were.
         let change = match envelope.event {
-            AccountEvent::Deposited { amount } => amount as i64,
-            AccountEvent::Withdrawn { amount } => -(amount as i64),
+            AccountEvent::Deposited { amount } => i64::try_from(amount)?,
+            AccountEvent::Withdrawn { amount } => -i64::try_from(amount)?,
         };
         sqlx::query(
             "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
@@ -160,7 +189,15 @@ async fn command(state: &AppState, id: &str, command: Command) -> HttpResponse {
     };
     match account.ask(command).await {
         Ok(Ok(balance)) => HttpResponse::Ok().json(Balance { balance }),
-        Ok(Err(balance)) => HttpResponse::Conflict().json(Balance { balance }),
+        Ok(Err(Refused::InsufficientFunds { balance })) => {
+            HttpResponse::Conflict().json(Balance { balance })
+        }
+        Ok(Err(Refused::BalanceLimit { balance })) => {
+            HttpResponse::UnprocessableEntity().json(serde_json::json!({
+                "error": format!("the balance would exceed {MAX_BALANCE}"),
+                "balance": balance,
+            }))
+        }
         // Its write failed, or the actor is gone: the error says why (its recovery or write
         // failure), not just "mailbox closed".
         Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
