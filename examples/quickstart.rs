@@ -1,5 +1,6 @@
 //! Bank accounts as persistent actors on the embedded SQLite journal, and a read model
-//! (`account_balance` table) kept by an exactly-once projection in the same database.
+//! (`quickstart_account_balance` table) kept by an exactly-once projection in the same
+//! database.
 //!
 //! Run it twice in the same folder: the second run recovers every account where the first
 //! ended, and the projection resumes from its stored offset.
@@ -186,7 +187,7 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
             AccountEvent::Withdrawn { amount } => -i64::try_from(amount)?,
         };
         sqlx::query(
-            "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
+            "INSERT INTO quickstart_account_balance (persistence_id, balance) VALUES (?, ?) \
              ON CONFLICT (persistence_id) DO UPDATE SET balance = balance + excluded.balance",
         )
         .bind(&*envelope.persistence_id)
@@ -214,7 +215,7 @@ async fn start_read_model(
         return Ok(None);
     };
     sqlx::query(
-        "CREATE TABLE IF NOT EXISTS account_balance \
+        "CREATE TABLE IF NOT EXISTS quickstart_account_balance \
          (persistence_id TEXT PRIMARY KEY, balance INTEGER NOT NULL)",
     )
     .execute(journal.writer_pool())
@@ -226,8 +227,11 @@ async fn start_read_model(
             ..Default::default()
         },
     );
+    // The projection's name keys its stored offset and fences any other instance started
+    // under it: a name (and table) of its own, so running `web_service` on the same file
+    // at the same time leaves both read models alone.
     let projection = Projection::exactly_once(
-        ProjectionId::for_slices("account-balance", 0, 1023),
+        ProjectionId::for_slices("quickstart-account-balance", 0, 1023),
         QuerySource::<AccountEvent>::events_by_slices(query, "", 0, 1023),
         SqliteOffsetStore::new(journal.writer_pool().clone()),
         AccountBalances,
@@ -252,11 +256,12 @@ async fn read_model_agrees(
     projection.stop().await;
     let mut agree = 0;
     for s in end {
-        let balance: Option<i64> =
-            sqlx::query_scalar("SELECT balance FROM account_balance WHERE persistence_id = ?")
-                .bind(&s.persistence_id)
-                .fetch_optional(journal.writer_pool())
-                .await?;
+        let balance: Option<i64> = sqlx::query_scalar(
+            "SELECT balance FROM quickstart_account_balance WHERE persistence_id = ?",
+        )
+        .bind(&s.persistence_id)
+        .fetch_optional(journal.writer_pool())
+        .await?;
         let balance = balance.unwrap_or(0);
         println!("read model: {} balance {balance}", s.persistence_id);
         if i64::try_from(s.balance).ok() != Some(balance) {

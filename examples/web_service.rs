@@ -1,6 +1,8 @@
 //! An HTTP service (actix-web) over persistent actors and a read model: commands go to the
-//! accounts' persistent actors, queries read the `account_balance` table an exactly-once
-//! projection keeps in the journal's SQLite database.
+//! accounts' persistent actors, queries read the `web_account_balance` table an exactly-once
+//! projection (`web-account-balance`) keeps in the journal's SQLite database. Its accounts
+//! (`Account|<id>`) are not quickstart's (`account-<n>`), and its projection and table have
+//! names of their own, so both examples can run on the same file.
 //!
 //! ```text
 //! POST /accounts/{id}/deposit   {"amount": 100}  -> 200 {"balance": 100}, or 422 when the
@@ -18,6 +20,8 @@
 //! `WEB_SERVICE_ADDR` sets the address (default `127.0.0.1:8080`; port 0 picks a free one); the
 //! first line printed names it. The journal is the usual SQLite file (`actix-persistence.db`,
 //! see `reference.toml`). Reads follow writes after the projection's poll interval (50 ms here).
+//! The library's warnings and errors go to stderr (`RUST_LOG` overrides, e.g.
+//! `RUST_LOG=actix_persistence=debug`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,6 +41,7 @@ use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sqlx::{Sqlite, SqlitePool, Transaction};
+use tracing_subscriber::EnvFilter;
 
 /// What happened to an account.
 #[derive(Debug, Serialize, Deserialize)]
@@ -112,7 +117,7 @@ impl Handler<Command> for Account {
     }
 }
 
-/// The read model: `account_balance`, written in the projection's transaction.
+/// The read model: `web_account_balance`, written in the projection's transaction.
 struct AccountBalances;
 
 #[async_trait]
@@ -131,7 +136,7 @@ impl TransactionalHandler<EventEnvelope<AccountEvent>, Transaction<'static, Sqli
             AccountEvent::Withdrawn { amount } => -i64::try_from(amount)?,
         };
         sqlx::query(
-            "INSERT INTO account_balance (persistence_id, balance) VALUES (?, ?) \
+            "INSERT INTO web_account_balance (persistence_id, balance) VALUES (?, ?) \
              ON CONFLICT (persistence_id) DO UPDATE SET balance = balance + excluded.balance",
         )
         .bind(&*envelope.persistence_id)
@@ -225,7 +230,7 @@ async fn withdraw_route(
 #[get("/accounts/{id}")]
 async fn balance_route(state: web::Data<AppState>, id: web::Path<String>) -> impl Responder {
     let balance: Result<Option<i64>, sqlx::Error> =
-        sqlx::query_scalar("SELECT balance FROM account_balance WHERE persistence_id = ?")
+        sqlx::query_scalar("SELECT balance FROM web_account_balance WHERE persistence_id = ?")
             .bind(format!("Account|{id}"))
             .fetch_optional(&state.read_model)
             .await;
@@ -275,7 +280,7 @@ async fn start_read_model(
     };
     let pool = journal.writer_pool().clone();
     sqlx::query(
-        "CREATE TABLE IF NOT EXISTS account_balance \
+        "CREATE TABLE IF NOT EXISTS web_account_balance \
          (persistence_id TEXT PRIMARY KEY, balance INTEGER NOT NULL)",
     )
     .execute(&pool)
@@ -287,8 +292,11 @@ async fn start_read_model(
             ..QuerySettings::default()
         },
     );
+    // The projection's name keys its stored offset and fences any other instance started
+    // under it: a name (and table) of its own, so running `quickstart` on the same file at the
+    // same time leaves both read models alone.
     let handle = Projection::exactly_once(
-        ProjectionId::for_slices("account-balance", 0, 1023),
+        ProjectionId::for_slices("web-account-balance", 0, 1023),
         QuerySource::<AccountEvent>::events_by_slices(query, "Account", 0, 1023),
         SqliteOffsetStore::new(pool.clone()),
         AccountBalances,
@@ -335,6 +343,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
 #[actix_web::main]
 async fn main() -> std::process::ExitCode {
+    // The library logs through `tracing`; without a subscriber nothing it logs is printed.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
