@@ -6,8 +6,9 @@
 //! ended, and the projection resumes from its stored offset.
 //! `ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS=0` (or `four`) makes it exit
 //! non-zero with the configuration error. The library logs through `tracing`: this example
-//! prints its warnings and errors, `RUST_LOG=actix_persistence=debug` shows every recovery
-//! and write.
+//! prints its warnings and errors; `RUST_LOG=actix_persistence=debug` adds a line per
+//! recovery, and one per persist and per journal write when it ends (their spans closing,
+//! with the time they took).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use sqlx::{Sqlite, Transaction};
+use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::EnvFilter;
 
 const ACCOUNTS: usize = 5;
@@ -336,10 +338,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 #[actix::main]
 async fn main() -> ExitCode {
     // The library logs through `tracing`; without a subscriber nothing it logs is printed.
+    // Every persist and journal write is a debug span with no event of its own: `FmtSpan::CLOSE`
+    // prints a line when one ends (with its time busy and idle).
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )
+        .with_span_events(FmtSpan::CLOSE)
         .with_writer(std::io::stderr)
         .init();
     match run().await {
