@@ -211,7 +211,7 @@ async fn start_read_model(
         let plugin = persistence.settings().journal.plugin;
         println!(
             "quickstart: the read model's projection is shown on the SQLite journal; with \
-             journal.plugin = {plugin:?} it is skipped (projections on PostgreSQL: \
+             journal.plugin = \"{plugin}\" it is skipped (projections on PostgreSQL: \
              docs/projections.md)"
         );
         return Ok(None);
