@@ -7,7 +7,8 @@
 //! ```text
 //! POST /accounts/{id}/deposit   {"amount": 100}  -> 200 {"balance": 100}, or 422 when the
 //!                                                   balance would exceed i64::MAX
-//! POST /accounts/{id}/withdraw  {"amount": 30}   -> 200 {"balance": 70}, or 409 when short
+//! POST /accounts/{id}/withdraw  {"amount": 30}   -> 200 {"balance": 70}, or 409
+//!                                                   {"error": "insufficient funds", "balance": 70}
 //! GET  /accounts/{id}                            -> 200 {"id": "...", "balance": 70} (read model), or 404
 //! GET  /projection                               -> 200 {"state": "Running", "handled": 2, "lag_events": 0, "lag_ms": 0}
 //! GET  /ready                                    -> 200 "ready", or 503 with the reason
@@ -194,9 +195,8 @@ async fn command(state: &AppState, id: &str, command: Command) -> HttpResponse {
     };
     match account.ask(command).await {
         Ok(Ok(balance)) => HttpResponse::Ok().json(Balance { balance }),
-        Ok(Err(Refused::InsufficientFunds { balance })) => {
-            HttpResponse::Conflict().json(Balance { balance })
-        }
+        Ok(Err(Refused::InsufficientFunds { balance })) => HttpResponse::Conflict()
+            .json(serde_json::json!({ "error": "insufficient funds", "balance": balance })),
         Ok(Err(Refused::BalanceLimit { balance })) => {
             HttpResponse::UnprocessableEntity().json(serde_json::json!({
                 "error": format!("the balance would exceed {MAX_BALANCE}"),

@@ -108,7 +108,7 @@ async fn commands_over_http_reach_the_actors_and_queries_read_the_read_model() {
     // Refused by the actor: nothing persisted.
     assert_eq!(
         post(&client, format!("{base}/accounts/2/withdraw"), 50).await,
-        (409, json!({ "balance": 5 }))
+        (409, json!({ "error": "insufficient funds", "balance": 5 }))
     );
 
     // The read model follows within the projection's poll interval; its progress (published
