@@ -46,10 +46,10 @@ mod source;
 
 #[doc(inline)]
 pub use actix_persistence_core::query::{slice_for_persistence_id, slice_ranges, NUMBER_OF_SLICES};
+pub use actor::{GetProgress, PauseProjection, ProjectionActor, ResumeProjection};
 /// The attribute the handler traits are written with: `#[async_trait]` on an `impl` of
 /// [`Handler`] and the others, without a dependency of your own on the `async-trait` crate.
 pub use async_trait::async_trait;
-pub use actor::{GetProgress, PauseProjection, ProjectionActor, ResumeProjection};
 pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
 pub use handle::{ProjectionHandle, ResetError};
 pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
