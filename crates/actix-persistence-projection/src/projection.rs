@@ -1290,11 +1290,15 @@ async fn read_resume<E: Envelope>(
     // This instance takes over the progress of the overlapping ranges, so it fences their
     // instances as a newer instance of its own id would (a deploy overlap across the change
     // would otherwise handle their slices twice), then reads again what they committed before.
-    let overlapping: Vec<ProjectionId> = stored
-        .iter()
-        .filter(|p| p.id != *id && related(&p.id))
-        .map(|p| p.id.clone())
-        .collect();
+    // Also the instances that took ownership and have not stored anything yet: their first
+    // commit would be of slices this instance handles too.
+    let mut overlapping: Vec<ProjectionId> = stored.iter().map(|p| p.id.clone()).collect();
+    if range.is_some() {
+        overlapping.extend(projection.store.read_owners(&id.name).await?);
+    }
+    overlapping.retain(|other| other != id && related(other));
+    overlapping.sort_by(|a, b| a.key.cmp(&b.key));
+    overlapping.dedup();
     if !overlapping.is_empty() {
         for other in &overlapping {
             projection.store.take_ownership(other, None).await?;

@@ -334,6 +334,13 @@ impl OffsetStore for SlowSaves {
         self.inner.read_progress(name).await
     }
 
+    async fn read_owners(
+        &self,
+        name: &str,
+    ) -> Result<Vec<ProjectionId>, actix_persistence_projection::OffsetStoreError> {
+        self.inner.read_owners(name).await
+    }
+
     async fn take_ownership(
         &self,
         id: &ProjectionId,

@@ -411,6 +411,10 @@ impl OffsetStore for HeldSaves {
         self.inner.read_progress(name).await
     }
 
+    async fn read_owners(&self, name: &str) -> Result<Vec<ProjectionId>, OffsetStoreError> {
+        self.inner.read_owners(name).await
+    }
+
     async fn take_ownership(
         &self,
         id: &ProjectionId,

@@ -243,3 +243,63 @@ async fn an_instance_over_a_new_slice_range_fences_the_old_ranges_instance() {
 async fn offset_store_lists_the_progress_of_every_key() {
     common::offset_store_lists_the_progress_of_every_key(&InMemoryOffsetStore::new()).await;
 }
+
+/// A deploy overlap across a change of slice ranges before anything was stored: the old
+/// instance over every slice is running (it took ownership of its key) but has committed
+/// nothing yet (no event so far); the new instance over the lower half starts. Its start
+/// takes ownership only of the overlapping keys that stored progress (`read_resume` lists
+/// `read_progress`, which holds offsets and seen rows, not owner rows), so the old instance
+/// is not fenced and both commit the next event of the lower half.
+#[tokio::test]
+async fn a_new_range_fences_an_overlapping_older_instance_that_stored_nothing_yet() {
+    let journal = InMemoryJournal::new();
+    let store = InMemoryOffsetStore::new();
+    let whole_handler = Balances::default();
+    let whole = Projection::exactly_once(
+        ProjectionId::for_slices("overlap", 0, 1023),
+        live_source(&journal),
+        store.clone(),
+        whole_handler.clone(),
+    )
+    .start();
+    whole
+        .wait_for(|p| p.state == ProjectionState::Running)
+        .await
+        .expect("whole running");
+    let half_handler = Balances::default();
+    let half = Projection::exactly_once(
+        ProjectionId::for_slices("overlap", 0, 511),
+        actix_persistence_projection::QuerySource::events_by_slices(
+            read_journal(&journal),
+            "Account",
+            0,
+            511,
+        ),
+        store.clone(),
+        half_handler.clone(),
+    )
+    .start();
+    half.wait_for(|p| p.state == ProjectionState::Running)
+        .await
+        .expect("half running");
+    let lower = ids_in_every_range(2, 1).remove(0);
+    write_events(&journal, &lower, 1, 1).await;
+    half.wait_for(|p| p.handled == 1)
+        .await
+        .expect("half handled it");
+    // The older instance either is fenced by its next commit or commits the event a second
+    // time.
+    let progress = whole
+        .wait_for(|p| p.state == ProjectionState::Fenced || p.handled == 1)
+        .await
+        .expect("whole fenced or handled");
+    let committed =
+        whole_handler.handled.lock().unwrap().len() + half_handler.handled.lock().unwrap().len();
+    half.stop().await;
+    whole.stop().await;
+    assert_eq!(
+        (progress.state, committed),
+        (ProjectionState::Fenced, 1),
+        "the event of the lower half was committed by both instances"
+    );
+}

@@ -122,6 +122,16 @@ impl OffsetStore for InMemoryOffsetStore {
             .collect())
     }
 
+    async fn read_owners(&self, name: &str) -> Result<Vec<ProjectionId>, OffsetStoreError> {
+        Ok(self
+            .inner()
+            .owners
+            .keys()
+            .filter(|id| id.name == name)
+            .cloned()
+            .collect())
+    }
+
     async fn take_ownership(
         &self,
         id: &ProjectionId,

@@ -85,6 +85,17 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// [`OffsetStoreError`] when the store cannot be read.
     async fn read_progress(&self, name: &str) -> Result<Vec<StoredProgress>, OffsetStoreError>;
 
+    /// Every key of the projection `name` that an instance took ownership of
+    /// ([`take_ownership`](Self::take_ownership)), in no particular order, whether it stored
+    /// anything yet or not: an instance over a slice range fences the instances of the ranges
+    /// that overlap its own, also one that has not committed anything yet (a deploy that
+    /// changes the ranges while the old instances still run would otherwise have both handle
+    /// the same events).
+    ///
+    /// # Errors
+    /// [`OffsetStoreError`] when the store cannot be read.
+    async fn read_owners(&self, name: &str) -> Result<Vec<ProjectionId>, OffsetStoreError>;
+
     /// Takes ownership of `id` for an instance and returns its owner epoch (from 1), which the
     /// instance passes to every write (see the module docs on fencing).
     ///

@@ -207,6 +207,20 @@ impl OffsetStore for SqliteOffsetStore {
         Ok(progress_by_key(name, offsets, seen))
     }
 
+    async fn read_owners(&self, name: &str) -> Result<Vec<ProjectionId>, OffsetStoreError> {
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT projection_key FROM projection_owner WHERE projection_name = ?",
+        )
+        .bind(name)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db(&ProjectionId::new(name, "*")))?;
+        Ok(keys
+            .into_iter()
+            .map(|key| ProjectionId::new(name, key))
+            .collect())
+    }
+
     async fn take_ownership(
         &self,
         id: &ProjectionId,

@@ -734,6 +734,25 @@ where
     expected.sort_by(|x, y| x.id.cmp(&y.id));
     assert_eq!(listed, expected);
     assert!(store.read_progress("nothing").await.unwrap().is_empty());
+    // Every key that took ownership, also one that stored nothing (`c` stored only seen
+    // numbers, `d` was reset: an owner stays an owner).
+    let mut owners = store.read_owners("listed").await.unwrap();
+    owners.sort();
+    let mut expected_owners = vec![a, b, c, d];
+    expected_owners.sort();
+    assert_eq!(owners, expected_owners);
+    assert!(store.read_owners("nothing").await.unwrap().is_empty());
+    let fresh = ProjectionId::for_slices("listed-owner-only", 0, 1023);
+    store.take_ownership(&fresh, None).await.unwrap();
+    assert_eq!(
+        store.read_owners("listed-owner-only").await.unwrap(),
+        vec![fresh.clone()]
+    );
+    assert!(store
+        .read_progress("listed-owner-only")
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// [`OffsetStore::hand_over`]'s contract on `store` (fresh keys of projection `name`): the
