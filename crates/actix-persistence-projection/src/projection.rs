@@ -374,7 +374,10 @@ impl<E: Envelope> Projection<E> {
     /// over to the pieces of its range outside this one ([`OffsetStore::hand_over`]): the
     /// instances over those slices (after a change of ranges, `slices-512-1023` beside this
     /// `slices-0-511`, both once `slices-0-1023`) still resume from it, instead of handling
-    /// their slices again from the beginning.
+    /// their slices again from the beginning. A piece that has an offset of its own keeps the
+    /// further of the two ([`SourceProvider::compare_offsets`]): after ranges 2, then 1, then
+    /// 2, the upper half's own offset is older than the whole range's, and handing nothing
+    /// over had it handle again what the whole range handled.
     async fn reset_stored(&self) -> Result<(), OffsetStoreError> {
         self.store.reset(&self.id).await?;
         let Some(range) = self.id.slice_range() else {
@@ -389,11 +392,36 @@ impl<E: Envelope> Projection<E> {
             }
             for (min, max) in outside(other, range) {
                 let piece = ProjectionId::for_slices(self.id.name.clone(), min, max);
-                self.store.hand_over(&progress.id, &piece).await?;
+                let own = self.store.read_offset(&piece).await?;
+                if self.further_than(progress.offset.as_deref(), own.as_deref()) {
+                    self.store
+                        .hand_over(&progress.id, &piece, own.as_deref())
+                        .await?;
+                }
             }
             self.store.reset(&progress.id).await?;
         }
         Ok(())
+    }
+}
+
+impl<E: Envelope> Projection<E> {
+    /// Whether the stored offset `from` (of an old key over a wider range) is further on than
+    /// `own` (a piece of that range's own offset; `None`: it has none), as the source compares
+    /// them ([`SourceProvider::compare_offsets`]): both covered every slice of the piece, so
+    /// the piece resumes from the further one. An offset that does not read back as the
+    /// source's offset type is never further (the piece keeps its own).
+    fn further_than(&self, from: Option<&str>, own: Option<&str>) -> bool {
+        let (Some(from), Some(own)) = (from, own) else {
+            return own.is_none();
+        };
+        let read = |json: &str| serde_json::from_str::<E::Offset>(json).ok();
+        match (read(from), read(own)) {
+            (Some(from), Some(own)) => {
+                self.source.compare_offsets(&from, &own) == Some(std::cmp::Ordering::Greater)
+            }
+            _ => false,
+        }
     }
 }
 

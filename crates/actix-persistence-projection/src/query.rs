@@ -206,6 +206,21 @@ impl<Ev: Send + Sync + 'static> SourceProvider for QuerySource<Ev> {
         }
     }
 
+    /// Timestamp offsets by their timestamp, then (at one timestamp) by how many events of it
+    /// they saw; sequence offsets by their sequence number; the beginning before either.
+    fn compare_offsets(&self, a: &Offset, b: &Offset) -> Option<std::cmp::Ordering> {
+        match (a, b) {
+            (Offset::NoOffset, Offset::NoOffset) => Some(std::cmp::Ordering::Equal),
+            (Offset::NoOffset, _) => Some(std::cmp::Ordering::Less),
+            (_, Offset::NoOffset) => Some(std::cmp::Ordering::Greater),
+            (Offset::Timestamp(a), Offset::Timestamp(b)) => {
+                Some((a.timestamp, a.seen.len()).cmp(&(b.timestamp, b.seen.len())))
+            }
+            (Offset::Sequence { seq_nr: a }, Offset::Sequence { seq_nr: b }) => Some(a.cmp(b)),
+            _ => None,
+        }
+    }
+
     fn resume(
         &self,
         own: Option<Offset>,

@@ -139,6 +139,24 @@ pub trait SourceProvider: Send + Sync + 'static {
         Resume::after(own)
     }
 
+    /// Which of two stored offsets is further on, for two instances that both covered every
+    /// slice this comparison concerns: `Greater` when `a` is. `None` when the source cannot
+    /// tell (the default).
+    ///
+    /// A [`reset`](crate::ProjectionHandle::reset) of one slice range hands an old, wider
+    /// range's progress over to the pieces of it outside the reset range; a piece with an
+    /// offset of its own keeps the further of the two (ranges 2, then 1, then 2: the upper
+    /// half's own offset is older than the whole range's). With `None` the piece keeps its
+    /// own, and may handle again what the wider range handled after it.
+    fn compare_offsets(
+        &self,
+        a: &<Self::Envelope as Envelope>::Offset,
+        b: &<Self::Envelope as Envelope>::Offset,
+    ) -> Option<std::cmp::Ordering> {
+        let _ = (a, b);
+        None
+    }
+
     /// The slice range this source reads (`(min_slice, max_slice)`, inclusive), `None` for a
     /// source not split by slices (the default). A projection whose id names a slice range
     /// ([`ProjectionId::for_slices`](crate::ProjectionId::for_slices)) refuses to start with a

@@ -436,3 +436,83 @@ async fn state_after_first_restart<O: Clone + Send + Sync + 'static>(
 async fn an_old_key_hands_its_progress_over_only_to_a_key_without_an_offset() {
     check_hand_over(&InMemoryOffsetStore::new(), "hand-over").await;
 }
+
+/// Ranges 2 -> 1 -> 2 (exactly-once): the upper half saved an offset of its own before the
+/// whole range ran, so its own offset is *older* than the whole range's. The lower half's
+/// reset hands the whole range's progress over to `slices-512-1023` "unless it saved an offset
+/// of its own", then deletes the whole range's key: the upper half is left with its own, older
+/// offset and handles again the events the whole range committed (twice under exactly-once,
+/// with no crash at all).
+#[tokio::test]
+async fn reset_of_one_half_keeps_the_other_half_from_handling_again_what_the_whole_range_committed()
+{
+    let journal = InMemoryJournal::new();
+    let ids = ids_in_every_range(2, 2);
+    for id in &ids {
+        write_events(&journal, id, 1, 1).await;
+    }
+    let store = InMemoryOffsetStore::new();
+    let lower = ProjectionId::for_slices("rescale-reset", 0, 511);
+    let upper = ProjectionId::for_slices("rescale-reset", 512, 1023);
+    let whole = ProjectionId::for_slices("rescale-reset", 0, 1023);
+    let run = |id: ProjectionId, min: u16, max: u16, handler: CommittedRecorder| {
+        Projection::exactly_once(
+            id,
+            current_slices(&journal, min, max),
+            store.clone(),
+            handler,
+        )
+        .start()
+        .join()
+    };
+    // Phase 1: two ranges, each commits seq_nr 1 of its ids.
+    let first = CommittedRecorder::default();
+    assert_eq!(
+        run(lower.clone(), 0, 511, first.clone()).await,
+        ProjectionState::Completed
+    );
+    assert_eq!(
+        run(upper.clone(), 512, 1023, first.clone()).await,
+        ProjectionState::Completed
+    );
+    assert_eq!(first.committed.handled().len(), 4);
+    // Phase 2: one range over every slice commits seq_nr 2 of every id.
+    for id in &ids {
+        write_events(&journal, id, 2, 2).await;
+    }
+    let second = CommittedRecorder::default();
+    assert_eq!(
+        run(whole.clone(), 0, 1023, second.clone()).await,
+        ProjectionState::Completed
+    );
+    assert_eq!(second.committed.handled().len(), 4);
+    // Phase 3: two ranges again; the lower one is reset (a rebuild of its slices).
+    let rebuilt = CommittedRecorder::default();
+    let source = actix_persistence_projection::QuerySource::events_by_slices(
+        read_journal(&journal),
+        "Account",
+        0,
+        511,
+    );
+    let handle =
+        Projection::exactly_once(lower.clone(), source, store.clone(), rebuilt.clone()).start();
+    handle
+        .wait_for(|p| p.state == ProjectionState::Running)
+        .await
+        .expect("running");
+    handle.reset().await.expect("reset");
+    eventually(|| rebuilt.committed.handled().len() == 4).await;
+    handle.stop().await;
+    // The upper half: every event of its slices was committed once (seq_nr 1 by itself,
+    // seq_nr 2 by the whole range); it must handle nothing.
+    let third = CommittedRecorder::default();
+    assert_eq!(
+        run(upper.clone(), 512, 1023, third.clone()).await,
+        ProjectionState::Completed
+    );
+    assert_eq!(
+        third.committed.handled(),
+        Vec::<(String, u64)>::new(),
+        "the upper half handled again what the whole range committed"
+    );
+}

@@ -174,6 +174,7 @@ impl OffsetStore for InMemoryOffsetStore {
         &self,
         from: &ProjectionId,
         to: &ProjectionId,
+        to_offset: Option<&str>,
     ) -> Result<(), OffsetStoreError> {
         let mut inner = self.inner();
         let Some(Entry {
@@ -184,7 +185,7 @@ impl OffsetStore for InMemoryOffsetStore {
             return Ok(());
         };
         let target = inner.entries.entry(to.clone()).or_default();
-        if target.offset.is_some() {
+        if target.offset.as_deref() != to_offset {
             return Ok(());
         }
         target.offset = Some(offset);

@@ -152,19 +152,21 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// [`OffsetStoreError`] when the store cannot be written.
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError>;
 
-    /// Hands the progress of `from` over to `to` (another key of the same name) when `to` has
-    /// no offset of its own: `from`'s offset, and its seen sequence numbers (each kept at the
-    /// higher of the two), are stored under `to`, in one transaction. Nothing changes when `to`
-    /// has an offset (its own progress, ahead of `from`'s: its instance resumed from `from`'s)
-    /// or `from` has none. Not fenced, and fences nobody: a running instance of `to` saves over
-    /// it.
+    /// Hands the progress of `from` over to `to` (another key of the same name) when `to`'s
+    /// stored offset is still `to_offset` (`None`: `to` has none): `from`'s offset replaces
+    /// it, and `from`'s seen sequence numbers are merged into `to`'s (each kept at the higher
+    /// of the two), in one transaction. Nothing changes when `to`'s offset is another one (its
+    /// instance saved meanwhile) or `from` has none. Not fenced, and fences nobody: a running
+    /// instance of `to` saves over it.
     ///
     /// A running projection's [`reset`](crate::ProjectionHandle::reset) uses it before it
     /// deletes an old slice range's key that also covers slices outside the reset range: the
     /// instances over those slices keep resuming from the old key's progress (the pieces of its
-    /// range outside the reset one get it under their own keys). The default does nothing:
-    /// with a store that keeps the default, such an instance that has not saved an offset of its own
-    /// yet handles its slices again from the beginning after the reset.
+    /// range outside the reset one get it under their own keys: a piece without an offset of
+    /// its own, or one whose own offset is behind the old key's, as the source compares them,
+    /// [`SourceProvider::compare_offsets`](crate::SourceProvider::compare_offsets)). The default
+    /// does nothing: with a store that keeps the default, such an instance handles its slices
+    /// again from its own offset, or from the beginning, after the reset.
     ///
     /// # Errors
     /// [`OffsetStoreError`] when the store cannot be read or written (nothing changed).
@@ -172,8 +174,9 @@ pub trait OffsetStore: Send + Sync + 'static {
         &self,
         from: &ProjectionId,
         to: &ProjectionId,
+        to_offset: Option<&str>,
     ) -> Result<(), OffsetStoreError> {
-        let _ = (from, to);
+        let _ = (from, to, to_offset);
         Ok(())
     }
 }

@@ -111,25 +111,40 @@ const UPSERT_OFFSET: &str = "INSERT INTO projection_offset \
      ON CONFLICT (projection_name, projection_key) DO UPDATE SET \
      current_offset = excluded.current_offset, last_updated = excluded.last_updated";
 
-/// [`OffsetStore::hand_over`]'s seen numbers: `from`'s ($1 name, $2 key) copied to key
-/// $3, each kept at the higher of the two, when `from` has an offset and $3 has none.
+/// [`OffsetStore::hand_over`]'s seen numbers: `from`'s ($1 name, $2 key) merged into
+/// key $3's, each kept at the higher of the two, when `from` has an offset and $3's offset
+/// is still $4 (NULL: it has none). Run before [`HAND_OVER_OFFSET`], which changes it.
 const HAND_OVER_SEEN: &str = "INSERT INTO projection_seen \
      (projection_name, projection_key, persistence_id, seq_nr) \
      SELECT projection_name, $3, persistence_id, seq_nr FROM projection_seen \
      WHERE projection_name = $1 AND projection_key = $2 \
      AND EXISTS (SELECT 1 FROM projection_offset \
                  WHERE projection_name = $1 AND projection_key = $2) \
-     AND NOT EXISTS (SELECT 1 FROM projection_offset \
-                     WHERE projection_name = $1 AND projection_key = $3) \
+     AND (($4::text IS NULL AND NOT EXISTS (SELECT 1 FROM projection_offset \
+                     WHERE projection_name = $1 AND projection_key = $3)) \
+          OR EXISTS (SELECT 1 FROM projection_offset \
+                     WHERE projection_name = $1 AND projection_key = $3 \
+                     AND current_offset = $4)) \
      ON CONFLICT (projection_name, projection_key, persistence_id) DO UPDATE SET \
      seq_nr = GREATEST(projection_seen.seq_nr, excluded.seq_nr)";
 
-/// [`OffsetStore::hand_over`]'s offset: `from`'s copied to key $3 unless it has one.
+/// [`OffsetStore::hand_over`]'s offset: `from`'s copied to key $3 when it has none and
+/// $4 is NULL.
 const HAND_OVER_OFFSET: &str = "INSERT INTO projection_offset \
      (projection_name, projection_key, current_offset, last_updated) \
      SELECT projection_name, $3, current_offset, last_updated FROM projection_offset \
-     WHERE projection_name = $1 AND projection_key = $2 \
+     WHERE projection_name = $1 AND projection_key = $2 AND $4::text IS NULL \
      ON CONFLICT (projection_name, projection_key) DO NOTHING";
+
+/// [`OffsetStore::hand_over`]'s offset over one of key $3's own: `from`'s replaces it
+/// while it is still $4.
+const HAND_OVER_OVER_OFFSET: &str = "UPDATE projection_offset SET \
+     current_offset = f.current_offset, last_updated = f.last_updated \
+     FROM (SELECT current_offset, last_updated FROM projection_offset \
+           WHERE projection_name = $1 AND projection_key = $2) AS f \
+     WHERE projection_offset.projection_name = $1 \
+       AND projection_offset.projection_key = $3 \
+       AND projection_offset.current_offset = $4";
 
 /// The owner epoch of an id, locked until the transaction ends (see [`UPSERT_OFFSET`]).
 const OWNER_EPOCH: &str = "SELECT owner_epoch FROM projection_owner \
@@ -333,15 +348,17 @@ impl OffsetStore for PostgresOffsetStore {
         &self,
         from: &ProjectionId,
         to: &ProjectionId,
+        to_offset: Option<&str>,
     ) -> Result<(), OffsetStoreError> {
         let mut tx = self.pool.begin().await.map_err(db(to))?;
-        // The seen numbers first, while `to` has no offset yet and `from` has one; then the
-        // offset, kept when `to` has its own.
-        for statement in [HAND_OVER_SEEN, HAND_OVER_OFFSET] {
+        // The seen numbers first, while `to`'s offset is still `to_offset` and `from` has one;
+        // then the offset.
+        for statement in [HAND_OVER_SEEN, HAND_OVER_OFFSET, HAND_OVER_OVER_OFFSET] {
             sqlx::query(statement)
                 .bind(&from.name)
                 .bind(&from.key)
                 .bind(&to.key)
+                .bind(to_offset)
                 .execute(&mut *tx)
                 .await
                 .map_err(db(to))?;

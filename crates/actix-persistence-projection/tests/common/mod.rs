@@ -756,9 +756,9 @@ where
 }
 
 /// [`OffsetStore::hand_over`]'s contract on `store` (fresh keys of projection `name`): the
-/// offset and the seen sequence numbers of a key go to a key without an offset (a seen number
-/// kept at the higher of the two), never over a key's own offset, and nothing goes from a key
-/// without one.
+/// offset and the seen sequence numbers of a key go to a key whose offset is still the one
+/// given (none, or its own: a seen number kept at the higher of the two), never over another
+/// offset, and nothing goes from a key without one.
 pub async fn check_hand_over<S>(store: &S, name: &str)
 where
     S: actix_persistence_projection::TransactionalOffsetStore,
@@ -790,7 +790,7 @@ where
         .await
         .unwrap();
     store.commit(tx, &fresh).await.unwrap();
-    store.hand_over(&old, &fresh).await.unwrap();
+    store.hand_over(&old, &fresh, None).await.unwrap();
     assert_eq!(
         store.read_offset(&fresh).await.unwrap().as_deref(),
         Some("{\"old\":1}")
@@ -804,8 +804,9 @@ where
         .await
         .unwrap();
 
-    // A key with an offset of its own keeps it, and gets no seen numbers.
-    store.hand_over(&old, &fresh).await.unwrap();
+    // A key with an offset of its own keeps it, and gets no seen numbers, unless that
+    // offset is the one given.
+    store.hand_over(&old, &fresh, None).await.unwrap();
     assert_eq!(
         store.read_offset(&fresh).await.unwrap().as_deref(),
         Some("{\"own\":2}")
@@ -816,17 +817,33 @@ where
         .save_offset(&owned, owned_epoch, "{\"own\":3}", &[])
         .await
         .unwrap();
-    store.hand_over(&old, &owned).await.unwrap();
+    store.hand_over(&old, &owned, None).await.unwrap();
+    store
+        .hand_over(&old, &owned, Some("{\"own\":2}"))
+        .await
+        .unwrap();
     assert_eq!(
         store.read_offset(&owned).await.unwrap().as_deref(),
         Some("{\"own\":3}")
     );
     assert!(store.read_seen(&owned).await.unwrap().is_empty());
+    // Given as it is stored: the old key's offset replaces it, and its seen numbers come.
+    store
+        .hand_over(&old, &owned, Some("{\"own\":3}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.read_offset(&owned).await.unwrap().as_deref(),
+        Some("{\"old\":1}")
+    );
+    let got = store.read_seen(&owned).await.unwrap();
+    assert_eq!(got.get("Account|1"), Some(&7));
+    assert_eq!(got.get("Account|2"), Some(&3));
 
     // Nothing goes from a key without an offset.
     let empty = ProjectionId::for_slices(name, 0, 0);
     let target = ProjectionId::for_slices(name, 1, 1);
-    store.hand_over(&empty, &target).await.unwrap();
+    store.hand_over(&empty, &target, None).await.unwrap();
     assert_eq!(store.read_offset(&target).await.unwrap(), None);
     assert!(store.read_seen(&target).await.unwrap().is_empty());
 }
