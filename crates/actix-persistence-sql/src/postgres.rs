@@ -409,11 +409,11 @@ fn quoted_schema(schema: &str) -> Result<Option<String>, SqlStoreError> {
     Ok(Some(format!("\"{}\"", schema.replace('"', "\"\""))))
 }
 
-/// Connects once, to report what failed (refused, authentication, unknown database, no
-/// answer) and where, instead of the pool's "timed out while waiting for an open connection".
 /// The longest `acquire_timeout` handed to sqlx (30 years): see [`connect_pool`].
 const LONGEST_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
+/// Connects once, to report what failed (refused, authentication, unknown database, no
+/// answer) and where, instead of the pool's "timed out while waiting for an open connection".
 async fn check_connection(
     options: &PgConnectOptions,
     timeout: Duration,
