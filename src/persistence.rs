@@ -554,7 +554,9 @@ impl Persistence {
     ///
     /// Name ids `"<EntityType>|<id>"` (`"Account|42"`, as Akka's `PersistenceId`) to read them
     /// by entity type: queries and projections by slices select the part before the first `|`
-    /// (an id without `|` has the entity type `""`).
+    /// (an id without `|` has the entity type `""`). Either part may be empty: `"Account|"` is
+    /// an id of entity type `"Account"` (its entity id empty), `"|42"` one of entity type `""`,
+    /// read with the ids that have no `|`; ids are compared byte for byte.
     ///
     /// # Errors
     /// [`InvalidPersistenceId`] for an empty id, one holding NUL, or one longer than
