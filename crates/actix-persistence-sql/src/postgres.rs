@@ -36,11 +36,27 @@ use crate::DEFAULT_REPLAY_BATCH_SIZE;
 /// engines such as CockroachDB lack it).
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
 
-/// The statement's start on the database clock, microseconds since the Unix epoch: the
-/// database timestamp of the events it inserts (see `migrations/postgres/0003_query_columns.sql`).
+/// The statement's start on the database clock, microseconds since the Unix epoch: the query
+/// clock ([`Dialect::CURRENT_TIMESTAMP`]). An insert's events take [`micros_after_owned!`]
+/// instead (migration 0003's comment, which names this one, predates that).
 macro_rules! statement_micros {
     () => {
         "(extract(epoch from statement_timestamp()) * 1000000)::bigint"
+    };
+}
+
+/// The database clock, microseconds since the Unix epoch, read once every row of the
+/// statement's `owned` CTE (the `journal_highest` rows of its persistence ids) is locked: the
+/// database timestamp of the events a write inserts. `statement_timestamp()` was read before
+/// a wait for those locks (a `delete_events_to` of the same id holds its row while it deletes):
+/// an event stamped before such a wait, however long, commits after later-stamped events were
+/// delivered, behind a live query's late-commit window, and was never delivered to it (nor
+/// the events of other ids batched with it). Read after the locks, the time from stamp to
+/// commit is the insert's own, which the window bounds. One value for the whole statement (an
+/// uncorrelated subquery, evaluated once), as `statement_timestamp()` was.
+macro_rules! micros_after_owned {
+    () => {
+        "(SELECT (extract(epoch from clock_timestamp()) * 1000000)::bigint           FROM (SELECT count(*) FROM owned) AS every_owned_row_locked)"
     };
 }
 
@@ -850,7 +866,7 @@ const BATCH_INSERT: &str = concat!(
         SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
                payload, ARRAY(SELECT json_array_elements_text(tags::json)), slice, \
                entity_type, GREATEST(",
-    statement_micros!(),
+    micros_after_owned!(),
     ", COALESCE((\
                    SELECT p.db_timestamp FROM journal p \
                    WHERE p.persistence_id = batch.persistence_id \
@@ -1062,7 +1078,7 @@ fn insert_statement(rows: usize) -> String {
                     v.manifest, v.payload, v.tags, \
                     (SELECT db_timestamp FROM query_timestamp), ${slice}, ${entity_type} \
              FROM (VALUES ",
-        statement_micros!()
+        micros_after_owned!()
     );
     for row in 0..rows {
         let p = 4 + row * 7;

@@ -440,3 +440,242 @@ async fn persistence_ids_come_in_byte_order_whatever_the_database_collation() {
     assert_eq!(paged, in_byte_order, "paged from `after`, in byte order");
     setup.journal.close().await;
 }
+
+/// Waits until `n` statements of the database wait for a lock.
+async fn until_writes_wait_for_locks(admin: &mut PgConnection, n: i64) {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *admin)
+        .await
+        .expect("read pg_stat_activity");
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} statements never waited for a lock ({waiting} do)"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Collects what `live` delivers within `within`.
+async fn drain(live: &mut EnvelopeStream, within: Duration) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while let Ok(Some(envelope)) = tokio::time::timeout_at(deadline, live.next()).await {
+        let envelope = envelope.expect("no error");
+        got.push((envelope.persistence_id.to_string(), envelope.seq_nr));
+    }
+    got
+}
+
+/// (Adversarial, after akka-persistence-jdbc's eventsByTag gaps.) By tag, with real
+/// transactions: a tagged write whose transaction started first (lower timestamp) commits after
+/// a later one's event was delivered; the live query delivers it once within the window, and a
+/// live query resumed from the offset stored after the early event delivers it once too, then
+/// what follows, never the early event again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn by_tag_a_late_commit_is_delivered_once_also_to_a_query_resumed_mid_way() {
+    let Some(Setup {
+        db,
+        journal,
+        control,
+        query,
+    }) = setup().await
+    else {
+        return;
+    };
+    let tagged = |pid: &str, seq_nr: u64| {
+        let mut e = event(pid, seq_nr);
+        e.tags = vec!["T".to_owned(), "other".to_owned()];
+        AtomicWrite::new(vec![e]).expect("shape")
+    };
+    let write_tagged = |pid: &'static str, seq_nr: u64| {
+        let journal = journal.clone();
+        let w = tagged(pid, seq_nr);
+        async move {
+            let r = journal.write_messages(vec![w]).await.expect("write");
+            assert!(r[0].is_ok(), "{r:?}");
+        }
+    };
+    let (late, early) = ("Tg|a", "Tg|b");
+    let mut live = query.events_by_tag("T", Offset::NoOffset);
+    write_tagged(late, 1).await;
+    assert_eq!(next(&mut live).await, (late.to_owned(), 1));
+
+    let mut admin = PgConnection::connect(db.url()).await.expect("connect");
+    let mut lock = admin.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM journal_highest WHERE persistence_id = $1 FOR UPDATE")
+        .bind(late)
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let late_write = tokio::spawn(write_tagged(late, 2));
+    let mut observer = PgConnection::connect(db.url()).await.expect("connect");
+    until_a_write_waits_for_a_lock(&mut observer).await;
+
+    write_tagged(early, 1).await;
+    let envelope = tokio::time::timeout(WITHIN, live.next())
+        .await
+        .expect("in time")
+        .expect("goes on")
+        .expect("no error");
+    assert_eq!(
+        (envelope.persistence_id.to_string(), envelope.seq_nr),
+        (early.to_owned(), 1)
+    );
+    let stored: Offset =
+        serde_json::from_str(&serde_json::to_string(&envelope.offset).expect("ser")).expect("de");
+
+    lock.commit().await.expect("release the lock");
+    late_write.await.expect("the late write");
+    control.advance_clock(WINDOW);
+    assert_eq!(next(&mut live).await, (late.to_owned(), 2));
+    let mut resumed = query.events_by_tag("T", stored);
+    assert_eq!(next(&mut resumed).await, (late.to_owned(), 2));
+    // Through the controlled store: stamped on its moved clock.
+    let r = query
+        .store()
+        .write_messages(vec![tagged(early, 2)])
+        .await
+        .expect("write");
+    assert!(r[0].is_ok(), "{r:?}");
+    assert_eq!(
+        next(&mut live).await,
+        (early.to_owned(), 2),
+        "nothing repeats"
+    );
+    assert_eq!(
+        next(&mut resumed).await,
+        (early.to_owned(), 2),
+        "nothing repeats after resuming"
+    );
+}
+
+/// (Adversarial, after akka-persistence-r2dbc's "events missed when the db timestamp is taken
+/// long before the commit" and Marten's high-water-mark gaps.) `delete_events_to` of an id holds
+/// the id's `journal_highest` row for as long as its `DELETE` runs (a large delete takes
+/// seconds); a write of the same id started meanwhile waits for that row. It took its database
+/// timestamp when its statement started (`statement_timestamp()`), before the wait, so its
+/// event committed long after later-stamped events were delivered, behind the live query's
+/// late-commit window, and was never delivered (nor the events of other ids batched with it
+/// under group commit): the window bounds the time from inserting events to committing them,
+/// and the time went to a wait before the insert. Now the write reads the clock once it holds
+/// the rows (postgres.rs `micros_after_owned!`).
+///
+/// On the real clock, with a window of 300 ms: the delete of x's events runs 1.5 s (held by a
+/// row lock of the test), y writes and is delivered meanwhile, then x 2 commits right after the
+/// delete (with group commit, in one statement with z 1), then y writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn a_write_waiting_behind_a_long_delete_of_its_id_is_delivered() {
+    write_behind_a_long_delete(false).await;
+}
+
+/// As [`a_write_waiting_behind_a_long_delete_of_its_id_is_delivered`], with group commit: the
+/// write of x 2 shares its statement with a write of another id, z 1, which has nothing to do
+/// with the delete and was never delivered either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn with_group_commit_other_ids_batched_with_a_write_behind_a_long_delete_are_delivered() {
+    write_behind_a_long_delete(true).await;
+}
+
+async fn write_behind_a_long_delete(group_commit: bool) {
+    let Some(db) = TestDatabase::create().await else {
+        return;
+    };
+    let journal = PostgresJournal::connect(&PostgresJournalOptions::new(db.url()))
+        .await
+        .expect("connect");
+    let settings = QuerySettings {
+        refresh_interval: Duration::from_millis(50),
+        late_commit_window: Duration::from_millis(300),
+        ..QuerySettings::default()
+    };
+    let query = ReadJournal::new(journal.clone(), settings);
+    let (x, y, z) = ("Real|x", "Real|y", "Real|z");
+    let mut live = query.events_by_slices("Real", 0, 1023, Offset::NoOffset);
+    write(&journal, x, 1).await;
+    assert_eq!(next(&mut live).await, (x.to_owned(), 1));
+
+    let mut admin = PgConnection::connect(db.url()).await.expect("connect");
+    let mut slow = admin.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM journal WHERE persistence_id = $1 AND seq_nr = 1 FOR UPDATE")
+        .bind(x)
+        .execute(&mut *slow)
+        .await
+        .expect("lock x 1");
+    let delete = tokio::spawn({
+        let journal = journal.clone();
+        async move {
+            journal
+                .delete_messages_to(x, 1, actix_persistence_core::FencingToken::UNOWNED)
+                .await
+        }
+    });
+    let mut observer = PgConnection::connect(db.url()).await.expect("connect");
+    until_writes_wait_for_locks(&mut observer, 1).await;
+    let late_write = tokio::spawn({
+        let journal = journal.clone();
+        async move {
+            if group_commit {
+                let results = journal
+                    .write_messages(vec![
+                        AtomicWrite::new(vec![event(x, 2)]).expect("shape"),
+                        AtomicWrite::new(vec![event(z, 1)]).expect("shape"),
+                    ])
+                    .await
+                    .expect("write");
+                assert!(results.iter().all(Result::is_ok), "{results:?}");
+            } else {
+                write(&journal, x, 2).await
+            }
+        }
+    });
+    until_writes_wait_for_locks(&mut observer, 2).await;
+    // y writes while x 2 waits, and the live query delivers it.
+    write(&journal, y, 1).await;
+    assert_eq!(next(&mut live).await, (y.to_owned(), 1));
+    // The delete runs 1.5 s in all, five windows: the live query settles far past the moment
+    // x 2's statement started.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    slow.commit().await.expect("release");
+    delete.await.expect("join").expect("delete");
+    late_write.await.expect("the late write");
+    write(&journal, y, 2).await;
+    let mut expected = vec![(x.to_owned(), 2), (y.to_owned(), 2)];
+    if group_commit {
+        expected.push((z.to_owned(), 1));
+    }
+    expected.sort();
+    let mut got = drain(&mut live, Duration::from_secs(3)).await;
+    got.sort();
+    assert_eq!(got, expected, "what committed after y 1 was delivered");
+    // x 2 was stamped once its statement held the row, after its wait: above y 1.
+    let (x2, y1): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT db_timestamp FROM journal WHERE persistence_id = $1 AND seq_nr = 2), \
+                (SELECT db_timestamp FROM journal WHERE persistence_id = $2 AND seq_nr = 1)",
+    )
+    .bind(x)
+    .bind(y)
+    .fetch_one(&mut observer)
+    .await
+    .expect("timestamps");
+    assert!(x2 > y1, "x 2 stamped at {x2}, y 1 at {y1}");
+}

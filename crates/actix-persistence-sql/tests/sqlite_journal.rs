@@ -174,6 +174,44 @@ async fn two_journals_on_one_file_write_concurrently_without_busy_errors() {
     .await;
 }
 
+/// (Adversarial, two processes on one file.) Two journals on one file (each with its own
+/// connections and clock readings, as two processes), 20 writers interleaving: the database
+/// timestamps never go down in insert order (`ordering`, taken under the write lock), so a
+/// query that delivered an event never meets a lower timestamp committed after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_journals_on_one_file_stamp_in_commit_order() {
+    common::run(|db: SqliteDb| async move {
+        let one = db.journal().await;
+        let other = db.journal().await;
+        let mut tasks = Vec::new();
+        for task in 0..20u64 {
+            let journal = if task % 2 == 0 {
+                one.clone()
+            } else {
+                other.clone()
+            };
+            tasks.push(tokio::spawn(async move {
+                let pid = format!("stamp-{task}");
+                for n in 1..=10 {
+                    let results = journal.write_messages(vec![atomic(&pid, n..=n)]).await;
+                    assert!(results.unwrap()[0].is_ok());
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let inversions = db
+            .query_i64s(
+                "SELECT count(*) FROM journal a JOIN journal b \
+                 ON b.ordering > a.ordering AND b.db_timestamp < a.db_timestamp",
+            )
+            .await;
+        assert_eq!(inversions, [0]);
+    })
+    .await;
+}
+
 /// Pages are read in one piece (sqlite_page.rs); a page holding a row that does not fit it
 /// is read again row by row, so the query ends with an error naming the row. (A query's page
 /// fails as a whole: the good events of the same page are not delivered before the error.)
@@ -446,6 +484,86 @@ async fn timestamps_never_go_below_a_deleted_event() {
                 ("Clock|3".to_owned(), 1)
             ]
         );
+    })
+    .await;
+}
+
+/// (Adversarial, after akka-persistence-r2dbc's "seen" map growth when many events share a
+/// timestamp.) After the wall clock stepped back (an event was stored while it was an hour
+/// ahead), every later SQLite event is stamped with the journal's clock floor, one and the
+/// same timestamp, until the wall clock catches up an hour later. A live query's settled pass
+/// never reaches that timestamp meanwhile, so its `seen` (and every offset it hands out, which
+/// a projection stores) keeps an entry for every id written since the step, not "one entry per
+/// id written within the window" (docs/architecture.md), and each round's fast pass backtracks
+/// to re-read every event stored since. The case: window 100 ms; 40 ids write, the query runs
+/// for 10 windows, one more id writes: that envelope's offset should hold the few ids written
+/// within the window, not all 41. (With the clock as it is, without the event an hour ahead,
+/// it holds 1.)
+///
+/// Known limit, not fixed yet (docs/architecture.md, "Queries"): nothing is lost or repeated;
+/// the seen map and the offsets grow until the wall clock passes the floor. A fix needs the
+/// SQLite journal's timestamps strictly increasing (the floor plus 1 µs while the wall clock
+/// is behind) and its settled bound at the floor then (its single writer commits in
+/// timestamp order), where the engine now settles at the clock minus the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known limit: after a wall-clock step back the SQLite journal's seen map grows until the clock catches up (docs/architecture.md, Queries)"]
+async fn a_wall_clock_step_back_keeps_seen_to_the_ids_of_the_window() {
+    use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
+    common::run(|db: SqliteDb| async move {
+        let journal = std::sync::Arc::new(db.journal().await);
+        write_all_ok(&*journal, vec![atomic("Other|ahead", 1..=1)]).await;
+        let ahead = db
+            .query_i64s("SELECT db_timestamp + 3600000000 FROM journal")
+            .await[0];
+        db.execute(&format!("UPDATE journal SET db_timestamp = {ahead}"))
+            .await;
+        let settings = QuerySettings {
+            refresh_interval: Duration::from_millis(20),
+            late_commit_window: Duration::from_millis(100),
+            page_size: 100,
+            ..QuerySettings::default()
+        };
+        let query = ReadJournal::from_arc(journal.clone(), settings);
+        let mut live = query.events_by_slices("Step", 0, 1023, Offset::NoOffset);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let consumer = tokio::spawn(async move {
+            while let Some(envelope) = live.next().await {
+                if tx.send(envelope.expect("an envelope")).is_err() {
+                    return;
+                }
+            }
+        });
+        for i in 0..40 {
+            write_all_ok(&*journal, vec![atomic(&format!("Step|{i}"), 1..=1)]).await;
+        }
+        for _ in 0..40 {
+            tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("in time")
+                .expect("an envelope");
+        }
+        // Ten windows pass (the query runs its rounds meanwhile).
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        write_all_ok(&*journal, vec![atomic("Step|last", 1..=1)]).await;
+        let last = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("in time")
+            .expect("an envelope");
+        assert_eq!(&*last.persistence_id, "Step|last");
+        let Offset::Timestamp(offset) = &last.offset else {
+            panic!("a timestamp offset");
+        };
+        let stored = db
+            .query_i64s("SELECT DISTINCT db_timestamp FROM journal")
+            .await;
+        assert!(
+            offset.seen.len() <= 5,
+            "the offset of the last envelope holds {} seen ids (JSON {} bytes); \
+             the journal's timestamps: {stored:?}",
+            offset.seen.len(),
+            serde_json::to_string(&last.offset).expect("json").len()
+        );
+        consumer.abort();
     })
     .await;
 }

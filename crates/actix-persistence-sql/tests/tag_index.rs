@@ -13,6 +13,7 @@ use futures::TryStreamExt;
 
 backend_tests! {
     an_event_retagged_in_place_is_found_under_its_new_tags_only,
+    tags_differing_by_case_or_normalization_are_different_tags,
 }
 
 /// Events 1 to `n` of `pid`, each tagged `tags`.
@@ -90,5 +91,39 @@ async fn an_event_retagged_in_place_is_found_under_its_new_tags_only<B: TestBack
     );
     for gone in ["old", "new", "other"] {
         assert_eq!(by_tag::<B>(&journal, gone).await, Vec::new(), "{gone}");
+    }
+}
+
+/// (Adversarial, after akka-persistence-jdbc's case-insensitive tag matching on MySQL and
+/// Cassandra's tag normalization.) Tags that differ only by case, by Unicode normalization
+/// (precomposed "é" against "e" + combining acute), or by a trailing space are different
+/// tags: each query by tag delivers exactly its own events, once each, and
+/// an event carrying "T" and "t" is delivered once by each.
+async fn tags_differing_by_case_or_normalization_are_different_tags<B: TestBackend>(db: B) {
+    let journal = db.journal().await;
+    let precomposed = "caf\u{e9}";
+    let decomposed = "cafe\u{301}";
+    let writes = vec![
+        tagged("Case|1", 1, &["Tag"]),
+        tagged("Case|2", 1, &["tag"]),
+        tagged("Case|3", 1, &["TAG", "tag"]),
+        tagged("Case|4", 1, &[precomposed]),
+        tagged("Case|5", 1, &[decomposed]),
+        tagged("Case|6", 1, &["tag "]),
+    ];
+    write_all_ok(&journal, writes).await;
+    let cases = vec![
+        ("Tag", vec!["Case|1"]),
+        ("tag", vec!["Case|2", "Case|3"]),
+        ("TAG", vec!["Case|3"]),
+        (precomposed, vec!["Case|4"]),
+        (decomposed, vec!["Case|5"]),
+        ("tag ", vec!["Case|6"]),
+    ];
+    for (tag, ids) in cases {
+        let mut got = by_tag::<B>(&journal, tag).await;
+        got.sort();
+        let want: Vec<(String, u64)> = ids.iter().map(|id| ((*id).to_owned(), 1)).collect();
+        assert_eq!(got, want, "events tagged {tag:?}");
     }
 }
