@@ -50,6 +50,10 @@ pub use actor::{GetProgress, PauseProjection, ProjectionActor, ResumeProjection}
 /// The attribute the handler traits are written with: `#[async_trait]` on an `impl` of
 /// [`Handler`] and the others, without a dependency of your own on the `async-trait` crate.
 pub use async_trait::async_trait;
+/// The sqlx this crate is built with: a transactional handler's transaction type
+/// (`sqlx::Transaction<'static, Sqlite>` or `<Postgres>`) and its queries, without a
+/// dependency of your own that has to match this crate's version.
+pub use sqlx;
 pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
 pub use handle::{ProjectionHandle, ResetError};
 pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
