@@ -50,10 +50,6 @@ pub use actor::{GetProgress, PauseProjection, ProjectionActor, ResumeProjection}
 /// The attribute the handler traits are written with: `#[async_trait]` on an `impl` of
 /// [`Handler`] and the others, without a dependency of your own on the `async-trait` crate.
 pub use async_trait::async_trait;
-/// The sqlx this crate is built with: a transactional handler's transaction type
-/// (`sqlx::Transaction<'static, Sqlite>` or `<Postgres>`) and its queries, without a
-/// dependency of your own that has to match this crate's version.
-pub use sqlx;
 pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
 pub use handle::{ProjectionHandle, ResetError};
 pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
@@ -73,3 +69,7 @@ pub use settings::{AfterRetries, Grouping, HandlerRecovery, RestartBackoff, Save
 pub use source::{
     Coverage, Envelope, EnvelopeStream, HandledElsewhere, Resume, SourceLag, SourceProvider,
 };
+/// The sqlx this crate is built with: a transactional handler's transaction type
+/// (`sqlx::Transaction<'static, Sqlite>` or `<Postgres>`) and its queries, without a
+/// dependency of your own that has to match this crate's version.
+pub use sqlx;

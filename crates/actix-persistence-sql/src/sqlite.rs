@@ -691,8 +691,8 @@ const IDS_PER_STATEMENT: usize = 4000;
 /// so numbered parameters make binding a batch quadratic (half of the CPU of a 512-event batch
 /// went there).
 fn insert_events_statement(rows: usize) -> String {
-    // `db_timestamp`: the wall clock, never below a timestamp the journal gave (`clock_floor!`),
-    // read once per statement (in the row text, the floor's subqueries made parsing and
+    // `db_timestamp`: the wall clock, always above every timestamp the journal gave
+    // (`clock_floor!` + 1: `QueryStore::committed_before` relies on it), read once per statement (in the row text, the floor's subqueries made parsing and
     // compiling a batch of 100 a quarter of the write path's instructions).
     const ROW: &str = "(?,?,?,?,?,?,?,?,?,?,?)";
     let mut sql = String::with_capacity(600 + rows * (ROW.len() + 1));
@@ -712,7 +712,7 @@ fn insert_events_statement(rows: usize) -> String {
         ") ",
         journal_insert_columns!(),
         "SELECT persistence_id, seq_nr, writer_uuid, write_timestamp, serializer_id, manifest, \
-                payload, tags, max(wall_clock, clock.floor), slice, entity_type \
+                payload, tags, max(wall_clock, clock.floor + 1), slice, entity_type \
          FROM batch, clock WHERE batch.persistence_id IS NOT NULL AND batch.seq_nr > ",
         deleted_to!("batch.persistence_id"),
         " ON CONFLICT (persistence_id, seq_nr) DO NOTHING"
@@ -1110,7 +1110,7 @@ const LONE_WRITE_SQL: &str = concat!(
     journal_insert_columns!(),
     "SELECT ?1,?2,?3,?4,?5,?6,?7,?8,max(?9,",
     clock_floor!(),
-    "),?10,?11 WHERE ?2 > ",
+    " + 1),?10,?11 WHERE ?2 > ",
     deleted_to!("?1"),
     " ON CONFLICT (persistence_id, seq_nr) DO NOTHING; \
      INSERT INTO journal_highest (persistence_id, highest_seq_nr, owner_epoch) \
@@ -1232,10 +1232,24 @@ impl JournalStore for SqliteJournal {
 /// never walks other entity types' events; migration 0009), queries by tag the tag index
 /// `event_tag_by_tag` joined to the journal; see
 /// [`ReadJournal`](actix_persistence_core::query::ReadJournal).
+/// [`QueryStore::committed_before`] of the SQLite journal: the floor plus one.
+const COMMITTED_BEFORE: &str = concat!("SELECT ", clock_floor!(), " + 1");
+
 #[async_trait]
 impl QueryStore for SqliteJournal {
     async fn current_timestamp(&self) -> Result<i64, JournalError> {
         self.tables().current_timestamp().await
+    }
+
+    /// The journal's clock floor plus one: SQLite has one writer at a time, and each write
+    /// takes its timestamp inside its transaction, above the floor (`max(wall clock, floor +
+    /// 1)`), so every event at or below the floor is committed and none will come later.
+    async fn committed_before(&self) -> Result<Option<i64>, JournalError> {
+        sqlx::query_scalar::<_, i64>(COMMITTED_BEFORE)
+            .fetch_one(&self.pools.readers)
+            .await
+            .map(Some)
+            .map_err(|e| JournalError::storage("read the journal's clock floor", e))
     }
 
     async fn read_events(

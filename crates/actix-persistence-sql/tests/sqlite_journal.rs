@@ -490,23 +490,20 @@ async fn timestamps_never_go_below_a_deleted_event() {
 
 /// (Adversarial, after akka-persistence-r2dbc's "seen" map growth when many events share a
 /// timestamp.) After the wall clock stepped back (an event was stored while it was an hour
-/// ahead), every later SQLite event is stamped with the journal's clock floor, one and the
-/// same timestamp, until the wall clock catches up an hour later. A live query's settled pass
-/// never reaches that timestamp meanwhile, so its `seen` (and every offset it hands out, which
-/// a projection stores) keeps an entry for every id written since the step, not "one entry per
+/// ahead), every later SQLite event was stamped with the journal's clock floor, one and the
+/// same timestamp, until the wall clock caught up an hour later. A live query's settled pass
+/// never reached that timestamp meanwhile, so its `seen` (and every offset it handed out,
+/// which a projection stores) kept an entry for every id written since the step, not "one entry per
 /// id written within the window" (docs/architecture.md), and each round's fast pass backtracks
 /// to re-read every event stored since. The case: window 100 ms; 40 ids write, the query runs
 /// for 10 windows, one more id writes: that envelope's offset should hold the few ids written
 /// within the window, not all 41. (With the clock as it is, without the event an hour ahead,
 /// it holds 1.)
 ///
-/// Known limit, not fixed yet (docs/architecture.md, "Queries"): nothing is lost or repeated;
-/// the seen map and the offsets grow until the wall clock passes the floor. A fix needs the
-/// SQLite journal's timestamps strictly increasing (the floor plus 1 µs while the wall clock
-/// is behind) and its settled bound at the floor then (its single writer commits in
-/// timestamp order), where the engine now settles at the clock minus the window.
+/// Now the journal stamps above its floor (floor + 1 µs while the wall clock is behind) and
+/// tells queries that everything up to the floor is committed (`committed_before`): the
+/// settled pass follows the stamps, and `seen` keeps only the ids of the latest timestamps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known limit: after a wall-clock step back the SQLite journal's seen map grows until the clock catches up (docs/architecture.md, Queries)"]
 async fn a_wall_clock_step_back_keeps_seen_to_the_ids_of_the_window() {
     use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
     common::run(|db: SqliteDb| async move {

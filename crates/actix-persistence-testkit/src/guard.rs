@@ -140,6 +140,10 @@ impl<S: QueryStore, G: Send + Sync + 'static> QueryStore for WithGuard<S, G> {
         self.store.current_timestamp().await
     }
 
+    async fn committed_before(&self) -> Result<Option<i64>, JournalError> {
+        self.store.committed_before().await
+    }
+
     async fn read_events(
         &self,
         request: EventsRequest<'_>,

@@ -346,6 +346,7 @@ impl OffsetQuery {
     /// Reads the database clock and starts the settled pass.
     async fn start_round(&mut self) -> Result<(), QueryError> {
         let now = self.database_clock().await?;
+        let committed = self.committed_before().await?;
         let window =
             i64::try_from(self.settings.late_commit_window.as_micros()).unwrap_or(i64::MAX);
         // The fast pass of a full round starts an eighth of the window behind where it stopped:
@@ -358,7 +359,10 @@ impl OffsetQuery {
         // Saturating: a refresh interval too long for the clock means "never by time".
         self.next_round = crate::clock::far_future_saturating(self.settings.refresh_interval);
         self.phase = Phase::Settled {
-            bound: now.saturating_sub(window),
+            // A store that commits in timestamp order tells where nothing more will commit.
+            bound: committed.map_or(now.saturating_sub(window), |committed| {
+                committed.max(now.saturating_sub(window))
+            }),
             // Up to now, inclusive: a current query ends at the events stored when it started.
             fast_bound: now.saturating_add(1),
         };
@@ -414,6 +418,15 @@ impl OffsetQuery {
     /// The database clock, read in a task of its own as pages are ([`ReadTask`],
     /// [`in_own_task`]): the read completes and gives its connection back also when the
     /// consumer stops pulling meanwhile.
+    /// The store's [`QueryStore::committed_before`].
+    async fn committed_before(&self) -> Result<Option<i64>, QueryError> {
+        let store = Arc::clone(&self.store);
+        let committed = in_own_task("read where the commits stand", async move {
+            store.committed_before().await
+        });
+        Ok(committed.await?)
+    }
+
     async fn database_clock(&self) -> Result<i64, QueryError> {
         let store = Arc::clone(&self.store);
         let now = in_own_task("read the database clock", async move {

@@ -173,6 +173,21 @@ pub trait QueryStore: JournalStore {
         limit: u32,
     ) -> Result<Vec<String>, JournalError>;
 
+    /// A timestamp below which every event is committed now and no event will be stored
+    /// later (exclusive), for a store whose writes commit in timestamp order: one writer at a
+    /// time, each taking a timestamp above every one given before (SQLite's journal). A query
+    /// settles up to it without waiting out `late-commit-window` (as well as up to its clock
+    /// minus the window): live queries see committed events at once, and a wall clock that
+    /// stepped back (the store stamping above it) does not hold the settled position back
+    /// while the stamps run ahead of it. `None` (the default): the window alone decides, as
+    /// it must where concurrent transactions commit out of timestamp order (PostgreSQL).
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be reached.
+    async fn committed_before(&self) -> Result<Option<i64>, JournalError> {
+        Ok(None)
+    }
+
     /// Notifications of writes by this process: a store that sends one after every commit
     /// (see [`WriteNotifier`](super::WriteNotifier)) lets live queries read at once instead of
     /// waiting for the next poll. `None` (the default): live queries poll only.
@@ -185,6 +200,10 @@ pub trait QueryStore: JournalStore {
 impl<S: QueryStore + ?Sized> QueryStore for Arc<S> {
     async fn current_timestamp(&self) -> Result<i64, JournalError> {
         (**self).current_timestamp().await
+    }
+
+    async fn committed_before(&self) -> Result<Option<i64>, JournalError> {
+        (**self).committed_before().await
     }
 
     async fn read_events(
