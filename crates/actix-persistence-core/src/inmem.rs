@@ -577,8 +577,15 @@ impl JournalStore for InMemoryJournal {
                 fencing_token: fencing_token.get(),
             });
         }
+        // The mark is the highest number that held an event: a number above it up to `to` that
+        // never did (a rejected write's) is no deleted event, and recovery must not take it for
+        // one (nor may a later read).
+        let last_deleted = events
+            .before(to.saturating_add(1))
+            .next_back()
+            .map_or(0, |(event, _)| event.seq_nr);
         let deleted = events.delete_to(to);
-        events.deleted_to = events.deleted_to.max(to.min(events.highest));
+        events.deleted_to = events.deleted_to.max(last_deleted);
         stripe.index.stale += deleted;
         stripe.compact();
         Ok(())

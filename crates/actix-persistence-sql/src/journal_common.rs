@@ -1442,11 +1442,13 @@ where
     }
 
     /// Deletes the events of `pid` with `seq_nr <= to` (all of them for `u64::MAX`) and
-    /// raises how far they were deleted (`journal_highest.deleted_to`, at most the highest
-    /// sequence number) in one transaction on the writer; the highest sequence number is kept.
+    /// raises how far they were deleted (`journal_highest.deleted_to`, to the highest sequence
+    /// number that held an event: numbers above it that no write stored, a rejected write's,
+    /// are no deleted events) in one transaction on the writer; the highest sequence number is
+    /// kept.
     ///
-    /// Fenced: the transaction's first statement raises the deleted-to mark only where the
-    /// id's owner epoch is not above `fencing_token`, taking the id's row lock (PostgreSQL) or
+    /// Fenced: the transaction's first statement matches the id's row only where the id's
+    /// owner epoch is not above `fencing_token`, taking the id's row lock (PostgreSQL) or
     /// the database write lock (SQLite) that ownership takes also need; when it matches no row
     /// the id either never wrote (nothing to delete) or has a newer owner
     /// ([`JournalError::Fenced`], nothing deleted).
@@ -1461,17 +1463,13 @@ where
         }
         let storage = |e| JournalError::storage("delete", e);
         let mut tx = self.writer.begin().await.map_err(storage)?;
+        // Locks the id's row (a write of the id waits for it) unless a newer owner holds it.
         let owned = sqlx::query_scalar::<D::Db, i64>(
-            "UPDATE journal_highest \
-             SET deleted_to = CASE \
-                 WHEN deleted_to >= CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END \
-                 THEN deleted_to \
-                 ELSE CASE WHEN $2 < highest_seq_nr THEN $2 ELSE highest_seq_nr END END \
-             WHERE persistence_id = $1 AND owner_epoch <= $3 \
+            "UPDATE journal_highest SET deleted_to = deleted_to \
+             WHERE persistence_id = $1 AND owner_epoch <= $2 \
              RETURNING owner_epoch",
         )
         .bind(pid)
-        .bind(clamp_seq_nr(to))
         .bind(token_to_sql(fencing_token))
         .fetch_optional(&mut *tx)
         .await
@@ -1495,6 +1493,20 @@ where
                 }),
             };
         }
+        // The mark is the highest number that held an event: a number above it up to `to` that
+        // never did (a rejected write's) is no deleted event, and recovery must not take it for
+        // one. Read under the row's lock, so no write of the id comes between.
+        sqlx::query::<D::Db>(
+            "UPDATE journal_highest SET deleted_to = ( \
+                 SELECT max(seq_nr) FROM journal WHERE persistence_id = $1 AND seq_nr <= $2) \
+             WHERE persistence_id = $1 AND deleted_to < ( \
+                 SELECT max(seq_nr) FROM journal WHERE persistence_id = $1 AND seq_nr <= $2)",
+        )
+        .bind(pid)
+        .bind(clamp_seq_nr(to))
+        .execute(&mut *tx)
+        .await
+        .map_err(storage)?;
         sqlx::query::<D::Db>("DELETE FROM journal WHERE persistence_id = $1 AND seq_nr <= $2")
             .bind(pid)
             .bind(clamp_seq_nr(to))
