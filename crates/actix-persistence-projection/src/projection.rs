@@ -403,9 +403,7 @@ impl<E: Envelope> Projection<E> {
         }
         Ok(())
     }
-}
 
-impl<E: Envelope> Projection<E> {
     /// Whether the stored offset `from` (of an old key over a wider range) is further on than
     /// `own` (a piece of that range's own offset; `None`: it has none), as the source compares
     /// them ([`SourceProvider::compare_offsets`]): both covered every slice of the piece, so
@@ -1325,7 +1323,7 @@ async fn read_resume<E: Envelope>(
         overlapping.extend(projection.store.read_owners(&id.name).await?);
     }
     overlapping.retain(|other| other != id && related(other));
-    overlapping.sort_by(|a, b| a.key.cmp(&b.key));
+    overlapping.sort();
     overlapping.dedup();
     if !overlapping.is_empty() {
         for other in &overlapping {

@@ -345,8 +345,7 @@ impl OffsetQuery {
 
     /// Reads the database clock and starts the settled pass.
     async fn start_round(&mut self) -> Result<(), QueryError> {
-        let now = self.database_clock().await?;
-        let committed = self.committed_before().await?;
+        let (now, committed) = self.database_clock().await?;
         let window =
             i64::try_from(self.settings.late_commit_window.as_micros()).unwrap_or(i64::MAX);
         // The fast pass of a full round starts an eighth of the window behind where it stopped:
@@ -415,22 +414,14 @@ impl OffsetQuery {
         }
     }
 
-    /// The database clock, read in a task of its own as pages are ([`ReadTask`],
-    /// [`in_own_task`]): the read completes and gives its connection back also when the
-    /// consumer stops pulling meanwhile.
-    /// The store's [`QueryStore::committed_before`].
-    async fn committed_before(&self) -> Result<Option<i64>, QueryError> {
-        let store = Arc::clone(&self.store);
-        let committed = in_own_task("read where the commits stand", async move {
-            store.committed_before().await
-        });
-        Ok(committed.await?)
-    }
-
-    async fn database_clock(&self) -> Result<i64, QueryError> {
+    /// The database clock and the store's [`QueryStore::committed_before`], read in a task of
+    /// their own as pages are ([`ReadTask`], [`in_own_task`]): the reads complete and give
+    /// their connection back also when the consumer stops pulling meanwhile.
+    async fn database_clock(&self) -> Result<(i64, Option<i64>), QueryError> {
         let store = Arc::clone(&self.store);
         let now = in_own_task("read the database clock", async move {
-            store.current_timestamp().await
+            let now = store.current_timestamp().await?;
+            Ok((now, store.committed_before().await?))
         });
         Ok(now.await?)
     }
