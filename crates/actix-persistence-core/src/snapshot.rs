@@ -329,11 +329,23 @@ impl SnapshotStore for InMemorySnapshotStore {
         }))
     }
 
+    /// As the SQL stores, whose column holds no more: a sequence number above
+    /// [`MAX_STORABLE_SEQ_NR`](crate::limits::MAX_STORABLE_SEQ_NR) (`i64::MAX`) is refused
+    /// and nothing changes.
     async fn save(
         &self,
         metadata: SnapshotMetadata,
         snapshot: SerializedSnapshot,
     ) -> Result<(), SnapshotError> {
+        if metadata.seq_nr > crate::limits::MAX_STORABLE_SEQ_NR {
+            return Err(SnapshotError::storage(
+                "save",
+                SeqNrAboveLimit {
+                    persistence_id: metadata.persistence_id,
+                    seq_nr: metadata.seq_nr,
+                },
+            ));
+        }
         self.lock()
             .entry(metadata.persistence_id.clone())
             .or_default()
@@ -363,4 +375,16 @@ impl SnapshotStore for InMemorySnapshotStore {
         }
         Ok(())
     }
+}
+
+/// A snapshot whose sequence number no store holds (above `i64::MAX`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: sequence \
+     numbers above {} (i64::MAX) are over the limits",
+    crate::limits::MAX_STORABLE_SEQ_NR
+)]
+struct SeqNrAboveLimit {
+    persistence_id: String,
+    seq_nr: u64,
 }

@@ -382,9 +382,9 @@ fn apply_stored<A: PersistentActor>(
     if events.is_empty() {
         return Ok(());
     }
-    let first = highest_seq_nr + 1 - events.len() as u64;
+    let first = highest_seq_nr - (events.len() as u64 - 1);
     catch_user(|| {
-        for (seq_nr, event) in (first..).zip(events) {
+        for (seq_nr, event) in (first..=highest_seq_nr).zip(events) {
             act.persistence_mut().confirm_seq_nr(seq_nr);
             act.apply(event);
         }

@@ -467,16 +467,22 @@ where
     } else {
         match act.persistence().next_seq_nr() {
             Err(rejection) => (PendingWrite::Rejected(rejection), 0),
-            Ok(first) => {
-                let serialized = events.iter().map(|e| serialize_caught(act, e));
-                let write = act
-                    .persistence()
-                    .build_write(first, events.len(), serialized);
-                let highest = first + events.len() as u64 - 1;
-                // Sent or rejected, the write keeps its sequence numbers (Akka's rule).
-                act.persistence_mut().take_seq_nrs(highest);
-                (write, highest)
-            }
+            Ok(first) => match first.checked_add(events.len() as u64 - 1) {
+                // Not enough numbers left in `u64` for every event: rejected, none taken.
+                None => (
+                    PendingWrite::Rejected(act.persistence().no_seq_nr_left(first - 1)),
+                    0,
+                ),
+                Some(highest) => {
+                    let serialized = events.iter().map(|e| serialize_caught(act, e));
+                    let write = act
+                        .persistence()
+                        .build_write(first, events.len(), serialized);
+                    // Sent or rejected, the write keeps its sequence numbers (Akka's rule).
+                    act.persistence_mut().take_seq_nrs(highest);
+                    (write, highest)
+                }
+            },
         }
     };
     let (then, reply) = Continuation::new(then);

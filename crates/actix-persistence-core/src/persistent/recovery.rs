@@ -237,7 +237,12 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
         }
         _ => None,
     };
-    let from = snapshot.as_ref().map(|s| s.metadata.seq_nr).unwrap_or(0) + 1;
+    // Saturating: a snapshot at `u64::MAX` (a store of another kind may hold one) is followed
+    // by no event (none is stored above the limits).
+    let from = snapshot
+        .as_ref()
+        .map_or(0, |s| s.metadata.seq_nr)
+        .saturating_add(1);
     let request = plan.journal.send(RecoveryReplay(ReplayMessages {
         persistence_id: plan.persistence_id.clone(),
         from_seq_nr: from,

@@ -425,7 +425,26 @@ impl<A: EventSourced> PersistenceState<A> {
                 reason: reason.to_owned(),
             });
         }
-        Ok(self.assigned_seq_nr + 1)
+        // A recovered number at the top of `u64` (a snapshot a store of another kind held):
+        // no number is left, and the write is rejected as over the limits (as one above
+        // `i64::MAX` is) instead of overflowing.
+        self.assigned_seq_nr
+            .checked_add(1)
+            .ok_or_else(|| self.no_seq_nr_left(self.assigned_seq_nr))
+    }
+
+    /// The rejection of a write that would need sequence numbers beyond `u64::MAX` (every one
+    /// of them is above the [limits](crate::limits)); it takes no numbers.
+    pub(crate) fn no_seq_nr_left(&self, after: u64) -> WriteRejection {
+        WriteRejection {
+            persistence_id: self.persistence_id.to_string(),
+            seq_nr: after,
+            reason: format!(
+                "no sequence number is left after {after}: sequence numbers are above the \
+                 limit of {} (i64::MAX)",
+                crate::limits::MAX_STORABLE_SEQ_NR
+            ),
+        }
     }
 
     /// Takes the sequence numbers up to `highest` for a write, whether it is sent or rejected
@@ -453,7 +472,9 @@ impl<A: EventSourced> PersistenceState<A> {
     ) -> PendingWrite {
         let timestamp = now_millis();
         let mut reprs = Vec::with_capacity(count);
-        for (seq_nr, (event, tags)) in (first..).zip(serialized) {
+        // `..=u64::MAX`: a range without an end overflows computing the successor of an
+        // event at `u64::MAX` (such a write is rejected by the limits below).
+        for (seq_nr, (event, tags)) in (first..=u64::MAX).zip(serialized) {
             match event {
                 Ok(event) => reprs.push(PersistentRepr {
                     persistence_id: Arc::clone(&self.persistence_id),
