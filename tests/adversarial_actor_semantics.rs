@@ -824,3 +824,96 @@ on_every_store!(
     a_snapshot_at_the_top_of_the_range_rejects_persists_instead_of_overflowing,
     a_snapshot_above_i64_max_is_refused_by_every_store,
 );
+
+// ---------------------------------------------------------------------------------------------
+// The hand-written form: an actor whose `stopping` asks to keep running.
+
+/// A hand-written persistent actor (no derive) whose `Actor::stopping` keeps it running, as an
+/// application that drains work before it stops might write it.
+struct Stubborn {
+    persistence: PersistenceState<Self>,
+    applied: Vec<String>,
+}
+
+impl actix_persistence::actix::Actor for Stubborn {
+    type Context = Context<Self>;
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        actix_persistence::start_recovery(self, ctx);
+    }
+    fn stopping(&mut self, _: &mut Context<Self>) -> actix_persistence::actix::Running {
+        actix_persistence::actix::Running::Continue
+    }
+}
+
+impl PersistentActor for Stubborn {
+    fn persistence(&self) -> &PersistenceState<Self> {
+        &self.persistence
+    }
+    fn persistence_mut(&mut self) -> &mut PersistenceState<Self> {
+        &mut self.persistence
+    }
+}
+
+impl EventSourced for Stubborn {
+    type Event = Entry;
+    fn apply(&mut self, event: &Entry) {
+        self.applied.push(event.0.clone());
+    }
+}
+
+impl Handler<Put> for Stubborn {
+    type Result = PersistReply<u64>;
+    fn handle(&mut self, msg: Put, ctx: &mut Context<Self>) -> Self::Result {
+        let mut last = PersistReply::ready(0);
+        for name in msg.0 {
+            last = self.persist(ctx, Entry(name.to_owned()), |a, _, _| a.last_seq_nr());
+        }
+        last
+    }
+}
+
+/// Akka: "any failure during persist will unconditionally stop the actor"
+/// (akka/akka-core#16524, PR #17634), since the failed write's events may or may not be
+/// stored and the state cannot tell. A hand-written actor whose `Actor::stopping` returns
+/// `Running::Continue` (Actix lets `stopping` cancel a stop) must still stop after
+/// `on_persist_failure`: no later command is handled, nothing more is written, and a
+/// supervisor watching it learns why.
+async fn a_failed_write_stops_an_actor_whose_stopping_asks_to_continue(backend: Backend) {
+    use actix_persistence::actix::Actor;
+    let mut h = Harness::on(backend, 1).await;
+    let pid = "stubborn";
+    let mut persistence = PersistenceState::new(h.journal.clone(), pid).expect("valid id");
+    let stopped = persistence.watch_stop();
+    let addr = Stubborn {
+        persistence,
+        applied: Vec::new(),
+    }
+    .start();
+    let reply = addr.send(Put(vec!["a"]));
+    h.control
+        .next_write_for(pid)
+        .await
+        .fail(actix_persistence::JournalError::storage(
+            "write",
+            std::io::Error::other("the disk is gone"),
+        ));
+    let reply = reply.await.expect("mailbox");
+    assert!(
+        matches!(reply, Err(PersistError::Failed(_))),
+        "the write failed: {reply:?}"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(10), stopped)
+        .await
+        .map(|r| r.expect("stop reason"));
+    assert_eq!(
+        reason.ok(),
+        Some(StopReason::PersistFailure),
+        "the actor stops after a failed write, whatever its `stopping` says"
+    );
+    let later = addr.send(Put(vec!["b"])).await;
+    assert!(later.is_err(), "no command is handled after: {later:?}");
+    settle().await;
+    assert!(!h.control.has_waiting_write(), "nothing more is written");
+}
+
+on_every_store!(a_failed_write_stops_an_actor_whose_stopping_asks_to_continue);

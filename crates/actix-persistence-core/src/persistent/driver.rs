@@ -401,7 +401,10 @@ fn fail_recovery<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, cause: &
     let state = act.persistence_mut();
     state.driver_running = false;
     state.stop_reason = StopReason::RecoveryFailure;
-    ctx.stop();
+    // Unconditionally (Akka stops the actor on any recovery failure): `ctx.stop()` runs
+    // `Actor::stopping`, whose `Running::Continue` would keep an actor that never recovered
+    // handling commands. `Actor::stopped` still runs.
+    ctx.terminate();
 }
 
 /// Answers every waiting continuation with what happened to its write and stops the actor:
@@ -420,7 +423,8 @@ pub(crate) fn stop_with<A: PersistentActor>(
             reason: reason.clone(),
         });
     }
-    if reason != StopReason::Normal {
+    let failed = reason != StopReason::Normal;
+    if failed {
         state.stop_reason = reason;
     }
     let waiting = state.take_invocations();
@@ -438,5 +442,14 @@ pub(crate) fn stop_with<A: PersistentActor>(
         };
         let _ = invocation.then.call(None, outcome);
     }
-    ctx.stop();
+    if !failed {
+        // The actor was asked to stop (`ctx.stop()` in a continuation): its `stopping` decides.
+        ctx.stop();
+    } else {
+        // A failure stops it unconditionally, as Akka's `onPersistFailure`: the failed write's
+        // events may or may not be stored, which the state cannot tell. `ctx.stop()` runs
+        // `Actor::stopping`, and its `Running::Continue` kept the actor handling commands.
+        // `Actor::stopped` still runs.
+        ctx.terminate();
+    }
 }

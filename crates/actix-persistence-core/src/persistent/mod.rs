@@ -290,7 +290,10 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
     }
 
     /// Runs when a write failed (the events may or may not be stored); the actor stops right
-    /// after, and every continuation still waiting gets [`PersistError::ActorStopped`].
+    /// after, and every continuation still waiting gets [`PersistError::ActorStopped`]. The
+    /// stop is unconditional (as Akka's): `Actor::stopping` is not asked (its
+    /// `Running::Continue` cannot keep the actor), `Actor::stopped` runs. So is the stop after
+    /// a failed recovery, a fenced write or delete, and a panic the library caught.
     fn on_persist_failure(&mut self, cause: &JournalError, _ctx: &mut Context<Self>) {
         tracing::error!(error = %cause, "persist failed; stopping the persistent actor");
     }
