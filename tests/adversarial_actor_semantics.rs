@@ -916,4 +916,31 @@ async fn a_failed_write_stops_an_actor_whose_stopping_asks_to_continue(backend: 
     assert!(!h.control.has_waiting_write(), "nothing more is written");
 }
 
-on_every_store!(a_failed_write_stops_an_actor_whose_stopping_asks_to_continue);
+/// The same for a failed recovery (Akka stops the actor on any recovery failure,
+/// akka/akka-core#18850; apache/pekko#3234: a recovery-completed failure that did not stop the
+/// actor looped): here the snapshot cannot be restored (the actor takes no snapshots), and the
+/// actor must stop without handling a command.
+async fn a_failed_recovery_stops_an_actor_whose_stopping_asks_to_continue(backend: Backend) {
+    use actix_persistence::actix::Actor;
+    let h = Harness::on(backend, 1).await;
+    let mut persistence = PersistenceState::new(h.journal.clone(), "stubborn-recovery")
+        .expect("valid id")
+        .with_snapshot_store(Arc::new(SnapshotAt(5)), Duration::from_secs(10));
+    let stopped = persistence.watch_stop();
+    let addr = Stubborn {
+        persistence,
+        applied: Vec::new(),
+    }
+    .start();
+    let reason = tokio::time::timeout(Duration::from_secs(10), stopped)
+        .await
+        .map(|r| r.expect("stop reason"));
+    assert_eq!(reason.ok(), Some(StopReason::RecoveryFailure));
+    let later = addr.send(Put(vec!["b"])).await;
+    assert!(later.is_err(), "no command is handled: {later:?}");
+}
+
+on_every_store!(
+    a_failed_write_stops_an_actor_whose_stopping_asks_to_continue,
+    a_failed_recovery_stops_an_actor_whose_stopping_asks_to_continue,
+);
