@@ -431,8 +431,22 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                 None => {}
                 Some(Ok(true)) => outcomes = Some(vec![Ok(()); writes.len()]),
                 // A conflict or an error in some write: find out which, one savepoint each.
-                Some(Ok(false)) | Some(Err(_)) => {
-                    rollback(tx, size).await;
+                Some(failed_batch @ (Ok(false) | Err(_))) => {
+                    if !rollback(tx, size).await {
+                        // The transaction's state is unknown: fail the batch on this
+                        // connection, which is closed (a retry goes to a new one).
+                        discard(&mut conn);
+                        return fail(match failed_batch {
+                            Err(error) => error,
+                            Ok(_) => JournalError::storage(
+                                "write",
+                                std::io::Error::other(
+                                    "a conflict's transaction could not be rolled back; its \
+                                     connection was closed",
+                                ),
+                            ),
+                        });
+                    }
                     tx = match D::begin(&mut conn).await {
                         Ok(tx) => tx,
                         Err(e) => return fail(storage(e)),
@@ -446,7 +460,9 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                 match insert_in_savepoints::<D>(&mut tx, writes, !owners.is_empty(), failed).await {
                     Ok(outcomes) => outcomes,
                     Err(error) => {
-                        rollback(tx, size).await;
+                        if !rollback(tx, size).await {
+                            discard(&mut conn);
+                        }
                         return fail(error);
                     }
                 }
@@ -458,7 +474,9 @@ impl<D: Dialect> Backend for SqlBackend<D> {
             match D::take_ownerships(&mut tx, owners).await {
                 Ok(owned) => owned,
                 Err(error) => {
-                    rollback(tx, size).await;
+                    if !rollback(tx, size).await {
+                        discard(&mut conn);
+                    }
                     return fail(error);
                 }
             }
@@ -467,7 +485,9 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         drop(turn);
         let stored = outcomes.iter().filter(|o| o.is_ok()).count();
         if stored == 0 && owners.is_empty() {
-            rollback(tx, size).await;
+            if !rollback(tx, size).await {
+                discard(&mut conn);
+            }
             return (settle(outcomes, None), Vec::new());
         }
         match tx.commit().await {
@@ -480,8 +500,10 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                 (settle(outcomes, None), owned.into_iter().map(Ok).collect())
             }
             // Nothing of the transaction is stored: PostgreSQL has ended it; SQLite's is rolled
-            // back when its connection goes back to the pool.
+            // back, by SQLite itself or when its connection is closed: a connection whose
+            // commit failed is not given back to the pool (see `discard`).
             Err(e) => {
+                discard(&mut conn);
                 let error = storage(e);
                 let owned = owners.iter().map(|_| Err(error.clone())).collect();
                 (settle(outcomes, Some(error)), owned)
@@ -491,14 +513,32 @@ impl<D: Dialect> Backend for SqlBackend<D> {
 }
 
 /// Rolls back a batch of `atomic_writes` atomic writes, logging (not returning) a failure.
-async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) {
-    if let Err(error) = tx.rollback().await {
-        tracing::warn!(
-            atomic_writes,
-            %error,
-            "rolling back a failed journal batch failed"
-        );
+/// Returns whether the rollback succeeded: when it did not, the connection's transaction
+/// state is unknown and the caller must not give the connection back to the pool (see
+/// [`discard`]).
+async fn rollback<DB: Database>(tx: Transaction<'_, DB>, atomic_writes: usize) -> bool {
+    match tx.rollback().await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(
+                atomic_writes,
+                %error,
+                "rolling back a failed journal batch failed; closing its connection"
+            );
+            false
+        }
     }
+}
+
+/// Closes `conn` instead of giving it back to the pool once it is dropped. For a connection
+/// whose transaction failed to commit or to roll back: the database may have ended the
+/// transaction by itself (SQLite rolls a transaction back on `SQLITE_FULL`, on an I/O error,
+/// or on a trigger's `RAISE(ROLLBACK)`), while the driver still counts it as open (sqlx's
+/// SQLite worker keeps its transaction depth at 1 when the `ROLLBACK` fails), so every later
+/// `BEGIN` on that connection would fail (`InvalidSavePointStatement`) and the journal's single
+/// SQLite writer connection would fail every write for good.
+fn discard<DB: Database>(conn: &mut sqlx::pool::PoolConnection<DB>) {
+    conn.close_on_drop();
 }
 
 /// Inserts the atomic writes of a batch inside the open transaction, each in a savepoint of its
@@ -1461,8 +1501,29 @@ where
         if !D::stores_text(pid) {
             return Ok(());
         }
+        let mut conn = self
+            .writer
+            .acquire()
+            .await
+            .map_err(|e| JournalError::storage("delete", e))?;
+        let deleted = Self::delete_to_on(&mut conn, pid, to, fencing_token).await;
+        if matches!(deleted, Err(JournalError::Storage { .. })) {
+            // Its transaction may have been ended by the database while the driver counts it
+            // as open (see `discard`): a new connection for the next operation.
+            discard(&mut conn);
+        }
+        deleted
+    }
+
+    /// [`Self::delete_to`] in a transaction on `conn`.
+    async fn delete_to_on(
+        conn: &mut sqlx::pool::PoolConnection<D::Db>,
+        pid: &str,
+        to: u64,
+        fencing_token: FencingToken,
+    ) -> Result<(), JournalError> {
         let storage = |e| JournalError::storage("delete", e);
-        let mut tx = self.writer.begin().await.map_err(storage)?;
+        let mut tx = conn.begin().await.map_err(storage)?;
         // Locks the id's row (a write of the id waits for it) unless a newer owner holds it.
         let owned = sqlx::query_scalar::<D::Db, i64>(
             "UPDATE journal_highest SET deleted_to = deleted_to \
