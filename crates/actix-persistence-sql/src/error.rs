@@ -137,6 +137,10 @@ pub enum ConnectFailure {
         /// The timeout that expired, in milliseconds.
         timeout_ms: u64,
     },
+    /// The server runs and the database exists, but it takes no connection now: the database
+    /// does not allow connections (`ALLOW_CONNECTIONS false`, maintenance), the server is
+    /// starting up, shutting down or in recovery, or it has no connection slot left.
+    Unavailable,
     /// The URL does not parse.
     InvalidUrl,
     /// TLS could not be negotiated.
@@ -169,6 +173,11 @@ impl std::fmt::Display for ConnectFailure {
             ConnectFailure::NoAnswer { timeout_ms } => write!(
                 f,
                 "no answer within {timeout_ms} ms: check the host, port and firewall"
+            ),
+            ConnectFailure::Unavailable => f.write_str(
+                "the server takes no connection to this database now (connections not allowed, \
+                 starting up, shutting down, or no connection slot left): retry later, or check \
+                 the database's settings and the server's max_connections",
             ),
             ConnectFailure::InvalidUrl => f.write_str("the URL does not parse"),
             ConnectFailure::Tls => {
@@ -205,6 +214,10 @@ impl ConnectFailure {
                 Some("28P01") | Some("28000") => ConnectFailure::Authentication,
                 // invalid_catalog_name
                 Some("3D000") => ConnectFailure::UnknownDatabase,
+                // object_not_in_prerequisite_state (at connect: the database does not allow
+                // connections), cannot_connect_now (starting up, shutting down, recovery),
+                // too_many_connections
+                Some("55000") | Some("57P03") | Some("53300") => ConnectFailure::Unavailable,
                 _ => ConnectFailure::Other,
             },
             _ => ConnectFailure::Other,
