@@ -259,6 +259,97 @@ async fn backends_terminated_during_group_commits_lose_no_acknowledged_event() {
     }
 }
 
+/// akka-persistence-jdbc#9 / sqlx#2763 at the worst moment: the backend is terminated while
+/// its `COMMIT` runs (a deferred constraint trigger waits at commit for an advisory lock the
+/// test holds). The persist fails as a storage failure, nothing of it is stored (PostgreSQL
+/// never committed it), the writes after it in the actor's mailbox are not handled as if it
+/// were, and the next incarnation persists at the same sequence number, with no duplicate.
+async fn a_backend_terminated_during_its_commit_fails_the_write_and_stores_nothing() {
+    let b = Backend::new(Kind::Postgres).await;
+    let p = b.open().await;
+    let pid = "kill-commit";
+    let mut a = start_acct(&p, pid);
+    assert_eq!(a.note().await, Note::Recovered(0));
+    assert_eq!(a.add(&[1]).await.expect("stored"), (1, 1));
+
+    let mut monitor = PgConnection::connect(&b.pg_url()).await.expect("connect");
+    let monitor_pid = pid_of(&mut monitor).await;
+    monitor
+        .execute(
+            "CREATE FUNCTION wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$",
+        )
+        .await
+        .expect("function");
+    monitor
+        .execute(
+            "CREATE CONSTRAINT TRIGGER wait_at_commit AFTER INSERT ON journal \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_commit()",
+        )
+        .await
+        .expect("trigger");
+    monitor
+        .execute("SELECT pg_advisory_lock(4242)")
+        .await
+        .expect("advisory lock");
+    let e2 = a.addr.send(Add(vec![2], vec![]));
+    let c3 = a.addr.send(Add(vec![3], vec![]));
+    // The journal's COMMIT now waits for the advisory lock.
+    wait_for_lock_waiters(&mut monitor, 1).await;
+    assert!(terminate_backends(&b, &[monitor_pid]).await >= 1);
+    monitor
+        .execute("SELECT pg_advisory_unlock(4242)")
+        .await
+        .expect("unlock");
+    monitor
+        .execute("DROP TRIGGER wait_at_commit ON journal")
+        .await
+        .expect("drop trigger");
+
+    assert_storage_failure("e2", within("e2", e2).await.expect("mailbox"));
+    assert!(matches!(
+        within("c3", c3).await,
+        Ok(Err(PersistError::ActorStopped)) | Err(_)
+    ));
+    assert_eq!(stop_reason(a).await, StopReason::PersistFailure);
+    assert_eq!(stored_seq_nrs(&p, pid, 1, u64::MAX).await, vec![1]);
+    let mut again = start_acct(&p, pid);
+    assert_eq!(again.note().await, Note::Recovered(1));
+    assert_eq!(again.add(&[4]).await.expect("stored"), (2, 5));
+    assert_eq!(stored_seq_nrs(&p, pid, 1, u64::MAX).await, vec![1, 2]);
+}
+
+/// A replay whose page query waits on a lock past the journal's `statement-timeout` (an
+/// `ACCESS EXCLUSIVE` lock of a migration or a `VACUUM FULL` running by hand): recovery fails
+/// with a typed journal error naming the cancellation, promptly (not after the recovery
+/// timeout), and recovers everything once the lock is gone.
+async fn a_replay_blocked_past_the_statement_timeout_fails_recovery_typed() {
+    let b = Backend::new(Kind::Postgres).await.with_env(
+        "ACTIX_PERSISTENCE__JOURNAL__POSTGRES__STATEMENT_TIMEOUT",
+        "300ms",
+    );
+    let p = b.open().await;
+    let pid = "blocked-replay";
+    let mut a = start_acct(&p, pid);
+    assert_eq!(a.note().await, Note::Recovered(0));
+    a.add(&[1, 2, 3]).await.expect("stored");
+    drop(a);
+    let (mut locker, _) = lock_journal(&b, "ACCESS EXCLUSIVE").await;
+    let mut r = start_acct(&p, pid);
+    match r.note().await {
+        Note::RecoveryFailed(RecoveryError::Journal { source, .. }) => {
+            assert!(matches!(source, JournalError::Storage { .. }), "{source:?}");
+            assert!(source.to_string().contains("statement timeout"), "{source}");
+        }
+        other => panic!("expected a failed recovery, got {other:?}"),
+    }
+    assert_eq!(stop_reason(r).await, StopReason::RecoveryFailure);
+    locker.execute("ROLLBACK").await.expect("unlock");
+    let mut again = start_acct(&p, pid);
+    assert_eq!(again.note().await, Note::Recovered(3));
+    assert_eq!(again.get().await.1.total, 6);
+}
+
 // ---------------------------------------------------------------------------------------------
 // A backend terminated during a replay or a query.
 
@@ -856,6 +947,8 @@ macro_rules! postgres_tests {
 }
 
 postgres_tests! {
+    a_backend_terminated_during_its_commit_fails_the_write_and_stores_nothing,
+    a_replay_blocked_past_the_statement_timeout_fails_recovery_typed,
     a_backend_terminated_during_a_write_fails_it_and_the_next_incarnation_reuses_its_seq_nr,
     backends_terminated_during_group_commits_lose_no_acknowledged_event,
     a_backend_terminated_during_a_replay_never_completes_a_partial_recovery,
