@@ -557,3 +557,65 @@ async fn an_old_key_hands_its_progress_over_only_to_a_key_without_an_offset() {
     let db = open().await;
     check_hand_over(&db.store(), "hand-over").await;
 }
+
+/// Writes the read model, but its first call on (Account|1, 2) also runs a statement that makes
+/// SQLite end the transaction by itself (`INSERT OR ROLLBACK` on a conflict), as a full disk, an
+/// I/O error or a trigger's `RAISE(ROLLBACK)` do.
+#[derive(Clone, Default)]
+struct RolledBackByTheDatabase {
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait]
+impl TransactionalHandler<Env, Transaction<'static, Sqlite>> for RolledBackByTheDatabase {
+    async fn process(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        envelope: &Env,
+    ) -> Result<(), HandlerError> {
+        apply(tx, envelope).await?;
+        if *envelope.persistence_id == *pid(1)
+            && envelope.seq_nr == 2
+            && !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            // `balance` holds Account|1's row already: the conflict rolls the whole
+            // transaction back, which sqlx's connection does not notice.
+            sqlx::query("INSERT OR ROLLBACK INTO balance (persistence_id, total) VALUES (?, 0)")
+                .bind(&*envelope.persistence_id)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// After sqlx's SQLite worker (0.8) counts a transaction SQLite itself ended as still open, the
+/// connection's next `BEGIN IMMEDIATE` fails ("invalid savepoint statement"): a connection in
+/// that state must never be handed out again. Here it is the journal's one writer connection,
+/// which the offset store shares: the retry of the call, the offset saves and the journal's own
+/// writes all used to fail on it until the process restarted (akka.net#7299's "one failed
+/// write poisons the journal", through a projection's transaction).
+#[tokio::test]
+async fn a_transaction_the_database_rolled_back_does_not_poison_the_shared_writer_connection() {
+    let db = open().await;
+    write_many(&db.journal, 3, 3).await;
+    let handler = RolledBackByTheDatabase::default();
+    let handle = Projection::exactly_once(id(), db.source(false), db.store(), handler.clone())
+        .with_handler_recovery(quick_recovery(2, AfterRetries::Fail))
+        .start();
+    // A guard, not an order: without the fix the projection restarted for ever.
+    let state = tokio::time::timeout(Duration::from_secs(30), handle.join())
+        .await
+        .expect("the projection completes");
+    assert_eq!(state, ProjectionState::Completed);
+    assert!(handler.failed.load(std::sync::atomic::Ordering::SeqCst));
+    // Every event once, the rolled-back call's writes undone and done again by its retry.
+    assert_eq!(db.read_model().await, (9, 9, expected_total(3, 3)));
+    // The journal still writes on its (shared) writer connection.
+    write_events(&db.journal, &pid(0), 4, 4).await;
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM journal")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, 10);
+}

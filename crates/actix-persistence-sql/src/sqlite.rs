@@ -380,6 +380,9 @@ fn missing_directory(options: &SqliteConnectOptions) -> Option<std::path::PathBu
 /// for a lock the other one waits on too). The journal opens its writer with it; a projection's
 /// offset store on a pool of its own too.
 ///
+/// The pool hands out no connection whose transaction state sqlx and SQLite disagree on (see
+/// [`settle_transaction_state`]).
+///
 /// # Errors
 /// The last attempt's error.
 pub async fn open_sqlite_pool(
@@ -387,6 +390,7 @@ pub async fn open_sqlite_pool(
     options: SqliteConnectOptions,
     busy_timeout: Duration,
 ) -> Result<SqlitePool, sqlx::Error> {
+    let pool = pool.before_acquire(|conn, _| Box::pin(settle_transaction_state(conn)));
     let started = std::time::Instant::now();
     loop {
         match pool.clone().connect_with(options.clone()).await {
@@ -396,6 +400,46 @@ pub async fn open_sqlite_pool(
             opened => return opened,
         }
     }
+}
+
+/// Whether an idle connection of a pool may be handed out (`true`), after making sqlx's count
+/// of its open transactions agree with SQLite's again, or must be closed (`false`).
+///
+/// SQLite ends a transaction by itself on `SQLITE_FULL`, I/O errors, `RAISE(ROLLBACK)` and
+/// `INSERT OR ROLLBACK`. sqlx's SQLite worker (0.8) then still counts it as open, because its
+/// `ROLLBACK` fails, and every later `BEGIN IMMEDIATE` on the connection fails with
+/// `InvalidSavePointStatement`: one such statement, in a projection's transaction on the
+/// journal's writer connection for example, failed every write and every transaction that
+/// came after it until the process restarted. Such a connection is mended here: SQLite is put
+/// back into a transaction (`BEGIN`) for sqlx's `ROLLBACK` to end, which brings sqlx's count
+/// back to zero. It is closed when that does not work. A connection that sqlx counts in no
+/// transaction (every connection, unless something failed) costs one atomic load.
+async fn settle_transaction_state(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::{Executor, TransactionManager};
+    type Manager = <Sqlite as sqlx::Database>::TransactionManager;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A transaction dropped just before the connection came back has its `ROLLBACK` queued on
+    // the worker, which has not run it yet: a round trip runs it first.
+    conn.ping().await?;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    tracing::warn!(
+        "SQLite connection counted in a transaction SQLite had ended (a statement rolled it \
+         back: a full disk, an I/O error, RAISE(ROLLBACK)); mending it"
+    );
+    let ended = {
+        let mut handle = conn.lock_handle().await?;
+        // SAFETY: the handle is an open connection, locked for this thread while in use.
+        unsafe { libsqlite3_sys::sqlite3_get_autocommit(handle.as_raw_handle().as_ptr()) != 0 }
+    };
+    if ended {
+        conn.execute("BEGIN").await?;
+    }
+    Manager::rollback(conn).await?;
+    Ok(!conn.is_in_transaction())
 }
 
 /// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes: the primary code is
