@@ -289,7 +289,7 @@ impl<E: Envelope> Projection<E> {
                     progress.send_modify(|p| p.state = ProjectionState::Completed);
                     return;
                 }
-                Ok(RunEnd::Reset(ack)) => {
+                Ok(RunEnd::Reset { ack, then_stop }) => {
                     // Only the owner resets: taking ownership again checks it still is.
                     let result = match self.store.take_ownership(&self.id, epoch).await {
                         Ok(taken) => {
@@ -306,6 +306,12 @@ impl<E: Envelope> Projection<E> {
                     }
                     let _ = ack.send(result);
                     restarts_in_a_row = 0;
+                    if then_stop {
+                        // A stop asked while the run drained for the reset: the reset is done,
+                        // and the projection stops instead of handling its source again.
+                        progress.send_modify(|p| p.state = ProjectionState::Stopped);
+                        return;
+                    }
                 }
                 Err(error @ ProjectionError::Fenced { .. }) => {
                     tracing::error!(projection = %self.id, %error, "projection fenced; this instance stops");
@@ -508,7 +514,11 @@ enum Asked {
 enum RunEnd {
     Stopped,
     Completed,
-    Reset(oneshot::Sender<Result<(), ResetError>>),
+    /// Drained for a reset; `then_stop` when a stop was asked too (after the reset).
+    Reset {
+        ack: oneshot::Sender<Result<(), ResetError>>,
+        then_stop: bool,
+    },
 }
 
 /// One envelope of the window: handled yet, and the envelope once handled (it is the unit's
@@ -613,6 +623,11 @@ struct Run<'p, E: Envelope> {
     covered: SeenSeqNrs,
     paused: bool,
     stopping: bool,
+    /// A stop was asked (not only a reset): the projection ends after this run.
+    stop_asked: bool,
+    /// Tells the units retrying a failed call that the run is stopping (a stop or a reset):
+    /// they give up their retries instead of holding the stop back for all of them.
+    stop_signal: watch::Sender<bool>,
     reset: Option<oneshot::Sender<Result<(), ResetError>>>,
     /// How long a failed run waits for the save of what it handled (see
     /// [`Run::save_handled_after_failure`]).
@@ -660,6 +675,8 @@ impl<'p, E: Envelope> Run<'p, E> {
             covered: SeenSeqNrs::new(),
             paused,
             stopping: false,
+            stop_asked: false,
+            stop_signal: watch::channel(false).0,
             reset: None,
             failure_save_limit,
         }
@@ -697,6 +714,11 @@ impl<'p, E: Envelope> Run<'p, E> {
         self.publish();
         *paused = self.paused;
         let asked = match self.reset.take() {
+            // A stop asked too: the run failed before the reset, and the projection stops.
+            Some(ack) if self.stop_asked => {
+                let _ = ack.send(Err(ResetError::NotRunning));
+                Asked::Stop
+            }
             Some(ack) => Asked::Reset(ack),
             None if self.stopping => Asked::Stop,
             None => Asked::Nothing,
@@ -740,7 +762,10 @@ impl<'p, E: Envelope> Run<'p, E> {
             if self.stopping && self.in_flight.is_empty() {
                 self.save_handled().await?;
                 return Ok(match self.reset.take() {
-                    Some(ack) => RunEnd::Reset(ack),
+                    Some(ack) => RunEnd::Reset {
+                        ack,
+                        then_stop: self.stop_asked,
+                    },
                     None => RunEnd::Stopped,
                 });
             }
@@ -820,14 +845,31 @@ impl<'p, E: Envelope> Run<'p, E> {
                 self.progress
                     .send_modify(|p| p.state = ProjectionState::Running);
             }
+            // A reset asked after a stop: the projection is stopping, it does not reset.
+            Some(Command::Reset(ack)) if self.stop_asked => {
+                let _ = ack.send(Err(ResetError::NotRunning));
+            }
             Some(Command::Reset(ack)) => {
-                self.stopping = true;
+                self.begin_stopping();
                 self.reset = Some(ack);
             }
-            // A dropped handle stops the projection as `stop` does.
-            Some(Command::Stop) | None => self.stopping = true,
+            // A dropped handle stops the projection as `stop` does. A stop asked while the run
+            // drains for a reset is kept: the projection stops after the reset (it used to be
+            // taken by the draining run and lost, the reset restarted the projection, and
+            // `stop().await` never returned).
+            Some(Command::Stop) | None => {
+                self.begin_stopping();
+                self.stop_asked = true;
+            }
         }
         Ok(())
+    }
+
+    /// No envelope is pulled or call started any more; the units retrying a failed call give
+    /// up (akka-projection aborts the retries of a stopped projection the same way).
+    fn begin_stopping(&mut self) {
+        self.stopping = true;
+        self.stop_signal.send_replace(true);
     }
 
     /// Takes a pulled envelope into the window, and into a group or a unit of its own.
@@ -992,20 +1034,28 @@ impl<'p, E: Envelope> Run<'p, E> {
         let recovery = self.projection.recovery;
         let id = Arc::clone(&self.shared_id);
         let offset_saved = commit.offset.is_some();
+        let stopping = self.stop_signal.subscribe();
         async move {
             let Unit {
                 idxs,
                 mut envelopes,
             } = unit;
-            let result = handle_with_retries(&*processor, &mut envelopes, &commit, recovery, &id)
-                .await
-                .map(|skipped| {
-                    if skipped {
-                        Handled::Skipped { offset_saved }
-                    } else {
-                        Handled::Done { offset_saved }
-                    }
-                });
+            let result = handle_with_retries(
+                &*processor,
+                &mut envelopes,
+                &commit,
+                recovery,
+                &id,
+                stopping,
+            )
+            .await
+            .map(|skipped| {
+                if skipped {
+                    Handled::Skipped { offset_saved }
+                } else {
+                    Handled::Done { offset_saved }
+                }
+            });
             Outcome {
                 idxs,
                 envelopes,
@@ -1391,12 +1441,19 @@ async fn poll_saving(saving: &mut Option<Saving>) -> Result<Option<u64>, OffsetS
 }
 
 /// Calls the handler, retrying with backoff; `Ok(true)` when the envelopes were skipped.
+///
+/// Once the run is stopping (`stopping` turns `true`: a stop or a reset), a failed call is
+/// not retried any more (an attempt under way finishes) and fails the run with its error,
+/// also under [`AfterRetries::Skip`]: the envelopes are neither handled nor skipped, and the
+/// next run handles them (as akka-projection's stop aborts the retries, akka-projection#187).
+/// Before, the stop waited for every retry (with a large `retries`, for ever).
 async fn handle_with_retries<E: Envelope>(
     processor: &dyn Processor<E>,
     envelopes: &mut Vec<E>,
     commit: &Commit,
     recovery: HandlerRecovery,
     id: &ProjectionId,
+    mut stopping: watch::Receiver<bool>,
 ) -> Result<bool, ProjectionError> {
     let mut attempts = 0u32;
     loop {
@@ -1416,10 +1473,26 @@ async fn handle_with_retries<E: Envelope>(
             .map(|e| e.persistence_id().to_owned())
             .unwrap_or_default();
         let seq_nr = first.map_or(0, |e| e.seq_nr());
-        if attempts <= recovery.retries {
+        if attempts <= recovery.retries && !*stopping.borrow() {
             tracing::warn!(projection = %id, persistence_id, seq_nr, attempts, error = %message, "handler failed; retrying");
-            tokio::time::sleep(recovery.backoff(attempts)).await;
-            continue;
+            let stopped = tokio::select! {
+                () = tokio::time::sleep(recovery.backoff(attempts)) => false,
+                // An error: the run is gone, as good as stopping.
+                _ = stopping.wait_for(|stopping| *stopping) => true,
+            };
+            if !stopped {
+                continue;
+            }
+        }
+        if *stopping.borrow() {
+            tracing::error!(projection = %id, persistence_id, seq_nr, attempts, error = %message, "handler failed while the projection stops; not retried");
+            return Err(ProjectionError::Handler {
+                id: id.clone(),
+                persistence_id,
+                seq_nr,
+                attempts,
+                message,
+            });
         }
         match recovery.then {
             AfterRetries::Skip => {
