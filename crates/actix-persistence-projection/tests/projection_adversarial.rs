@@ -1048,3 +1048,420 @@ async fn a_projection_over_an_empty_journal_handles_the_first_event() {
         resumes_with_nothing_left(&journal, id, store).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The same on SQLite and PostgreSQL: the handler's writes in the offset store's transaction.
+// ---------------------------------------------------------------------------------------------
+
+mod sql {
+    use super::*;
+    use actix_persistence_core::query::ReadJournal;
+    use actix_persistence_core::JournalStore;
+    use actix_persistence_projection::sqlx::{self, Postgres, Sqlite, Transaction};
+    use actix_persistence_projection::{PostgresOffsetStore, QuerySource, SqliteOffsetStore};
+    use actix_persistence_sql::{
+        PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
+    };
+
+    /// Writes each envelope of a call into `handled`, then fails when the call holds the
+    /// poison and failures are left (after writing: the rollback must undo them).
+    #[derive(Clone)]
+    pub struct SqlFlaky {
+        poison: Key,
+        failures: Arc<AtomicU32>,
+        calls: Arc<Mutex<Vec<Vec<Key>>>>,
+    }
+
+    impl SqlFlaky {
+        pub fn new(poison: Key, failures: u32) -> Self {
+            SqlFlaky {
+                poison,
+                failures: Arc::new(AtomicU32::new(failures)),
+                calls: Arc::default(),
+            }
+        }
+
+        fn poison_calls(&self) -> Vec<Vec<Key>> {
+            let calls = self.calls.lock().unwrap();
+            calls
+                .iter()
+                .filter(|c| c.contains(&self.poison))
+                .cloned()
+                .collect()
+        }
+
+        fn after_writing(&self, envelopes: &[Env]) -> Result<(), HandlerError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(envelopes.iter().map(key).collect());
+            if envelopes.iter().any(|e| key(e) == self.poison)
+                && self
+                    .failures
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err(
+                    format!("{} {} cannot be handled yet", self.poison.0, self.poison.1).into(),
+                );
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl TransactionalGroupedHandler<Env, Transaction<'static, Sqlite>> for SqlFlaky {
+        async fn process(
+            &self,
+            tx: &mut Transaction<'static, Sqlite>,
+            envelopes: &[Env],
+        ) -> Result<(), HandlerError> {
+            for e in envelopes {
+                sqlx::query("INSERT INTO handled (persistence_id, seq_nr) VALUES (?, ?)")
+                    .bind(&*e.persistence_id)
+                    .bind(e.seq_nr as i64)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            self.after_writing(envelopes)
+        }
+    }
+
+    #[async_trait]
+    impl TransactionalHandler<Env, Transaction<'static, Sqlite>> for SqlFlaky {
+        async fn process(
+            &self,
+            tx: &mut Transaction<'static, Sqlite>,
+            envelope: &Env,
+        ) -> Result<(), HandlerError> {
+            TransactionalGroupedHandler::process(self, tx, std::slice::from_ref(envelope)).await
+        }
+    }
+
+    #[async_trait]
+    impl TransactionalGroupedHandler<Env, Transaction<'static, Postgres>> for SqlFlaky {
+        async fn process(
+            &self,
+            tx: &mut Transaction<'static, Postgres>,
+            envelopes: &[Env],
+        ) -> Result<(), HandlerError> {
+            for e in envelopes {
+                sqlx::query("INSERT INTO handled (persistence_id, seq_nr) VALUES ($1, $2)")
+                    .bind(&*e.persistence_id)
+                    .bind(e.seq_nr as i64)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            self.after_writing(envelopes)
+        }
+    }
+
+    #[async_trait]
+    impl TransactionalHandler<Env, Transaction<'static, Postgres>> for SqlFlaky {
+        async fn process(
+            &self,
+            tx: &mut Transaction<'static, Postgres>,
+            envelope: &Env,
+        ) -> Result<(), HandlerError> {
+            TransactionalGroupedHandler::process(self, tx, std::slice::from_ref(envelope)).await
+        }
+    }
+
+    fn projection<S>(
+        id: ProjectionId,
+        source: QuerySource<Deposited>,
+        store: S,
+        form: Form,
+        handler: SqlFlaky,
+    ) -> Projection<Env>
+    where
+        S: TransactionalOffsetStore,
+        SqlFlaky: TransactionalHandler<Env, S::Transaction>
+            + TransactionalGroupedHandler<Env, S::Transaction>,
+    {
+        let projection = match form.grouping() {
+            None => Projection::exactly_once(id, source, store, handler),
+            Some(g) => Projection::grouped_exactly_once(id, source, store, g, handler),
+        };
+        projection
+            .with_max_concurrency(form.concurrency())
+            .with_save_offset(SaveOffset {
+                after_envelopes: 2,
+                after: Duration::from_millis(5),
+            })
+            .with_restart_backoff(quick_restarts())
+    }
+
+    /// Skip and fail after retries, and a stop during retries, in every exactly-once form on
+    /// a SQL offset store (see the in-memory tests above): the handler's rows of a failed or
+    /// skipped call roll back, every other envelope's row is there once, no seen row is left,
+    /// and a new instance has nothing left to handle.
+    pub async fn recovery_cases<J, S, F, G>(
+        journal: &J,
+        source: impl Fn(&str) -> QuerySource<Deposited>,
+        store: S,
+        rows: impl Fn(String) -> F,
+        open_transactions: impl Fn() -> G,
+    ) where
+        J: JournalStore,
+        S: TransactionalOffsetStore + Clone,
+        SqlFlaky: TransactionalHandler<Env, S::Transaction>
+            + TransactionalGroupedHandler<Env, S::Transaction>,
+        F: std::future::Future<Output = Vec<Key>>,
+        G: std::future::Future<Output = i64>,
+    {
+        let mut round = 0;
+        for form in Form::ALL {
+            for (then, stop) in [
+                (AfterRetries::Skip, false),
+                (AfterRetries::Fail, false),
+                (AfterRetries::Fail, true),
+            ] {
+                round += 1;
+                let case = format!("{form:?} {then:?} stop={stop}");
+                let entity_type = format!("Case{round}");
+                let ids: Vec<String> = (0..3).map(|n| format!("{entity_type}|{n}")).collect();
+                for seq_nr in 1..=3 {
+                    for id in &ids {
+                        write_events(journal, id, seq_nr, seq_nr).await;
+                    }
+                }
+                let mut all: Vec<Key> = ids
+                    .iter()
+                    .flat_map(|id| (1..=3).map(move |s| (id.clone(), s)))
+                    .collect();
+                all.sort();
+                let id = ProjectionId::new("adv-sql", format!("case-{round}"));
+                let poison = (ids[1].clone(), 2);
+                let failures = match (then, stop) {
+                    (AfterRetries::Fail, false) => 2, // 1 + 1 retry, then the restart passes
+                    _ => u32::MAX,
+                };
+                let handler = SqlFlaky::new(poison.clone(), failures);
+                let recovery = if stop {
+                    endless_retries(then)
+                } else {
+                    quick_recovery(1, then)
+                };
+                let handle = projection(
+                    id.clone(),
+                    source(&entity_type),
+                    store.clone(),
+                    form,
+                    handler.clone(),
+                )
+                .with_handler_recovery(recovery)
+                .start();
+                if stop {
+                    let calls = handler.clone();
+                    eventually(|| calls.poison_calls().len() >= 2).await;
+                    let stopped =
+                        tokio::time::timeout(Duration::from_secs(60), handle.stop()).await;
+                    assert_eq!(stopped.ok(), Some(ProjectionState::Stopped), "{case}");
+                    assert_eq!(
+                        open_transactions().await,
+                        0,
+                        "{case}: a transaction left open"
+                    );
+                    let got = rows(entity_type.clone()).await;
+                    assert!(!got.contains(&poison), "{case}: {got:?}");
+                    // The next run handles the poison (never skipped by the stop).
+                    let fixed = SqlFlaky::new(poison.clone(), 0);
+                    let state = projection(
+                        id.clone(),
+                        source(&entity_type),
+                        store.clone(),
+                        form,
+                        fixed.clone(),
+                    )
+                    .start()
+                    .join()
+                    .await;
+                    assert_eq!(state, ProjectionState::Completed, "{case}");
+                    assert_eq!(fixed.poison_calls().len(), 1, "{case}");
+                    let mut got = rows(entity_type.clone()).await;
+                    got.sort();
+                    assert_eq!(got, all, "{case}: each row once");
+                } else {
+                    let done = handle
+                        .wait_for(|p| p.state.is_terminal())
+                        .await
+                        .expect("ends");
+                    assert_eq!(done.state, ProjectionState::Completed, "{case}");
+                    let unit = handler.poison_calls()[0].clone();
+                    let mut got = rows(entity_type.clone()).await;
+                    got.sort();
+                    let expected: Vec<Key> = match then {
+                        AfterRetries::Skip => {
+                            assert_eq!(done.skipped, unit.len() as u64, "{case}");
+                            all.iter().filter(|k| !unit.contains(k)).cloned().collect()
+                        }
+                        AfterRetries::Fail => {
+                            assert_eq!(done.restarts, 1, "{case}");
+                            all.clone()
+                        }
+                    };
+                    assert_eq!(got, expected, "{case}");
+                }
+                assert_eq!(
+                    store.read_seen(&id).await.unwrap(),
+                    SeenSeqNrs::new(),
+                    "{case}: seen rows left"
+                );
+                // A new instance over the same store has nothing left.
+                let again = SqlFlaky::new(poison, 0);
+                let state =
+                    projection(id, source(&entity_type), store.clone(), form, again.clone())
+                        .start()
+                        .join()
+                        .await;
+                assert_eq!(state, ProjectionState::Completed, "{case}");
+                assert!(
+                    again.calls.lock().unwrap().is_empty(),
+                    "{case}: handled again"
+                );
+            }
+        }
+    }
+
+    pub async fn sqlite() -> (tempfile::TempDir, SqliteJournal, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+        let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url.clone()))
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE handled (persistence_id TEXT NOT NULL, seq_nr INTEGER NOT NULL)")
+            .execute(journal.writer_pool())
+            .await
+            .unwrap();
+        (dir, journal, url)
+    }
+
+    pub fn sqlite_source(journal: &SqliteJournal, entity_type: &str) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(journal.clone(), query_settings()),
+            entity_type,
+            0,
+            1023,
+        )
+        .current()
+    }
+
+    pub fn sqlite_store(journal: &SqliteJournal) -> SqliteOffsetStore {
+        SqliteOffsetStore::new(journal.writer_pool().clone())
+    }
+
+    pub async fn postgres() -> Option<(
+        actix_persistence_sql::test_util::TestDatabase,
+        PostgresJournal,
+    )> {
+        let database = actix_persistence_sql::test_util::TestDatabase::create().await?;
+        let journal = PostgresJournal::connect(&PostgresJournalOptions::new(database.url()))
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE handled (persistence_id TEXT NOT NULL, seq_nr BIGINT NOT NULL)",
+        )
+        .execute(journal.pool())
+        .await
+        .unwrap();
+        Some((database, journal))
+    }
+
+    pub fn postgres_source(journal: &PostgresJournal, entity_type: &str) -> QuerySource<Deposited> {
+        QuerySource::events_by_slices(
+            ReadJournal::new(journal.clone(), query_settings()),
+            entity_type,
+            0,
+            1023,
+        )
+        .current()
+    }
+
+    pub fn postgres_store(journal: &PostgresJournal) -> PostgresOffsetStore {
+        PostgresOffsetStore::new(journal.pool().clone())
+    }
+}
+
+/// `recovery_cases` on SQLite (the offset store on the journal's writer pool, the read model
+/// in the same database): see the in-memory scenarios above (akka-projection#17, #187, PR
+/// #640).
+#[tokio::test]
+async fn sqlite_skip_fail_and_stop_during_retries_in_every_exactly_once_form() {
+    use actix_persistence_projection::sqlx;
+    let (_dir, journal, _url) = sql::sqlite().await;
+    let pool = journal.writer_pool().clone();
+    let rows = |entity_type: String| {
+        let pool = pool.clone();
+        async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT persistence_id, seq_nr FROM handled WHERE persistence_id LIKE ?",
+            )
+            .bind(format!("{entity_type}|%"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            rows.into_iter()
+                .map(|(p, s)| (p, s as u64))
+                .collect::<Vec<Key>>()
+        }
+    };
+    sql::recovery_cases(
+        &journal,
+        |entity_type| sql::sqlite_source(&journal, entity_type),
+        sql::sqlite_store(&journal),
+        rows,
+        // SQLite's one writer: a transaction left open would block the next run's writes.
+        || async { 0 },
+    )
+    .await;
+}
+
+/// `recovery_cases` on PostgreSQL: no transaction of a stopped projection stays open.
+#[tokio::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn postgres_skip_fail_and_stop_during_retries_in_every_exactly_once_form() {
+    use actix_persistence_projection::sqlx;
+    let Some((_database, journal)) = sql::postgres().await else {
+        return;
+    };
+    let pool = journal.pool().clone();
+    let rows = |entity_type: String| {
+        let pool = pool.clone();
+        async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT persistence_id, seq_nr FROM handled WHERE persistence_id LIKE $1",
+            )
+            .bind(format!("{entity_type}|%"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            rows.into_iter()
+                .map(|(p, s)| (p, s as u64))
+                .collect::<Vec<Key>>()
+        }
+    };
+    let open = || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*)::BIGINT FROM pg_stat_activity WHERE datname = current_database() \
+                 AND pid <> pg_backend_pid() AND xact_start IS NOT NULL",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    sql::recovery_cases(
+        &journal,
+        |entity_type| sql::postgres_source(&journal, entity_type),
+        sql::postgres_store(&journal),
+        rows,
+        open,
+    )
+    .await;
+}
