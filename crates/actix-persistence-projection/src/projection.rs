@@ -289,22 +289,28 @@ impl<E: Envelope> Projection<E> {
                     progress.send_modify(|p| p.state = ProjectionState::Completed);
                     return;
                 }
-                Ok(RunEnd::Reset { ack, then_stop }) => {
-                    // Only the owner resets: taking ownership again checks it still is.
-                    let result = match self.store.take_ownership(&self.id, epoch).await {
-                        Ok(taken) => {
-                            epoch = Some(taken);
-                            self.reset_stored().await.map_err(ResetError::Store)
+                Ok(RunEnd::Reset { acks, then_stop }) => {
+                    // Each reset asked while the run drained is done and answered (one after
+                    // another, with nothing handled in between: the later ones find nothing
+                    // more to delete). A second reset used to drop the first one's answer,
+                    // which then reported `NotRunning` of a running projection.
+                    for ack in acks {
+                        // Only the owner resets: taking ownership again checks it still is.
+                        let result = match self.store.take_ownership(&self.id, epoch).await {
+                            Ok(taken) => {
+                                epoch = Some(taken);
+                                self.reset_stored().await.map_err(ResetError::Store)
+                            }
+                            Err(error) => Err(ResetError::Store(error)),
+                        };
+                        if result.is_ok() {
+                            progress.send_modify(|p| {
+                                p.offset = None;
+                                p.last_handled_timestamp_ms = None;
+                            });
                         }
-                        Err(error) => Err(ResetError::Store(error)),
-                    };
-                    if result.is_ok() {
-                        progress.send_modify(|p| {
-                            p.offset = None;
-                            p.last_handled_timestamp_ms = None;
-                        });
+                        let _ = ack.send(result);
                     }
-                    let _ = ack.send(result);
                     restarts_in_a_row = 0;
                     if then_stop {
                         // A stop asked while the run drained for the reset: the reset is done,
@@ -337,8 +343,10 @@ impl<E: Envelope> Projection<E> {
                             });
                             return;
                         }
-                        Asked::Reset(ack) => {
-                            let _ = ack.send(Err(ResetError::Restarting));
+                        Asked::Reset(acks) => {
+                            for ack in acks {
+                                let _ = ack.send(Err(ResetError::Restarting));
+                            }
                         }
                         Asked::Nothing => {}
                     }
@@ -507,7 +515,7 @@ type Saving = BoxFuture<'static, Result<Option<u64>, OffsetStoreError>>;
 enum Asked {
     Nothing,
     Stop,
-    Reset(oneshot::Sender<Result<(), ResetError>>),
+    Reset(Vec<oneshot::Sender<Result<(), ResetError>>>),
 }
 
 /// How one run ended without failing.
@@ -516,7 +524,7 @@ enum RunEnd {
     Completed,
     /// Drained for a reset; `then_stop` when a stop was asked too (after the reset).
     Reset {
-        ack: oneshot::Sender<Result<(), ResetError>>,
+        acks: Vec<oneshot::Sender<Result<(), ResetError>>>,
         then_stop: bool,
     },
 }
@@ -628,7 +636,8 @@ struct Run<'p, E: Envelope> {
     /// Tells the units retrying a failed call that the run is stopping (a stop or a reset):
     /// they give up their retries instead of holding the stop back for all of them.
     stop_signal: watch::Sender<bool>,
-    reset: Option<oneshot::Sender<Result<(), ResetError>>>,
+    /// The resets asked (each answered).
+    reset: Vec<oneshot::Sender<Result<(), ResetError>>>,
     /// How long a failed run waits for the save of what it handled (see
     /// [`Run::save_handled_after_failure`]).
     failure_save_limit: std::time::Duration,
@@ -677,7 +686,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             stopping: false,
             stop_asked: false,
             stop_signal: watch::channel(false).0,
-            reset: None,
+            reset: Vec::new(),
             failure_save_limit,
         }
     }
@@ -713,15 +722,19 @@ impl<'p, E: Envelope> Run<'p, E> {
         let end = self.run_loop(commands).await;
         self.publish();
         *paused = self.paused;
-        let asked = match self.reset.take() {
-            // A stop asked too: the run failed before the reset, and the projection stops.
-            Some(ack) if self.stop_asked => {
+        let resets = std::mem::take(&mut self.reset);
+        let asked = if self.stop_asked {
+            // The run failed before the resets asked too, and the projection stops.
+            for ack in resets {
                 let _ = ack.send(Err(ResetError::NotRunning));
-                Asked::Stop
             }
-            Some(ack) => Asked::Reset(ack),
-            None if self.stopping => Asked::Stop,
-            None => Asked::Nothing,
+            Asked::Stop
+        } else if !resets.is_empty() {
+            Asked::Reset(resets)
+        } else if self.stopping {
+            Asked::Stop
+        } else {
+            Asked::Nothing
         };
         (end, self.saved_through.is_some(), asked)
     }
@@ -761,12 +774,14 @@ impl<'p, E: Envelope> Run<'p, E> {
             self.start_runnable();
             if self.stopping && self.in_flight.is_empty() {
                 self.save_handled().await?;
-                return Ok(match self.reset.take() {
-                    Some(ack) => RunEnd::Reset {
-                        ack,
+                let acks = std::mem::take(&mut self.reset);
+                return Ok(if acks.is_empty() {
+                    RunEnd::Stopped
+                } else {
+                    RunEnd::Reset {
+                        acks,
                         then_stop: self.stop_asked,
-                    },
-                    None => RunEnd::Stopped,
+                    }
                 });
             }
             if stream_done
@@ -851,7 +866,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             }
             Some(Command::Reset(ack)) => {
                 self.begin_stopping();
-                self.reset = Some(ack);
+                self.reset.push(ack);
             }
             // A dropped handle stops the projection as `stop` does. A stop asked while the run
             // drains for a reset is kept: the projection stops after the reset (it used to be

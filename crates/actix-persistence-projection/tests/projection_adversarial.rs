@@ -1465,3 +1465,153 @@ async fn postgres_skip_fail_and_stop_during_retries_in_every_exactly_once_form()
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Offsets under out-of-order completion, and an idle tail.
+// ---------------------------------------------------------------------------------------------
+
+/// Completes each call after a delay derived from its persistence id (out of source order),
+/// records effects as `Flaky` does (exactly-once: on commit).
+#[derive(Clone, Default)]
+struct Jittery {
+    effects: Recorder,
+}
+
+impl Jittery {
+    async fn wait(envelope: &Env) {
+        let n: u64 = envelope.persistence_id.bytes().map(u64::from).sum();
+        tokio::time::sleep(Duration::from_millis((n * 7919) % 50)).await;
+    }
+}
+
+#[async_trait]
+impl Handler<Env> for Jittery {
+    async fn process(&self, envelope: &Env) -> Result<(), HandlerError> {
+        Self::wait(envelope).await;
+        self.effects.handled.lock().unwrap().push(key(envelope));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TransactionalHandler<Env, InMemoryTransaction> for Jittery {
+    async fn process(
+        &self,
+        tx: &mut InMemoryTransaction,
+        envelope: &Env,
+    ) -> Result<(), HandlerError> {
+        Self::wait(envelope).await;
+        let effects = self.effects.handled.clone();
+        let k = key(envelope);
+        tx.on_commit(move || effects.lock().unwrap().push(k));
+        Ok(())
+    }
+}
+
+fn timestamp_of(json: &str) -> i64 {
+    match serde_json::from_str::<Offset>(json).unwrap() {
+        Offset::Timestamp(t) => t.timestamp,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Eventuous/eventuous#165 (a partitioned subscription with many partitions stops committing
+/// its checkpoint: calls complete out of order and the commit handler stalls on a gap) and
+/// Eventuous#559 (the stored checkpoint parks below the head on an idle tail): 200 persistence
+/// ids with one event each, 16 calls at once completing out of source order, over a live
+/// source that then goes idle. The saved offsets only move forward, and without a stop or a
+/// new event the stored offset reaches the last envelope (after `SaveOffset::after`); every
+/// event takes effect once, and no seen row is left (exactly-once).
+#[tokio::test(start_paused = true)]
+async fn out_of_order_completion_keeps_the_offset_moving_to_the_idle_head() {
+    for exactly_once in [false, true] {
+        let case = format!("exactly_once={exactly_once}");
+        let journal = InMemoryJournal::new();
+        write_many(&journal, 200, 1).await;
+        let store = Outage::default();
+        let id = ProjectionId::new("adv-jitter", "all");
+        let handler = Jittery::default();
+        let projection = if exactly_once {
+            Projection::exactly_once(
+                id.clone(),
+                live_source(&journal),
+                store.clone(),
+                handler.clone(),
+            )
+        } else {
+            Projection::at_least_once(
+                id.clone(),
+                live_source(&journal),
+                store.clone(),
+                handler.clone(),
+            )
+        };
+        let handle = projection
+            .with_max_concurrency(16)
+            .with_save_offset(SaveOffset {
+                after_envelopes: 10,
+                after: Duration::from_millis(200),
+            })
+            .start();
+        let done = handle
+            .wait_for(|p| p.handled == 200)
+            .await
+            .expect("handles all");
+        // Idle: no new event, no stop; the time-based save comes.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let head = serde_json::to_string(&handle.progress().offset.unwrap()).unwrap();
+        assert_eq!(
+            store.inner.read_offset(&id).await.unwrap().as_deref(),
+            Some(&*head),
+            "{case}: the stored offset parks below the idle head"
+        );
+        let saved = store.saved.lock().unwrap().clone();
+        assert!(saved.len() >= 2, "{case}: {} saves", saved.len());
+        let stamps: Vec<i64> = saved.iter().map(|s| timestamp_of(s)).collect();
+        assert!(
+            stamps.windows(2).all(|w| w[0] <= w[1]),
+            "{case}: saved offsets move back: {stamps:?}"
+        );
+        let effects = handler.effects.handled();
+        assert_eq!(effects.len(), 200, "{case}");
+        assert!(counts(&effects).values().all(|&n| n == 1), "{case}");
+        assert_eq!(
+            store.inner.read_seen(&id).await.unwrap(),
+            SeenSeqNrs::new(),
+            "{case}"
+        );
+        assert_eq!(done.skipped, 0);
+        assert_eq!(handle.stop().await, ProjectionState::Stopped);
+        resumes_with_nothing_left(&journal, id, store.inner.clone()).await;
+    }
+}
+
+/// Two resets asked at once (two operators, or a retried management call while the first
+/// one still drains; akka-projection's `ProjectionManagement.clearOffset` may be called from
+/// several nodes): the projection resets once, and both callers learn that it did.
+#[tokio::test(start_paused = true)]
+async fn two_resets_at_once_both_report_the_reset() {
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 1, 2).await;
+    let handler = Gated::default();
+    let handle = Projection::at_least_once(
+        ProjectionId::new("adv-two-resets", "all"),
+        live_source(&journal),
+        InMemoryOffsetStore::new(),
+        handler.clone(),
+    )
+    .start();
+    eventually(|| handler.started.handled().len() == 1).await;
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        handler.release(100);
+    };
+    let (first, second, ()) = tokio::join!(handle.reset(), handle.reset(), release);
+    assert!(first.is_ok(), "first reset: {first:?}");
+    assert!(second.is_ok(), "second reset: {second:?}");
+    handle
+        .wait_for(|p| p.handled >= 3)
+        .await
+        .expect("handles again from the start");
+    assert_eq!(handle.stop().await, ProjectionState::Stopped);
+}
