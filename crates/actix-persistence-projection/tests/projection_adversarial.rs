@@ -1615,3 +1615,128 @@ async fn two_resets_at_once_both_report_the_reset() {
         .expect("handles again from the start");
     assert_eq!(handle.stop().await, ProjectionState::Stopped);
 }
+
+/// Events deleted (`delete_events_to`, as after a snapshot) while a projection is behind them
+/// (akka-persistence-r2dbc: a projection lagging behind a delete; EventStoreDB catch-up
+/// subscriptions over a truncated stream; Marten's daemon over archived events): the events
+/// still in the journal are each handled once, in order, the projection does not stall or fail
+/// on the missing ones, and its stored offset ends at the head.
+#[tokio::test(start_paused = true)]
+async fn events_deleted_while_the_projection_is_behind_are_passed_over() {
+    use actix_persistence_core::{FencingToken, JournalStore};
+    for (exactly_once, form) in [
+        (false, Form::Single),
+        (true, Form::Single),
+        (true, Form::Concurrent),
+        (false, Form::Grouped),
+    ] {
+        let case = format!("{form:?} exactly_once={exactly_once}");
+        let journal = InMemoryJournal::new();
+        write_many(&journal, 3, 4).await;
+        let store = InMemoryOffsetStore::new();
+        let id = ProjectionId::new("adv-deleted", "all");
+        // The first run is held at Account|0's second event (failing, retried) and stopped
+        // there, behind.
+        let handler = Flaky::new((pid(0), 2), u32::MAX);
+        let first = flaky_projection(
+            id.clone(),
+            live_source(&journal),
+            store.clone(),
+            form,
+            exactly_once,
+            handler.clone(),
+        )
+        .with_handler_recovery(endless_retries(AfterRetries::Fail))
+        .with_save_offset(SaveOffset {
+            after_envelopes: 1,
+            after: Duration::from_millis(1),
+        })
+        .start();
+        let attempts = Arc::clone(&handler.attempts);
+        eventually(|| attempts.load(Ordering::SeqCst) >= 2).await;
+        assert_eq!(first.stop().await, ProjectionState::Stopped);
+        let before_stop = handler.effects.handled();
+        assert!(
+            !before_stop.contains(&(pid(0), 2)),
+            "{case}: {before_stop:?}"
+        );
+        let mut handler = handler;
+        handler.failures = Arc::new(AtomicU32::new(0));
+        // Account|1's events 1-3 are deleted; Account|2 all of them.
+        journal
+            .delete_messages_to(&pid(1), 3, FencingToken::UNOWNED)
+            .await
+            .unwrap();
+        journal
+            .delete_messages_to(&pid(2), 4, FencingToken::UNOWNED)
+            .await
+            .unwrap();
+        let state = flaky_projection(
+            id.clone(),
+            current_source(&journal),
+            store.clone(),
+            form,
+            exactly_once,
+            handler.clone(),
+        )
+        .start()
+        .join()
+        .await;
+        assert_eq!(state, ProjectionState::Completed, "{case}");
+        let effects = handler.effects.handled();
+        let after = &effects[before_stop.len()..];
+        let mut expected: Vec<Key> = all_events(3, 4)
+            .into_iter()
+            .filter(|k| !before_stop.contains(k))
+            .filter(|(p, s)| !(*p == pid(1) && *s <= 3) && *p != pid(2))
+            .collect();
+        expected.sort();
+        let mut got = after.to_vec();
+        got.sort();
+        assert_eq!(got, expected, "{case}: handled after the delete");
+        for (p, seq_nrs) in by_pid(&effects) {
+            assert!(
+                seq_nrs.windows(2).all(|w| w[0] < w[1]),
+                "{case}: {p} {seq_nrs:?}"
+            );
+        }
+        resumes_with_nothing_left(&journal, id, store).await;
+    }
+}
+
+/// A reset asked while a call is retried (the same as akka-projection#187 for a stop): it
+/// does not wait for every retry; the retries end, the run fails and restarts, and the reset
+/// says so (`Restarting`) instead of hanging. The projection runs on and handles the envelope
+/// once it can.
+#[tokio::test(start_paused = true)]
+async fn a_reset_during_retries_answers_instead_of_waiting_for_every_retry() {
+    use actix_persistence_projection::ResetError;
+    let journal = InMemoryJournal::new();
+    write_many(&journal, 2, 2).await;
+    let handler = Flaky::new((pid(1), 1), u32::MAX);
+    let handle = flaky_projection(
+        ProjectionId::new("adv-reset-retries", "all"),
+        live_source(&journal),
+        InMemoryOffsetStore::new(),
+        Form::Single,
+        false,
+        handler.clone(),
+    )
+    .with_handler_recovery(endless_retries(AfterRetries::Fail))
+    .start();
+    let attempts = Arc::clone(&handler.attempts);
+    eventually(|| attempts.load(Ordering::SeqCst) >= 2).await;
+    let reset = tokio::time::timeout(Duration::from_secs(600), handle.reset()).await;
+    assert!(
+        matches!(reset, Ok(Err(ResetError::Restarting))),
+        "{reset:?}"
+    );
+    handle
+        .wait_for(|p| p.restarts == 1)
+        .await
+        .expect("restarts");
+    handler.failures.store(0, Ordering::SeqCst);
+    handle.wait_for(|p| p.handled >= 4).await.expect("the rest");
+    assert_eq!(handle.stop().await, ProjectionState::Stopped);
+    assert_eq!(counts(&handler.effects.handled())[&(pid(1), 1)], 1);
+}
