@@ -561,9 +561,9 @@ async fn stop_during_retries_ends_the_retries_and_keeps_the_envelope() {
 }
 
 /// A reset whose caller gave up waiting (a timeout around `reset()` while a call is in
-/// flight), then a stop: the stop must end the projection. (Management commands racing, as
-/// akka/akka-projection#190 on `ProjectionManagement` operations and Marten's async daemon
-/// rebuild-while-stopping reports.) The stop used to be taken by the run that was draining for
+/// flight), then a stop: the stop must end the projection (management operations racing each
+/// other, the concern of akka/akka-projection#190 on `ProjectionManagement`; no report of this
+/// exact race found, own scenario). The stop used to be taken by the run that was draining for
 /// the reset and then lost: the reset restarted the projection, which handled everything again,
 /// and `stop().await` never returned.
 #[tokio::test(start_paused = true)]
@@ -794,9 +794,9 @@ impl TransactionalHandler<Env, InMemoryTransaction> for TakesDown {
     }
 }
 
-/// Marten's async daemon and Eventuous subscriptions after a lost database (Eventuous
-/// checkpoint store failures, e.g. Eventuous/eventuous#191 "checkpoint commit failure";
-/// akka-projection's "offset store unavailable" restarts): the offset store goes down in the
+/// A lost database under a running projection (the offset store unavailable: Akka
+/// Projections' restart-backoff case; checkpoint stores failing under Eventuous subscriptions,
+/// cf. Eventuous/eventuous#165; no specific report of this exact sequence): the offset store goes down in the
 /// middle of the run, the projection fails, keeps restarting with its backoff while it is
 /// down (reporting the database's error, handling nothing more under exactly-once), and once
 /// it is back resumes from the stored offset: exactly-once commits every envelope once;
@@ -898,8 +898,8 @@ async fn an_offset_store_outage_restarts_until_it_is_back_and_skips_nothing() {
 }
 
 /// An exactly-once transaction whose commit fails (the database refuses it: a serialization
-/// failure, a lost connection at COMMIT; Marten async daemon's "projection failed to commit"
-/// and akka-projection-jdbc's exactly-once commit errors): nothing of it is stored, the
+/// failure, a lost connection at COMMIT; the exactly-once offset-in-transaction design of
+/// akka-projection-jdbc/-r2dbc, own scenario): nothing of it is stored, the
 /// projection does not take the envelopes as handled (the stored offset stays before them),
 /// and after the restart they are committed once. In every exactly-once form.
 #[tokio::test(start_paused = true)]
@@ -959,8 +959,8 @@ async fn a_failed_commit_is_never_taken_as_handled() {
 }
 
 /// The handler fails on the last envelope before an offset save is due (akka-projection
-/// at-least-once `saveOffsetAfterEnvelopes`; Eventuous' checkpoint batching, where an error
-/// at the batch boundary used to commit the failed position, Eventuous/eventuous#145): the
+/// at-least-once `saveOffsetAfterEnvelopes`, and akka-projection PR #908, where a group's
+/// offsets were stored incompletely): the
 /// failed run saves the envelopes before it, never the failed one; the restart handles exactly
 /// the failed envelope and the rest, once each.
 #[tokio::test(start_paused = true)]
