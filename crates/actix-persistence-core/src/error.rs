@@ -133,7 +133,10 @@ impl JournalError {
 pub struct WriteRejection {
     /// The persistence id of the rejected write.
     pub persistence_id: String,
-    /// The sequence number of the first event of the rejected atomic write.
+    /// The sequence number of the event that could not be serialized (or whose
+    /// `EventSourced::tags` panicked) when that is why the write was rejected; otherwise (over
+    /// the limits, refused by the store) the sequence number of the first event of the rejected
+    /// atomic write. Either way the whole atomic write was rejected.
     pub seq_nr: u64,
     /// What was wrong with it, e.g. "event could not be serialized: ...".
     pub reason: String,

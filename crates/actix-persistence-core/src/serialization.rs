@@ -1,5 +1,7 @@
 //! Turning events into bytes and back: serde_json by default.
 
+mod checked;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use serde::de::DeserializeOwned;
@@ -63,10 +65,25 @@ pub enum SerializationError {
 /// Serializes `event` with serde_json. A panicking `Serialize` impl is caught and reported as
 /// an error, so one bad event type cannot take its actor down.
 ///
+/// Only what serde_json reads back is written: a float that is NaN or infinite (serde_json
+/// writes `null`, which reads back as no float, or as `None` in an `Option`) and arrays or
+/// objects nested deeper than 127 (serde_json's reader stops at its recursion limit of 128)
+/// are errors, so an event or snapshot written through here can always be read again: stored,
+/// it would fail every later recovery of its actor.
+///
 /// # Errors
-/// [`SerializationError::Serialize`] when serde_json fails or the impl panics.
+/// [`SerializationError::Serialize`] when serde_json fails, the value holds a non-finite float
+/// or is nested too deep, or the impl panics.
 pub fn to_json<E: Serialize + ?Sized>(event: &E) -> Result<Vec<u8>, SerializationError> {
-    match catch_unwind(AssertUnwindSafe(|| serde_json::to_vec(event))) {
+    let write = || {
+        let mut bytes = Vec::with_capacity(128);
+        let mut serializer =
+            serde_json::Serializer::with_formatter(&mut bytes, checked::DepthLimited::default());
+        checked::Finite(event)
+            .serialize(&mut serializer)
+            .map(|()| bytes)
+    };
+    match catch_unwind(AssertUnwindSafe(write)) {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => Err(SerializationError::Serialize(e.to_string())),
         Err(panic) => Err(SerializationError::Serialize(panic_message(&panic))),
@@ -135,6 +152,103 @@ mod tests {
         let theirs = serde_json::from_slice::<Deposited>(bytes).map_err(|e| e.to_string());
         assert_eq!(ours, theirs, "for {bytes:?}");
         ours
+    }
+
+    /// `to_json` writes what `serde_json::to_vec` writes, byte for byte, for every value it
+    /// accepts.
+    #[test]
+    fn to_json_writes_what_serde_json_writes() {
+        use std::collections::BTreeMap;
+        #[derive(serde::Serialize)]
+        enum E {
+            Unit,
+            New(f32),
+            Tuple(i8, Option<u128>),
+            Struct {
+                a: Vec<f64>,
+                m: BTreeMap<u64, (bool, char)>,
+            },
+        }
+        #[derive(serde::Serialize)]
+        struct Wrapper<'a>(
+            &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")] Option<u8>,
+        );
+        let values = vec![
+            E::Unit,
+            E::New(-1.5),
+            E::Tuple(-3, None),
+            E::Tuple(7, Some(u128::MAX)),
+            E::Struct {
+                a: vec![0.1, -0.0, 1e300, f64::MIN_POSITIVE],
+                m: [(1, (true, 'é')), (u64::MAX, (false, '"'))].into(),
+            },
+        ];
+        for value in &values {
+            assert_eq!(to_json(value).unwrap(), serde_json::to_vec(value).unwrap());
+        }
+        let w = Wrapper("a\nb", None);
+        assert_eq!(to_json(&w).unwrap(), serde_json::to_vec(&w).unwrap());
+    }
+
+    /// NaN and the infinities, which serde_json writes as `null`, are refused wherever they are.
+    #[test]
+    fn to_json_refuses_non_finite_floats() {
+        let refused = |e: Result<Vec<u8>, SerializationError>| match e {
+            Err(SerializationError::Serialize(reason)) => {
+                assert!(reason.contains("not finite"), "{reason}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        refused(to_json(&f64::NAN));
+        refused(to_json(&Some(f64::INFINITY)));
+        refused(to_json(&vec![(1, f32::NEG_INFINITY)]));
+        let mut map = std::collections::BTreeMap::new();
+        map.insert("k", [0.0, f64::NAN]);
+        refused(to_json(&map));
+        assert_eq!(to_json(&Option::<f64>::None).unwrap(), b"null");
+    }
+
+    /// Arrays and objects nested as deep as serde_json reads are written; one more is refused.
+    #[test]
+    fn to_json_refuses_what_is_nested_deeper_than_serde_json_reads() {
+        let nested = |depth: usize| {
+            (0..depth).fold(serde_json::Value::Null, |inner, _| {
+                serde_json::Value::Array(vec![inner])
+            })
+        };
+        let deepest = to_json(&nested(checked::MAX_JSON_DEPTH)).unwrap();
+        assert!(decode_json::<serde_json::Value>(&deepest).is_ok());
+        let too_deep = serde_json::to_vec(&nested(checked::MAX_JSON_DEPTH + 1)).unwrap();
+        assert!(
+            decode_json::<serde_json::Value>(&too_deep).is_err(),
+            "the reader's limit"
+        );
+        match to_json(&nested(checked::MAX_JSON_DEPTH + 1)) {
+            Err(SerializationError::Serialize(reason)) => {
+                assert!(reason.contains("nested deeper than 127"), "{reason}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Siblings do not add up: the depth is the nesting, not the count.
+        let wide = vec![nested(100); 50];
+        assert_eq!(to_json(&wide).unwrap(), serde_json::to_vec(&wide).unwrap());
+    }
+
+    /// Every finite f64 reads back as itself (serde_json's `float_roundtrip`).
+    #[test]
+    fn floats_read_back_exactly() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = f64::from_bits(x);
+            if f.is_finite() {
+                let back: f64 = decode_json(&to_json(&f).unwrap()).unwrap();
+                assert_eq!(back.to_bits(), f.to_bits(), "{f:e}");
+            }
+        }
     }
 
     #[test]
