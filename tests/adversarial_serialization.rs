@@ -1045,6 +1045,126 @@ async fn a_snapshot_serde_json_cannot_read_back_is_not_saved(kind: Kind) {
     within("shutdown", p.shutdown()).await;
 }
 
+// ---------------------------------------------------------------------------------------------
+// A decoder that panics on the read side
+
+/// Decodes version 1, panicking on `Frozen` (a decoder with an `unwrap` or an `unreachable!`
+/// for an event type it was not written for).
+fn panicking_decoder(
+    seq_nr: u64,
+    event: &SerializedEvent,
+) -> Result<AccountV1, SerializationError> {
+    if event.manifest == "Frozen.v1" {
+        panic!("no decoder for {}", event.manifest);
+    }
+    from_json(seq_nr, event.serializer_id, &event.payload)
+}
+
+/// Records every envelope it handles.
+#[derive(Clone, Default)]
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(String, u64)>>>);
+
+#[async_trait::async_trait]
+impl actix_persistence::projection::Handler<actix_persistence::EventEnvelope<AccountV1>>
+    for Recorder
+{
+    async fn process(
+        &self,
+        envelope: &actix_persistence::EventEnvelope<AccountV1>,
+    ) -> Result<(), actix_persistence::projection::HandlerError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((envelope.persistence_id.to_string(), envelope.seq_nr));
+        Ok(())
+    }
+}
+
+/// A decoder that panics on an event, in a typed query and in a projection's source: the
+/// query yields the decoding error naming the event (as recovery turns a panicking
+/// `deserialize_event` into `RecoveryError::Panicked`), never unwinds into its consumer, and the
+/// projection fails its run with that error, restarts and ends `Failed` after `max_restarts`
+/// with the error in its progress, instead of its task dying while its progress still reads
+/// `Running`. akka/akka-persistence-cassandra #734 (an exception deserializing an event in
+/// `EventsByPersistenceIdStage`); akka/akka-persistence-jdbc #95 (deserialization errors that
+/// stop a query silently).
+async fn a_panicking_decoder_fails_the_query_and_the_projection_visibly(kind: Kind) {
+    use actix_persistence::projection::{
+        InMemoryOffsetStore, Projection, ProjectionId, ProjectionState, QuerySource, RestartBackoff,
+    };
+    let b = Backend::new(kind).await;
+    let pid = "Account|decoder-panics";
+    let p = b.open().await;
+    write_with::<V1>(
+        &p,
+        pid,
+        vec![
+            AccountV1::Deposited { amount: 1 },
+            AccountV1::Frozen,
+            AccountV1::Deposited { amount: 2 },
+        ],
+    )
+    .await;
+    let q = p.query().expect("query");
+    let items: Vec<Result<u64, String>> = within(
+        "typed query",
+        q.current_events_by_persistence_id(pid, 0, u64::MAX)
+            .decode_with(panicking_decoder)
+            .map(|item| match item {
+                Ok(e) => Ok(e.seq_nr),
+                Err(QueryError::Decode { seq_nr, source, .. }) => {
+                    Err(format!("{seq_nr}: {source}"))
+                }
+                Err(other) => Err(other.to_string()),
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0], Ok(1));
+    match &items[1] {
+        Err(message) => assert!(
+            message.starts_with("2: ") && message.contains("no decoder for Frozen.v1"),
+            "{message}"
+        ),
+        other => panic!("expected the decoding error of event 2, got {other:?}"),
+    }
+
+    let recorder = Recorder::default();
+    let source = QuerySource::<AccountV1>::events_by_slices(q.clone(), "Account", 0, 1023)
+        .current()
+        .decoded_with(panicking_decoder);
+    let handle = Projection::at_least_once(
+        ProjectionId::for_slices("decoder-panics", 0, 1023),
+        source,
+        InMemoryOffsetStore::new(),
+        recorder.clone(),
+    )
+    .with_restart_backoff(RestartBackoff {
+        min: std::time::Duration::from_millis(5),
+        max: std::time::Duration::from_millis(20),
+        random_factor: 0.0,
+        max_restarts: Some(1),
+    })
+    .start();
+    let progress = within(
+        "the projection to end",
+        handle.wait_for(|p| p.state.is_terminal()),
+    )
+    .await
+    .expect("the projection ends with a state of its own, its task did not die");
+    assert_eq!(progress.state, ProjectionState::Failed);
+    assert_eq!(progress.restarts, 1);
+    let error = progress.last_error.expect("the failure is reported");
+    assert!(
+        error.contains(pid) && error.contains("no decoder for Frozen.v1"),
+        "{error}"
+    );
+    assert_eq!(*recorder.0.lock().unwrap(), vec![(pid.to_owned(), 1)]);
+    assert_eq!(handle.join().await, ProjectionState::Failed);
+    within("shutdown", p.shutdown()).await;
+}
+
 on_every_store!(
     an_event_of_a_removed_variant_fails_recovery_naming_its_seq_nr,
     a_field_added_with_a_default_recovers_and_without_one_fails_at_the_first_old_event,
@@ -1056,4 +1176,5 @@ on_every_store!(
     a_non_finite_float_is_rejected_not_stored_to_fail_every_recovery,
     an_event_nested_deeper_than_the_reader_reads_is_rejected,
     a_snapshot_serde_json_cannot_read_back_is_not_saved,
+    a_panicking_decoder_fails_the_query_and_the_projection_visibly,
 );

@@ -112,19 +112,29 @@ impl RawEnvelope {
     ///
     /// # Errors
     /// [`QueryError::Decode`] naming the persistence id and sequence number when the decoder
-    /// fails.
+    /// fails, or panics: a panic is caught and becomes that error (as a panicking
+    /// `EventSourced::deserialize_event` fails recovery), so it ends a typed query with an
+    /// error item and fails a projection's run (which restarts), instead of unwinding into
+    /// the stream's consumer (a projection's task).
     pub fn decode<E, D: EventDecoder<E> + ?Sized>(
         self,
         decoder: &D,
     ) -> Result<EventEnvelope<E>, QueryError> {
-        let event =
-            decoder
-                .decode(self.seq_nr, &self.event)
-                .map_err(|source| QueryError::Decode {
-                    persistence_id: self.persistence_id.to_string(),
-                    seq_nr: self.seq_nr,
-                    source,
-                })?;
+        let seq_nr = self.seq_nr;
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decoder.decode(seq_nr, &self.event)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(SerializationError::Deserialize {
+                seq_nr,
+                reason: format!("the event decoder panicked: {}", panic_message(&*panic)),
+            })
+        });
+        let event = decoded.map_err(|source| QueryError::Decode {
+            persistence_id: self.persistence_id.to_string(),
+            seq_nr,
+            source,
+        })?;
         Ok(EventEnvelope {
             persistence_id: self.persistence_id,
             seq_nr: self.seq_nr,
@@ -230,5 +240,16 @@ impl EnvelopeStreamExt for EnvelopeStream {
                 futures::future::ready(go_on)
             })
             .boxed()
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
     }
 }
