@@ -56,6 +56,9 @@ trait Schema: Unpin + Send + 'static {
     fn tags(_: &Self::Ev) -> Vec<String> {
         Vec::new()
     }
+
+    /// Whether the entity takes (and restores) snapshots.
+    const SNAPSHOTS: bool = true;
 }
 
 /// What an entity reports through its hooks, in order.
@@ -115,6 +118,9 @@ impl<S: Schema> EventSourced for Ent<S> {
     }
 
     fn snapshotting() -> Option<Snapshotting<Self>> {
+        if !S::SNAPSHOTS {
+            return None;
+        }
         Some(Snapshotting::json(
             |e: &Self| e.applied.clone(),
             |e: &mut Self, applied: Vec<(u64, S::Ev)>| e.applied = applied,
@@ -780,6 +786,66 @@ async fn a_snapshot_of_a_changed_state_type_fails_recovery_and_skipping_it_repla
     within("shutdown", p.shutdown()).await;
 }
 
+/// Version 1 without snapshots: an actor whose `EventSourced::snapshotting` is `None`.
+struct V1NoSnapshots;
+impl Schema for V1NoSnapshots {
+    type Ev = AccountV1;
+    const SNAPSHOTS: bool = false;
+}
+
+/// A snapshot in the store of an actor that (no longer) restores snapshots: recovery fails at
+/// it instead of starting after it with the snapshot's sequence number and an empty state
+/// (which then replays only the events after it: a partially recovered actor); with
+/// `SnapshotSelectionCriteria::none` it replays every event. akka/akka-core #23469
+/// "Eventsourced only recovers partially if offered snapshot is not handled".
+async fn a_snapshot_the_actor_cannot_restore_never_leaves_it_partially_recovered(kind: Kind) {
+    let b = Backend::new(kind).await;
+    let pid = "Account|unhandled-snapshot";
+    let p = b.open().await;
+    let mut e = start::<V1>(&p, pid);
+    assert_eq!(e.recovered().await, 0);
+    assert_eq!(
+        e.stored(vec![opened("cy"), AccountV1::Deposited { amount: 4 }])
+            .await,
+        2
+    );
+    e.addr.do_send(Snap);
+    assert!(matches!(e.note().await, Note::SnapshotSaved(2)));
+    assert_eq!(e.stored(vec![AccountV1::Frozen]).await, 3);
+    drop(e);
+
+    let mut e = start::<V1NoSnapshots>(&p, pid);
+    match e.recovery_failed().await {
+        RecoveryError::Snapshot {
+            persistence_id,
+            reason,
+        } => {
+            assert_eq!(persistence_id, pid);
+            assert!(reason.contains("snapshot at sequence number 2"), "{reason}");
+        }
+        other => panic!("expected a snapshot error, got {other:?}"),
+    }
+    let mut e = start_with::<V1NoSnapshots>(&p, pid, |s| {
+        s.with_recovery(Recovery {
+            from_snapshot: actix_persistence::snapshot::SnapshotSelectionCriteria::none(),
+            ..Recovery::latest()
+        })
+    });
+    assert_eq!(e.recovered().await, 3);
+    assert_eq!(
+        e.get().await,
+        (
+            3,
+            vec![
+                (1, opened("cy")),
+                (2, AccountV1::Deposited { amount: 4 }),
+                (3, AccountV1::Frozen)
+            ]
+        )
+    );
+    within("shutdown", p.shutdown()).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Atomic writes with an event that cannot be serialized
 
@@ -1177,4 +1243,5 @@ on_every_store!(
     an_event_nested_deeper_than_the_reader_reads_is_rejected,
     a_snapshot_serde_json_cannot_read_back_is_not_saved,
     a_panicking_decoder_fails_the_query_and_the_projection_visibly,
+    a_snapshot_the_actor_cannot_restore_never_leaves_it_partially_recovered,
 );
