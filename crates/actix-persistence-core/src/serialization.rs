@@ -127,13 +127,10 @@ pub(crate) fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Resu
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        format!("serializer panicked: {s}")
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        format!("serializer panicked: {s}")
-    } else {
-        "serializer panicked".to_owned()
-    }
+    format!(
+        "serializer panicked: {}",
+        crate::error::panic_message(&**panic)
+    )
 }
 
 #[cfg(test)]

@@ -262,16 +262,7 @@ fn is_cancelled(cancelled: &mut oneshot::Receiver<()>) -> bool {
     )
 }
 
-/// The message of a caught panic.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".to_owned()
-    }
-}
+pub(crate) use actix_persistence_core::error::panic_message;
 
 #[async_trait]
 impl<E, S, C> Processor<E> for Transactional<S, C>

@@ -1,6 +1,5 @@
 //! User code that panics inside the library is a reported failure, never a silently dead task.
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs user code (`apply`, a continuation, a hook), turning a panic into its message.
@@ -11,16 +10,7 @@ pub(crate) fn catch_user<R>(user_code: impl FnOnce() -> R) -> Result<R, String> 
     catch_unwind(AssertUnwindSafe(user_code)).map_err(|payload| panic_message(&*payload))
 }
 
-/// The message of a panic (`panic!("...")` gives a `&str` or a `String`).
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a panic with a payload that is not a string".to_owned()
-    }
-}
+pub(crate) use crate::error::panic_message;
 
 #[cfg(test)]
 mod tests {

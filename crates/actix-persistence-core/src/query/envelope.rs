@@ -7,6 +7,7 @@ use futures::stream::{BoxStream, StreamExt};
 use serde::de::DeserializeOwned;
 
 use super::{entity_type_of, slice_for_persistence_id, Offset, QueryError};
+use crate::error::panic_message;
 use crate::serialization::{from_json, SerializationError, SerializedEvent};
 use crate::store::PersistentRepr;
 
@@ -240,16 +241,5 @@ impl EnvelopeStreamExt for EnvelopeStream {
                 futures::future::ready(go_on)
             })
             .boxed()
-    }
-}
-
-/// The message of a caught panic.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".to_owned()
     }
 }

@@ -269,57 +269,31 @@ impl<S: Serializer> Serializer for FiniteSerializer<S> {
     }
 }
 
-impl<S: ser::SerializeSeq> ser::SerializeSeq for FiniteSerializer<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    #[inline]
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_element(&Finite(value))
-    }
-    #[inline]
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+/// The compound serializers whose elements come one value at a time: each element wrapped in
+/// [`Finite`].
+macro_rules! forward_elements {
+    ($($compound:ident::$method:ident),* $(,)?) => {$(
+        impl<S: ser::$compound> ser::$compound for FiniteSerializer<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
+            #[inline]
+            fn $method<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), S::Error> {
+                self.0.$method(&Finite(value))
+            }
+            #[inline]
+            fn end(self) -> Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        }
+    )*};
 }
 
-impl<S: ser::SerializeTuple> ser::SerializeTuple for FiniteSerializer<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    #[inline]
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_element(&Finite(value))
-    }
-    #[inline]
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
-
-impl<S: ser::SerializeTupleStruct> ser::SerializeTupleStruct for FiniteSerializer<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    #[inline]
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_field(&Finite(value))
-    }
-    #[inline]
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
-
-impl<S: ser::SerializeTupleVariant> ser::SerializeTupleVariant for FiniteSerializer<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    #[inline]
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_field(&Finite(value))
-    }
-    #[inline]
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
+forward_elements!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
 
 impl<S: ser::SerializeMap> ser::SerializeMap for FiniteSerializer<S> {
     type Ok = S::Ok;
@@ -346,44 +320,31 @@ impl<S: ser::SerializeMap> ser::SerializeMap for FiniteSerializer<S> {
     }
 }
 
-impl<S: ser::SerializeStruct> ser::SerializeStruct for FiniteSerializer<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    #[inline]
-    fn serialize_field<T: ?Sized + Serialize>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), S::Error> {
-        self.0.serialize_field(key, &Finite(value))
-    }
-    #[inline]
-    fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
-    #[inline]
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+/// The compound serializers whose fields come with their names: each value wrapped in
+/// [`Finite`].
+macro_rules! forward_fields {
+    ($($compound:ident),* $(,)?) => {$(
+        impl<S: ser::$compound> ser::$compound for FiniteSerializer<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
+            #[inline]
+            fn serialize_field<T: ?Sized + Serialize>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), S::Error> {
+                self.0.serialize_field(key, &Finite(value))
+            }
+            #[inline]
+            fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
+                self.0.skip_field(key)
+            }
+            #[inline]
+            fn end(self) -> Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        }
+    )*};
 }
 
-impl<S: ser::SerializeStructVariant> ser::SerializeStructVariant for FiniteSerializer<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    #[inline]
-    fn serialize_field<T: ?Sized + Serialize>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), S::Error> {
-        self.0.serialize_field(key, &Finite(value))
-    }
-    #[inline]
-    fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
-    #[inline]
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
+forward_fields!(SerializeStruct, SerializeStructVariant);

@@ -36,7 +36,6 @@ pub mod query;
 mod recording;
 pub mod snapshot;
 
-use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -84,16 +83,7 @@ pub(crate) fn fresh_pid() -> String {
     format!("p-{}", uuid::Uuid::new_v4())
 }
 
-/// The message of a caught panic.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "the case panicked with a non-string payload".to_owned()
-    }
-}
+use actix_persistence_core::error::panic_message;
 
 /// Formats `(name, message)` failures of a suite run into one report.
 fn failure_report(suite: &str, total: usize, failures: &[(&str, String)]) -> String {
