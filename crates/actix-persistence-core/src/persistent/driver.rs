@@ -349,6 +349,7 @@ fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: Write
             }
             Err(AtomicWriteError::Failed(cause)) => {
                 let fenced = matches!(cause, JournalError::Fenced { .. });
+                let fenced_cause = fenced.then(|| cause.clone());
                 act.persistence()
                     .record_failure(ActorFailure::Persist(cause.clone()));
                 let hook = catch_user(|| act.on_persist_failure(&cause, ctx));
@@ -364,6 +365,18 @@ fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: Write
                     Ok(()) => StopReason::PersistFailure,
                     Err(reason) => StopReason::Panicked { reason },
                 };
+                // The later writes of this batch were not attempted because of the fenced one
+                // (`EarlierWriteFailed`): they carry the same stale token, so their callers are
+                // told they were fenced too, and can retry against the owning node.
+                let results =
+                    results.map(move |result| match result {
+                        Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed {
+                            ..
+                        })) if fenced_cause.is_some() => Err(AtomicWriteError::Failed(
+                            fenced_cause.clone().unwrap_or(JournalError::JournalStopped),
+                        )),
+                        other => other,
+                    });
                 stop_with(act, ctx, reason, results);
                 return false;
             }
