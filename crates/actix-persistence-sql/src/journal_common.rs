@@ -1415,6 +1415,14 @@ where
         let storage = |e| JournalError::storage("query persistence ids", e);
         let limit = i64::from(limit);
         let order = D::BYTE_ORDER;
+        // An `after` this database cannot hold (PostgreSQL: a text holding NUL, which it
+        // refuses outright, failing the query) is sent as its text up to the first NUL: no
+        // stored id holds a NUL (every id was checked when written), so the ids above both
+        // in byte order are the same ("a" < "a\0..." < "a\u{1}").
+        let after = after.map(|after| match after.split_once('\0') {
+            Some((before_nul, _)) if !D::stores_text(after) => before_nul,
+            _ => after,
+        });
         match after {
             None => {
                 let sql = format!(
