@@ -36,6 +36,7 @@ use futures::StreamExt;
 struct Db {
     kind: Kind,
     store: Arc<dyn QueryStore>,
+    inmem: Option<InMemoryJournal>,
     sqlite: Option<SqliteJournal>,
     pg: Option<PostgresJournal>,
     /// Keeps the SQLite file or the PostgreSQL database alive.
@@ -45,31 +46,41 @@ struct Db {
 impl Db {
     async fn new(kind: Kind) -> Db {
         let backend = Backend::new(kind).await;
-        let (store, sqlite, pg): (Arc<dyn QueryStore>, _, _) = match kind {
-            Kind::InMemory => (Arc::new(InMemoryJournal::new()), None, None),
-            Kind::Sqlite => {
+        let inmem = (kind == Kind::InMemory).then(InMemoryJournal::new);
+        let (store, sqlite, pg): (Arc<dyn QueryStore>, _, _) = match &inmem {
+            Some(journal) => (Arc::new(journal.clone()), None, None),
+            None if kind == Kind::Sqlite => {
                 let journal =
                     SqliteJournal::connect(&SqliteJournalOptions::new(backend.sqlite_url()))
                         .await
                         .expect("connect SQLite");
                 (Arc::new(journal.clone()), Some(journal), None)
             }
-            Kind::Postgres => {
-                let journal = PostgresJournal::connect(&PostgresJournalOptions {
-                    max_connections: 6,
-                    ..PostgresJournalOptions::new(backend.pg_url())
-                })
-                .await
-                .expect("connect PostgreSQL");
+            None => {
+                let journal = connect_pg(&backend).await;
                 (Arc::new(journal.clone()), None, Some(journal))
             }
         };
         Db {
             kind,
             store,
+            inmem,
             sqlite,
             pg,
             _backend: backend,
+        }
+    }
+
+    /// The same database opened again, as another process would (in memory: the same store).
+    async fn other_process(&self) -> Arc<dyn QueryStore> {
+        match (&self.inmem, self.kind) {
+            (Some(journal), _) => Arc::new(journal.clone()),
+            (None, Kind::Sqlite) => Arc::new(
+                SqliteJournal::connect(&SqliteJournalOptions::new(self._backend.sqlite_url()))
+                    .await
+                    .expect("connect SQLite again"),
+            ),
+            (None, _) => Arc::new(connect_pg(&self._backend).await),
         }
     }
 
@@ -109,6 +120,16 @@ impl Db {
         };
         Some((in_use.reads, in_use.writes))
     }
+}
+
+/// A PostgreSQL journal of 6 connections (3 for reads) on the database of `backend`.
+async fn connect_pg(backend: &Backend) -> PostgresJournal {
+    PostgresJournal::connect(&PostgresJournalOptions {
+        max_connections: 6,
+        ..PostgresJournalOptions::new(backend.pg_url())
+    })
+    .await
+    .expect("connect PostgreSQL")
 }
 
 /// Event `seq_nr` of `pid`: JSON `{"n":seq_nr}`, tagged `tags`.
@@ -419,6 +440,55 @@ async fn resuming_from_an_offset_whose_events_were_deleted_since(kind: Kind) {
     );
 }
 
+/// akka-persistence-r2dbc PR #127 (a `TimestampOffset` kept by an offset store of another
+/// plugin, read back through another serializer): offsets are read back from the text an
+/// offset store keeps, so a text that is empty, of another shape (Akka's ISO timestamps, a
+/// map of sequence numbers), of a variant name spelled otherwise, missing `seen`, or with a
+/// negative or fractional number is an error of the JSON reader (the offset store's typed
+/// error), never a default offset that would replay everything or skip ahead; the three
+/// shapes the queries produce read back to themselves.
+#[test]
+fn offsets_read_back_from_text_exactly_or_not_at_all() {
+    for text in [
+        "",
+        "null",
+        "{}",
+        "[]",
+        r#""no_offset""#,
+        r#"{"type":"NoOffset"}"#,
+        r#"{"type":"timestamp","timestamp":17}"#,
+        r#"{"type":"timestamp","timestamp":"2021-10-18T13:34:08.434982Z","seen":{}}"#,
+        r#"{"type":"timestamp","timestamp":17,"seen":{"A|1":3}}"#,
+        r#"{"type":"timestamp","timestamp":17.5,"seen":{}}"#,
+        r#"{"type":"timestamp","timestamp":17,"seen":{"A|1":{"seq_nr":-1,"timestamp":17}}}"#,
+        r#"{"type":"sequence","seq_nr":-3}"#,
+        r#"{"type":"sequence"}"#,
+        r#"{"type":"sequence","seq_nr":18446744073709551616}"#,
+        r#"{"type":"timestamp","timestamp":9223372036854775808,"seen":{}}"#,
+    ] {
+        let read = serde_json::from_str::<Offset>(text);
+        assert!(read.is_err(), "{text:?} read as {read:?}");
+    }
+    let mut seen = SeenMap::new();
+    seen.insert(
+        "A|\u{e9}\"\\".into(),
+        actix_persistence::query::SeenEvent {
+            seq_nr: u64::MAX,
+            timestamp: i64::MIN,
+        },
+    );
+    for offset in [
+        Offset::NoOffset,
+        Offset::Sequence { seq_nr: u64::MAX },
+        Offset::Timestamp(TimestampOffset {
+            timestamp: i64::MAX,
+            seen,
+        }),
+    ] {
+        assert_eq!(stored(&offset), offset);
+    }
+}
+
 /// akka-persistence-r2dbc #36 ("Unexpected offset": an offset before or after what the query
 /// expected): timestamp offsets made by hand at the ends of time (as a consumer that stores a
 /// timestamp of its own, or a corrupt one) are handled as timestamps: from `i64::MIN`, -1 or
@@ -483,6 +553,113 @@ async fn hand_made_offsets_at_the_ends_of_time(kind: Kind) {
                 ),
                 "{kind:?}: live {live}: {items:?}"
             );
+        }
+    }
+}
+
+/// The database timestamp of an envelope: its own entry in its offset's `seen` (an envelope's
+/// offset always holds the event it follows).
+fn db_timestamp(pid: &str, seq_nr: u64, offset: &Offset) -> i64 {
+    let Offset::Timestamp(offset) = offset else {
+        panic!("a timestamp offset, got {offset:?}");
+    };
+    let seen = offset
+        .seen
+        .get(pid)
+        .unwrap_or_else(|| panic!("{pid} in its own offset {offset:?}"));
+    assert_eq!(seen.seq_nr, seq_nr, "{pid}'s own entry in its offset");
+    seen.timestamp
+}
+
+/// docmost PR #1446 and ldbc_snb #157 (rows paged by a text column in the database's locale
+/// order, not byte order, land in the wrong place), akka-persistence-r2dbc #211 (a query by
+/// slices ended early with events of one timestamp split over pages): 10 ids that differ
+/// only by case, accents (NFC and NFD), `_` or a second letter write 2 events each in one
+/// batch (PostgreSQL: one statement, one database timestamp), on PostgreSQL with the id, tag
+/// and entity type columns in ICU's root collation (as a database created with an ICU locale
+/// has them), where `a < A < b` and `_` sorts before letters. Read by slices and by tag in
+/// pages of 1, 2 and 3, every event comes once in (timestamp, id bytes, seq_nr) order, and
+/// resumed from any envelope's stored offset exactly the rest comes.
+async fn pages_split_inside_one_timestamp_in_byte_order_whatever_the_collation(kind: Kind) {
+    let db = Db::new(kind).await;
+    if kind == Kind::Postgres {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&db._backend.pg_url())
+            .await
+            .expect("admin connection");
+        for (table, column) in [
+            ("journal", "persistence_id"),
+            ("journal", "entity_type"),
+            ("event_tag", "persistence_id"),
+            ("event_tag", "tag"),
+            ("journal_highest", "persistence_id"),
+        ] {
+            sqlx::query(&format!(
+                "ALTER TABLE {table} ALTER COLUMN {column} TYPE text COLLATE \"und-x-icu\""
+            ))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("{table}.{column} in ICU's root collation: {e}"));
+        }
+        admin.close().await.expect("close");
+    }
+    let ids: Vec<String> = [
+        "a", "A", "b", "B", "_", "\u{e9}", "e\u{301}", "e", "aB", "a_b",
+    ]
+    .iter()
+    .map(|s| format!("Coll|{s}"))
+    .collect();
+    let writes: Vec<AtomicWrite> = ids
+        .iter()
+        .map(|id| {
+            AtomicWrite::new(vec![event(id, 1, &["coll"]), event(id, 2, &["coll"])])
+                .expect("a valid write")
+        })
+        .collect();
+    for result in within("one batch", db.store.write_messages(writes))
+        .await
+        .expect("the batch")
+    {
+        result.expect("each write");
+    }
+    for page in [1, 2, 3] {
+        let q = db.query(settings(page));
+        for slices in [true, false] {
+            let query = |offset| {
+                if slices {
+                    q.current_events_by_slices("Coll", 0, 1023, offset)
+                } else {
+                    q.current_events_by_tag("coll", offset)
+                }
+            };
+            let all = collect_with_offsets("all", query(Offset::NoOffset)).await;
+            let positions: Vec<(i64, Vec<u8>, u64)> = all
+                .iter()
+                .map(|((id, seq_nr), offset)| {
+                    (
+                        db_timestamp(id, *seq_nr, offset),
+                        id.as_bytes().to_vec(),
+                        *seq_nr,
+                    )
+                })
+                .collect();
+            let mut sorted = positions.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(
+                positions, sorted,
+                "{kind:?}: page {page}, by slices {slices}: once each, in (timestamp, id bytes, \
+                 seq_nr) order"
+            );
+            assert_eq!(all.len(), 20, "{kind:?}: page {page}, by slices {slices}");
+            for (i, (at, offset)) in all.iter().enumerate() {
+                let rest: Vec<Key> = all[i + 1..].iter().map(|(k, _)| k.clone()).collect();
+                assert_eq!(
+                    collect("resumed", query(stored(offset))).await,
+                    rest,
+                    "{kind:?}: page {page}, by slices {slices}: resumed after {at:?}"
+                );
+            }
         }
     }
 }
@@ -576,6 +753,83 @@ async fn live_by_persistence_id_while_events_are_deleted_under_it(kind: Kind) {
     db.delete_to(pid, 7).await;
     db.write(pid, 8, 8, &[]).await;
     assert_eq!(next("cut", &mut live).await, key(pid, 8), "{kind:?}");
+}
+
+/// akkadotnet/akka.net #4518 (persistence-id queries only saw what passed through the local
+/// journal actors, not what other nodes wrote), EventStoreDB catch-up subscriptions on one
+/// node seeing appends made through another: live queries by slices, by tag and by
+/// persistence id opened in one process deliver the events another process (the same
+/// database opened again, which notifies only its own queries) writes, each once and in
+/// order; `current_persistence_ids` lists its ids; a delete by the other process is seen by a
+/// current query.
+async fn live_queries_see_the_writes_of_another_process(kind: Kind) {
+    let db = Db::new(kind).await;
+    let writer = db.other_process().await;
+    let q = db.query(settings(2));
+    let mut by_slices = q.events_by_slices("Far", 0, 1023, Offset::NoOffset);
+    let mut by_tag = q.events_by_tag("far", Offset::NoOffset);
+    let mut by_pid = q.events_by_persistence_id("Far|1", 0, u64::MAX);
+    let ids = ["Far|0", "Far|1", "Far|2"];
+    for seq_nr in 1..=3 {
+        for id in ids {
+            let write = AtomicWrite::new(vec![event(id, seq_nr, &["far"])]).expect("a valid write");
+            for result in within("write", writer.write_messages(vec![write]))
+                .await
+                .expect("write")
+            {
+                result.expect("write");
+            }
+        }
+    }
+    let written: Vec<Key> = (1..=3)
+        .flat_map(|seq_nr| ids.iter().map(move |id| key(id, seq_nr)))
+        .collect();
+    for (what, live) in [("by slices", &mut by_slices), ("by tag", &mut by_tag)] {
+        let mut got = Vec::new();
+        for _ in 0..written.len() {
+            got.push(next(what, live).await);
+        }
+        let mut per_id: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (id, seq_nr) in &got {
+            per_id.entry(id.clone()).or_default().push(*seq_nr);
+        }
+        assert!(
+            per_id.values().all(|seqs| *seqs == vec![1, 2, 3]) && per_id.len() == 3,
+            "{kind:?}: {what}: {got:?}"
+        );
+    }
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(next("by pid", &mut by_pid).await);
+    }
+    assert_eq!(
+        got,
+        vec![key("Far|1", 1), key("Far|1", 2), key("Far|1", 3)],
+        "{kind:?}"
+    );
+    let listed: Vec<String> = within(
+        "ids",
+        q.current_persistence_ids(None, u64::MAX)
+            .map(|r| r.expect("an id"))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(listed, ids, "{kind:?}");
+    within(
+        "delete",
+        writer.delete_messages_to("Far|0", 2, FencingToken::UNOWNED),
+    )
+    .await
+    .expect("delete");
+    assert_eq!(
+        collect(
+            "after the delete",
+            q.current_events_by_persistence_id("Far|0", 0, u64::MAX)
+        )
+        .await,
+        vec![key("Far|0", 3)],
+        "{kind:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -832,8 +1086,10 @@ on_every_store!(
     persistence_ids_after_a_text_holding_nul_come_in_byte_order,
     resuming_from_an_offset_whose_events_were_deleted_since,
     hand_made_offsets_at_the_ends_of_time,
+    pages_split_inside_one_timestamp_in_byte_order_whatever_the_collation,
     live_by_persistence_id_before_the_id_exists_and_past_its_end,
     live_by_persistence_id_while_events_are_deleted_under_it,
+    live_queries_see_the_writes_of_another_process,
     slices_at_both_ends_of_the_range,
     live_queries_dropped_mid_page_leak_no_task_and_no_connection,
     a_hundred_live_queries_starve_neither_writes_nor_each_other,
