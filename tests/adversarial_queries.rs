@@ -664,6 +664,120 @@ async fn pages_split_inside_one_timestamp_in_byte_order_whatever_the_collation(k
     }
 }
 
+/// Settings at their ends (a page of 0 or `u32::MAX` events, no or an endless late-commit
+/// window, 0 or `u32::MAX` pages read ahead), as a configuration typo or a test of one's own
+/// gives them (akka-persistence-r2dbc #210/#211: a page size and a timestamp bound computed
+/// from each other): every current query still delivers exactly the stored events, and live
+/// queries by slices and by tag the next one written, on every store, without overflowing.
+async fn settings_at_their_ends_still_deliver_exactly_the_events(kind: Kind) {
+    let db = Db::new(kind).await;
+    for id in ["Set|0", "Set|1", "Set|2"] {
+        db.write(id, 1, 4, &["set"]).await;
+    }
+    let all: HashSet<Key> = ["Set|0", "Set|1", "Set|2"]
+        .iter()
+        .flat_map(|id| (1..=4).map(move |seq_nr| key(id, seq_nr)))
+        .collect();
+    let mut round = 0;
+    for page_size in [0, 1, u32::MAX] {
+        for late_commit_window in [Duration::ZERO, Duration::from_secs(2), Duration::MAX] {
+            for read_ahead_pages in [0, 64, u32::MAX] {
+                let what = format!(
+                    "{kind:?}: page {page_size}, window {late_commit_window:?}, read ahead \
+                     {read_ahead_pages}"
+                );
+                let q = db.query(QuerySettings {
+                    page_size,
+                    late_commit_window,
+                    read_ahead_pages,
+                    refresh_interval: Duration::from_millis(50),
+                });
+                for (name, stream) in [
+                    (
+                        "slices",
+                        q.current_events_by_slices("Set", 0, 1023, Offset::NoOffset),
+                    ),
+                    ("tag", q.current_events_by_tag("set", Offset::NoOffset)),
+                ] {
+                    let got = collect(&what, stream).await;
+                    assert_eq!(got.len(), all.len(), "{what}: {name}: {got:?}");
+                    assert_eq!(
+                        got.into_iter().collect::<HashSet<_>>(),
+                        all,
+                        "{what}: {name}"
+                    );
+                }
+                assert_eq!(
+                    collect(
+                        &what,
+                        q.current_events_by_persistence_id("Set|1", 0, u64::MAX)
+                    )
+                    .await,
+                    (1..=4).map(|s| key("Set|1", s)).collect::<Vec<_>>(),
+                    "{what}"
+                );
+                let ids: Vec<String> = within(
+                    "ids",
+                    q.current_persistence_ids(None, u64::MAX)
+                        .map(|r| r.expect("an id"))
+                        .collect::<Vec<_>>(),
+                )
+                .await;
+                let ids: Vec<&String> = ids.iter().filter(|id| id.starts_with("Set|")).collect();
+                assert_eq!(ids, ["Set|0", "Set|1", "Set|2"], "{what}");
+                // Live, by slices and by tag: the next event written.
+                round += 1;
+                let (entity_type, tag) = (format!("Lv{round}"), format!("lv{round}"));
+                let id = format!("{entity_type}|1");
+                let mut by_slices = q.events_by_slices(&entity_type, 0, 1023, Offset::NoOffset);
+                let mut by_tag = q.events_by_tag(&tag, Offset::NoOffset);
+                db.write(&id, 1, 1, &[&tag]).await;
+                assert_eq!(next(&what, &mut by_slices).await, key(&id, 1), "{what}");
+                assert_eq!(next(&what, &mut by_tag).await, key(&id, 1), "{what}");
+            }
+        }
+    }
+}
+
+/// The reduced case of the one above: `read_ahead_pages` far above the configuration's limit
+/// of 64 (a `QuerySettings` built in code skips that check) and pages of 1. The settled pass's
+/// first page comes back full (three events of one atomic write share a timestamp), so the
+/// rest of its range, an hour of the store's clock, is planned as windows of the density seen
+/// (1 µs), as many as may be read at once. Planned up to `read_ahead_pages`, that was billions
+/// of windows, each a task, before any read came back: the query never ended. It delivers the
+/// three events at once and ends, as with 64.
+#[actix::test]
+async fn a_read_ahead_above_the_configured_limit_plans_a_bounded_number_of_reads() {
+    use actix_persistence_testkit::ControlledQueryStore;
+    let store = ControlledQueryStore::new(InMemoryJournal::new());
+    let control = store.control();
+    let write = AtomicWrite::new((1..=3).map(|seq_nr| event("Far|1", seq_nr, &[])).collect())
+        .expect("a valid write");
+    for result in store.write_messages(vec![write]).await.expect("write") {
+        result.expect("write");
+    }
+    control.advance_clock(Duration::from_secs(3600));
+    for read_ahead_pages in [64, u32::MAX] {
+        let q = ReadJournal::new(
+            store.clone(),
+            QuerySettings {
+                page_size: 1,
+                read_ahead_pages,
+                ..QuerySettings::default()
+            },
+        );
+        assert_eq!(
+            collect(
+                "an hour of history in pages of 1",
+                q.current_events_by_slices("Far", 0, 1023, Offset::NoOffset)
+            )
+            .await,
+            (1..=3).map(|s| key("Far|1", s)).collect::<Vec<_>>(),
+            "read ahead {read_ahead_pages}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Live queries by persistence id
 
@@ -1087,6 +1201,7 @@ on_every_store!(
     resuming_from_an_offset_whose_events_were_deleted_since,
     hand_made_offsets_at_the_ends_of_time,
     pages_split_inside_one_timestamp_in_byte_order_whatever_the_collation,
+    settings_at_their_ends_still_deliver_exactly_the_events,
     live_by_persistence_id_before_the_id_exists_and_past_its_end,
     live_by_persistence_id_while_events_are_deleted_under_it,
     live_queries_see_the_writes_of_another_process,

@@ -275,7 +275,7 @@ impl OffsetQuery {
             .collect();
         let settled_reads = SettledReads::new(
             settings.page_size.max(1) as usize,
-            settings.read_ahead_pages.max(1) as usize,
+            settings.read_ahead_pages_in_force() as usize,
         );
         let state = OffsetQuery {
             store,

@@ -35,9 +35,25 @@ pub struct QuerySettings {
     /// page only. With more, a catch-up over stored events (older than the late-commit window)
     /// also reads the windows of database timestamps after the current page's, so that that
     /// many connections work at once (`docs/architecture.md`, "Queries"). A live query that has
-    /// caught up reads one page per round, whatever this is. Values below 1 count as 1.
+    /// caught up reads one page per round, whatever this is. Values below 1 count as 1, values
+    /// above [`MAX_READ_AHEAD_PAGES`](Self::MAX_READ_AHEAD_PAGES) (64, the configuration's
+    /// limit) as that.
     /// Default: 2.
     pub read_ahead_pages: u32,
+}
+
+impl QuerySettings {
+    /// The most [`read_ahead_pages`](Self::read_ahead_pages) counts as (the limit of
+    /// `query.read-ahead-pages`): each read planned ahead is a task and a database
+    /// connection's work, and the settled pass plans that many at once (`u32::MAX` planned an
+    /// hour of history in pages of 1 as billions of 1 µs windows before the first came back).
+    pub const MAX_READ_AHEAD_PAGES: u32 = 64;
+
+    /// [`read_ahead_pages`](Self::read_ahead_pages) as it counts: from 1 to
+    /// [`MAX_READ_AHEAD_PAGES`](Self::MAX_READ_AHEAD_PAGES).
+    pub(crate) fn read_ahead_pages_in_force(&self) -> u32 {
+        self.read_ahead_pages.clamp(1, Self::MAX_READ_AHEAD_PAGES)
+    }
 }
 
 impl Default for QuerySettings {
