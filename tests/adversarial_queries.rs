@@ -280,7 +280,11 @@ async fn persistence_ids_after_any_text_come_in_byte_order(kind: Kind) {
             for limit in [0u64, 1, 3, 1000, u64::MAX] {
                 let want: Vec<String> = sorted
                     .iter()
-                    .filter(|id| after.as_ref().is_none_or(|a| id.as_bytes() > a.as_bytes()))
+                    .filter(|id| {
+                        after
+                            .as_ref()
+                            .map_or(true, |a| id.as_bytes() > a.as_bytes())
+                    })
                     .take(usize::try_from(limit).unwrap_or(usize::MAX))
                     .cloned()
                     .collect();
