@@ -39,8 +39,8 @@ struct Db {
     inmem: Option<InMemoryJournal>,
     sqlite: Option<SqliteJournal>,
     pg: Option<PostgresJournal>,
-    /// Keeps the SQLite file or the PostgreSQL database alive.
-    _backend: Backend,
+    /// The SQLite file or the PostgreSQL database (dropped with it).
+    backend: Backend,
 }
 
 impl Db {
@@ -67,7 +67,7 @@ impl Db {
             inmem,
             sqlite,
             pg,
-            _backend: backend,
+            backend,
         }
     }
 
@@ -76,11 +76,11 @@ impl Db {
         match (&self.inmem, self.kind) {
             (Some(journal), _) => Arc::new(journal.clone()),
             (None, Kind::Sqlite) => Arc::new(
-                SqliteJournal::connect(&SqliteJournalOptions::new(self._backend.sqlite_url()))
+                SqliteJournal::connect(&SqliteJournalOptions::new(self.backend.sqlite_url()))
                     .await
                     .expect("connect SQLite again"),
             ),
-            (None, _) => Arc::new(connect_pg(&self._backend).await),
+            (None, _) => Arc::new(connect_pg(&self.backend).await),
         }
     }
 
@@ -616,7 +616,7 @@ async fn pages_split_inside_one_timestamp_in_byte_order_whatever_the_collation(k
     let db = Db::new(kind).await;
     if kind == Kind::Postgres {
         use sqlx::Connection;
-        let mut admin = sqlx::PgConnection::connect(&db._backend.pg_url())
+        let mut admin = sqlx::PgConnection::connect(&db.backend.pg_url())
             .await
             .expect("admin connection");
         for (table, column) in [
