@@ -86,6 +86,8 @@ pub struct BackoffSupervisor<A: PersistentActor> {
     child: Option<Addr<A>>,
     child_started: Instant,
     restarts: u32,
+    /// Restarts in a row after which the supervisor stops instead (`None`: no limit).
+    max_restarts: Option<u32>,
     buffer: VecDeque<Forward<A>>,
     random: RandomState,
 }
@@ -99,6 +101,7 @@ impl<A: PersistentActor> BackoffSupervisor<A> {
             child: None,
             child_started: Instant::now(),
             restarts: 0,
+            max_restarts: None,
             buffer: VecDeque::new(),
             random: RandomState::new(),
         }
@@ -107,6 +110,16 @@ impl<A: PersistentActor> BackoffSupervisor<A> {
     /// Restarts in a row so far (reset after a stable period).
     pub fn restarts(&self) -> u32 {
         self.restarts
+    }
+
+    /// Stops instead of restarting once the child failed again after `max` restarts in a row
+    /// (as Akka's `maxNrOfRetries`; the count resets after a child ran for
+    /// [`Backoff::reset_after`]): a child whose recovery always fails is then not restarted
+    /// forever. Commands kept, and sent later, get [`PersistError::ActorStopped`]. Without
+    /// it, the supervisor restarts without limit.
+    pub fn with_max_restarts(mut self, max: u32) -> Self {
+        self.max_restarts = Some(max);
+        self
     }
 
     fn start_child(&mut self, ctx: &mut Context<Self>) {
@@ -156,6 +169,17 @@ impl<A: PersistentActor> BackoffSupervisor<A> {
         }
         if self.child_started.elapsed() >= self.backoff.reset_after {
             self.restarts = 0;
+        }
+        if self.max_restarts.is_some_and(|max| self.restarts >= max) {
+            tracing::error!(
+                ?reason,
+                restarts = self.restarts,
+                "persistent actor failed again after its last allowed restart; the \
+                 supervisor stops"
+            );
+            self.buffer.clear();
+            ctx.stop();
+            return;
         }
         let jitter = (self.random.hash_one(self.restarts) % 1_000_000) as f64 / 1_000_000.0;
         let delay = self.backoff.delay(self.restarts, jitter);
