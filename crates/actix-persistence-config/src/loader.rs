@@ -770,7 +770,7 @@ impl Merged {
             (false, false) => return Some(String::new()),
             (true, false) => "journal.plugin is \"postgres\"",
             (false, true) => "snapshot-store.plugin is \"postgres\"",
-            (true, true) => "journal.plugin and snapshot-store.plugin are \"postgres\"",
+            (true, true) => "journal.plugin is \"postgres\" (and the snapshot store uses it)",
         };
         problems.push(found.problem(
             POSTGRES_URL,

@@ -124,12 +124,12 @@ fn postgres_journal_without_url_or_database_url_fails_naming_both() {
     ]));
     assert_eq!(
         problem,
-        missing_url_problem("journal.plugin and snapshot-store.plugin are \"postgres\"")
+        missing_url_problem("journal.plugin is \"postgres\" (and the snapshot store uses it)")
     );
     assert_eq!(
         problem.to_string(),
         "journal.postgres.url = \"\" (from reference.toml): must name the PostgreSQL database \
-         when journal.plugin and snapshot-store.plugin are \"postgres\": set journal.postgres.url \
+         when journal.plugin is \"postgres\" (and the snapshot store uses it): set journal.postgres.url \
          (env ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL) or the environment variable DATABASE_URL"
     );
 }
@@ -159,7 +159,7 @@ fn postgres_snapshot_store_without_url_fails_naming_both() {
     ]));
     assert_eq!(
         problem,
-        missing_url_problem("journal.plugin and snapshot-store.plugin are \"postgres\"")
+        missing_url_problem("journal.plugin is \"postgres\" (and the snapshot store uses it)")
     );
 }
 

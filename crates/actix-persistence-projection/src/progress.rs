@@ -44,7 +44,10 @@ pub struct Progress<O> {
     /// handler's transaction (exactly-once, one at a time) or by [`SaveOffset`](crate::SaveOffset).
     pub offset: Option<O>,
     /// Envelopes handled since the projection instance started (across restarts; handled
-    /// again after a restart counts again), skipped ones included.
+    /// again after a restart counts again), skipped ones included. Counted once the call's
+    /// transaction committed (exactly-once), so a read model can show an envelope a moment
+    /// before this count does: to wait for the projection to reach a point, wait on
+    /// [`offset`](Self::offset) (e.g. with `ProjectionHandle::wait_for`).
     pub handled: u64,
     /// Envelopes skipped after their retries (`AfterRetries::Skip`).
     pub skipped: u64,

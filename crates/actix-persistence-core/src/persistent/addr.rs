@@ -33,7 +33,11 @@ pub enum ActorFailure {
 pub(crate) type FailureCell = Arc<OnceLock<ActorFailure>>;
 
 /// Why a command sent through a [`PersistentAddr`] got no answer from its handler.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// `Debug` writes the message (as `Display`), so a `main` that returns the error with `?`
+/// prints what happened and what to do rather than nested structs; `{:#?}` writes the
+/// structure.
+#[derive(Clone, thiserror::Error)]
 pub enum CommandError {
     /// The actor is gone (or stopped before it answered). `cause` is its recovery or write
     /// failure; `None` when it was stopped normally.
@@ -59,6 +63,33 @@ pub enum CommandError {
         #[source]
         source: MailboxError,
     },
+}
+
+impl std::fmt::Debug for CommandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !f.alternate() {
+            return write!(f, "{self}");
+        }
+        match self {
+            CommandError::ActorStopped {
+                persistence_id,
+                cause,
+            } => f
+                .debug_struct("ActorStopped")
+                .field("persistence_id", persistence_id)
+                .field("cause", cause)
+                .finish(),
+            CommandError::Persist(error) => f.debug_tuple("Persist").field(error).finish(),
+            CommandError::Mailbox {
+                persistence_id,
+                source,
+            } => f
+                .debug_struct("Mailbox")
+                .field("persistence_id", persistence_id)
+                .field("source", source)
+                .finish(),
+        }
+    }
 }
 
 /// The address of a running persistent actor, made by [`PersistentActor::start_persistent`].
@@ -186,5 +217,25 @@ impl<A: Actor> PersistentAddr<A> {
             Err(PersistError::ActorStopped) => Err(self.stopped()),
             Err(other) => Err(CommandError::Persist(other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    /// A `main` returning the error with `?` prints its `Debug`: the message, not the structs.
+    #[test]
+    fn debug_writes_the_message_and_alternate_debug_the_structure() {
+        let error = CommandError::ActorStopped {
+            persistence_id: "Cart|1".to_owned(),
+            cause: None,
+        };
+        assert_eq!(
+            format!("{error:?}"),
+            "persistent actor \"Cart|1\" is gone (stopped normally)"
+        );
+        assert_eq!(format!("{error:?}"), error.to_string());
+        assert!(format!("{error:#?}").starts_with("ActorStopped {"));
     }
 }
