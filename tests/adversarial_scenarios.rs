@@ -768,6 +768,10 @@ fn the_ceilings_agree_across_crates() {
         actix_persistence::config::MAX_POOL_CONNECTIONS,
         actix_persistence_sql::MAX_POOL_CONNECTIONS
     );
+    assert_eq!(
+        actix_persistence::config::MAX_READ_AHEAD_PAGES,
+        actix_persistence::query::QuerySettings::MAX_READ_AHEAD_PAGES
+    );
 }
 
 /// Settings built in code above a ceiling are refused by `validate` (and so by

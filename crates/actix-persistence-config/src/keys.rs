@@ -84,8 +84,8 @@ pub(crate) const MAX_GROUPS_CEILING: u128 = crate::MAX_WRITE_REPLY_ORDERING_GROU
 /// The most `journal.sqlite.max-connections` and `journal.postgres.max-connections` can be
 /// ([`crate::MAX_POOL_CONNECTIONS`]).
 pub(crate) const MAX_CONNECTIONS_CEILING: u128 = crate::MAX_POOL_CONNECTIONS as u128;
-/// The most `query.read-ahead-pages` can be.
-pub(crate) const MAX_READ_AHEAD_PAGES: u128 = 64;
+/// The most `query.read-ahead-pages` can be ([`crate::MAX_READ_AHEAD_PAGES`]).
+pub(crate) const MAX_READ_AHEAD_PAGES: u128 = crate::MAX_READ_AHEAD_PAGES as u128;
 
 /// The rule a group count above its limit breaks (`limit` from `source`).
 pub(crate) fn groups_above_limit_rule(

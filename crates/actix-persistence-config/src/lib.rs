@@ -94,6 +94,11 @@ pub const MAX_WRITE_REPLY_ORDERING_GROUPS: usize = 65_536;
 /// server 100. The same limit as `actix_persistence_sql::MAX_POOL_CONNECTIONS`.
 pub const MAX_POOL_CONNECTIONS: u32 = 10_000;
 
+/// The most `query.read-ahead-pages` can be: each page read ahead is a task and a database
+/// connection's work at once. The same limit as the core's
+/// `query::QuerySettings::MAX_READ_AHEAD_PAGES`, which settings built in code are held to.
+pub const MAX_READ_AHEAD_PAGES: u32 = 64;
+
 /// The text of the repository's `reference.toml`, embedded at build time: every setting with
 /// its default, meaning, rule and environment variable. Rendered in [`reference`](mod@crate::reference).
 pub const REFERENCE_TOML: &str = include_str!("../../../reference.toml");
@@ -483,7 +488,7 @@ impl Settings {
     /// Checks the rules that the field types cannot hold, for settings built or adjusted in
     /// code (the fields are public): `write_reply_ordering_groups <=
     /// max_write_reply_ordering_groups <=` [`MAX_WRITE_REPLY_ORDERING_GROUPS`], both pools'
-    /// `max_connections <=` [`MAX_POOL_CONNECTIONS`] and `read_ahead_pages <= 64`. Settings from a loader
+    /// `max_connections <=` [`MAX_POOL_CONNECTIONS`] and `read_ahead_pages <=` [`MAX_READ_AHEAD_PAGES`]. Settings from a loader
     /// always pass; `Persistence` checks the settings it is given before it starts anything.
     ///
     /// # Errors

@@ -630,11 +630,11 @@ struct Run<'p, E: Envelope> {
     /// started: the seen rows that save covers (see [`OffsetStore::save_offset`]).
     covered: SeenSeqNrs,
     paused: bool,
-    stopping: bool,
     /// A stop was asked (not only a reset): the projection ends after this run.
     stop_asked: bool,
-    /// Tells the units retrying a failed call that the run is stopping (a stop or a reset):
-    /// they give up their retries instead of holding the stop back for all of them.
+    /// Whether the run is stopping (a stop or a reset; see [`Run::stopping`]), watched by the
+    /// units retrying a failed call: they give up their retries instead of holding the stop
+    /// back for all of them.
     stop_signal: watch::Sender<bool>,
     /// The resets asked (each answered).
     reset: Vec<oneshot::Sender<Result<(), ResetError>>>,
@@ -683,7 +683,6 @@ impl<'p, E: Envelope> Run<'p, E> {
             forget_seen: projection.processor.exactly_once() && projection.max_concurrency > 1,
             covered: SeenSeqNrs::new(),
             paused,
-            stopping: false,
             stop_asked: false,
             stop_signal: watch::channel(false).0,
             reset: Vec::new(),
@@ -731,7 +730,7 @@ impl<'p, E: Envelope> Run<'p, E> {
             Asked::Stop
         } else if !resets.is_empty() {
             Asked::Reset(resets)
-        } else if self.stopping {
+        } else if self.stopping() {
             Asked::Stop
         } else {
             Asked::Nothing
@@ -772,7 +771,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         let mut stream_done = false;
         loop {
             self.start_runnable();
-            if self.stopping && self.in_flight.is_empty() {
+            if self.stopping() && self.in_flight.is_empty() {
                 self.save_handled().await?;
                 let acks = std::mem::take(&mut self.reset);
                 return Ok(if acks.is_empty() {
@@ -793,7 +792,7 @@ impl<'p, E: Envelope> Run<'p, E> {
                 return Ok(RunEnd::Completed);
             }
             let can_pull = !self.paused
-                && !self.stopping
+                && !self.stopping()
                 && !stream_done
                 && self.window.len() < self.window_limit();
             let next_due = [self.group_due, self.save_due, self.publish_due]
@@ -883,8 +882,12 @@ impl<'p, E: Envelope> Run<'p, E> {
     /// No envelope is pulled or call started any more; the units retrying a failed call give
     /// up (akka-projection aborts the retries of a stopped projection the same way).
     fn begin_stopping(&mut self) {
-        self.stopping = true;
         self.stop_signal.send_replace(true);
+    }
+
+    /// No envelope is pulled or call started any more (a stop or a reset was asked).
+    fn stopping(&self) -> bool {
+        *self.stop_signal.borrow()
     }
 
     /// Takes a pulled envelope into the window, and into a group or a unit of its own.
@@ -976,7 +979,7 @@ impl<'p, E: Envelope> Run<'p, E> {
         let max = self.projection.max_concurrency;
         // Paused: calls in flight finish, none starts (also of units pulled before the pause,
         // waiting behind their ids' calls); resuming starts them.
-        if self.stopping
+        if self.stopping()
             || self.paused
             || self.waiting.is_empty()
             || self.in_flight.len() >= max
@@ -1499,18 +1502,9 @@ async fn handle_with_retries<E: Envelope>(
                 continue;
             }
         }
-        if *stopping.borrow() {
-            tracing::error!(projection = %id, persistence_id, seq_nr, attempts, error = %message, "handler failed while the projection stops; not retried");
-            return Err(ProjectionError::Handler {
-                id: id.clone(),
-                persistence_id,
-                seq_nr,
-                attempts,
-                message,
-            });
-        }
+        let stopped = *stopping.borrow();
         match recovery.then {
-            AfterRetries::Skip => {
+            AfterRetries::Skip if !stopped => {
                 tracing::error!(projection = %id, persistence_id, seq_nr, envelopes = envelopes.len(), attempts, error = %message, "handler failed; skipping the envelopes");
                 return match processor.record_skip(commit).await {
                     Ok(()) => Ok(true),
@@ -1521,14 +1515,18 @@ async fn handle_with_retries<E: Envelope>(
                     Err(AttemptError::Lost(message)) => Err(lost(id, envelopes, message)),
                 };
             }
-            AfterRetries::Fail => {
+            // Fail, or the projection stops (the envelopes are neither handled nor skipped).
+            _ => {
+                if stopped {
+                    tracing::error!(projection = %id, persistence_id, seq_nr, attempts, error = %message, "handler failed while the projection stops; not retried");
+                }
                 return Err(ProjectionError::Handler {
                     id: id.clone(),
                     persistence_id,
                     seq_nr,
                     attempts,
                     message,
-                })
+                });
             }
         }
     }
