@@ -119,6 +119,68 @@ async fn the_circuit_breaker_opens_after_repeated_failures_and_closes_after_a_tr
     assert_eq!(reply.await.expect("mailbox").expect("stored"), 2);
 }
 
+/// A SQL store's group commit answers the writes of many actors with one transaction: when it
+/// fails, every writer gets a clone of one error. That is one failure of the store, as
+/// Akka.NET's batching journal counts one failed chunk (akkadotnet/akka.net#4951): ten actors
+/// in one failed commit must not open a breaker of ten on their own.
+#[actix::test]
+async fn one_failed_commit_shared_by_many_writers_counts_once_against_the_breaker() {
+    tokio::time::pause();
+    let mut h = harness_with_breaker(2, Duration::from_secs(30));
+    let mut writers = Vec::new();
+    for i in 0..5 {
+        writers.push(h.probe_in_group(&format!("gc-{i}"), 0).await);
+    }
+    // Started (recovered) first: a successful recovery is a success of the store, which would
+    // clear the count of failures.
+    let next = h.probe_in_group("gc-next", 0).await;
+    let open = h.probe_in_group("gc-open", 0).await;
+    let replies: Vec<_> = writers
+        .iter()
+        .map(|a| a.send(Persist(vec![named("x")])))
+        .collect();
+    let mut pending = Vec::new();
+    for i in 0..5 {
+        pending.push(h.control.next_write_for(&format!("gc-{i}")).await);
+    }
+    let commit_failed = JournalError::storage("write", std::io::Error::other("commit failed"));
+    for write in pending {
+        write.fail(commit_failed.clone());
+    }
+    for reply in replies {
+        assert!(matches!(
+            reply.await.expect("mailbox"),
+            Err(PersistError::Failed(JournalError::Storage { .. }))
+        ));
+    }
+
+    // One failure of two: the next write still reaches the store.
+
+    let reply = next.send(Persist(vec![named("y")]));
+    h.control
+        .next_write_for("gc-next")
+        .await
+        .fail(JournalError::storage(
+            "write",
+            std::io::Error::other("a failure of its own"),
+        ));
+    assert!(matches!(
+        reply.await.expect("mailbox"),
+        Err(PersistError::Failed(JournalError::Storage { .. }))
+    ));
+
+    // A second failure with a cause of its own is counted: now the breaker is open.
+
+    let answer = open.send(Persist(vec![named("z")])).await.expect("mailbox");
+    assert!(
+        matches!(
+            answer,
+            Err(PersistError::Failed(JournalError::CircuitOpen { .. }))
+        ),
+        "{answer:?}"
+    );
+}
+
 #[actix::test]
 async fn defer_only_commands_never_count_as_failures_for_the_circuit_breaker() {
     tokio::time::pause();

@@ -8,7 +8,7 @@ use futures::FutureExt;
 use metrics::Histogram;
 use tracing::Instrument;
 
-use super::breaker::{CircuitBreaker, CircuitBreakerConfig, Generation};
+use super::breaker::{CallOutcome, CircuitBreaker, CircuitBreakerConfig, Generation};
 use super::write_queue::{self, WeakWriteSender};
 use super::{
     write_reply_ordering_group, CheckHealth, DeleteMessagesTo, ReadHighestSequenceNr,
@@ -383,7 +383,7 @@ fn write_now(
         Ok(WriteNow::Done(outcome)) => store_reply(Ok(outcome), expected),
         Err(_panic) => store_reply(Err(()), expected),
     };
-    breaker.record(generation, store_was_healthy(&reply));
+    breaker.record(generation, breaker_outcome(&reply));
     Ok(reply)
 }
 
@@ -397,23 +397,31 @@ async fn write_batch(
     timeout: Duration,
 ) -> WriteMessagesReply {
     let reply = call_store(&*store, writes.into_vec(), timeout).await;
-    breaker.record(generation, store_was_healthy(&reply));
+    breaker.record(generation, breaker_outcome(&reply));
     reply
 }
 
-/// Whether a batch's outcome shows a healthy store, for the circuit breaker: only failures of
-/// the store itself count against it. A batch that failed as a whole is a store failure. A
-/// completed batch is healthy when any of its writes was stored (the store works; the others
-/// failed for what they hold), or when none failed as a store failure (rejections, concurrent
-/// writers and fenced writers are answers of a healthy store).
-fn store_was_healthy(reply: &WriteMessagesReply) -> bool {
+/// What a batch's outcome tells the circuit breaker: only failures of the store itself count
+/// against it. A batch that failed as a whole is a store failure. A completed batch is healthy
+/// when any of its writes was stored (the store works; the others failed for what they hold),
+/// or when none failed as a store failure (rejections, concurrent writers and fenced writers
+/// are answers of a healthy store).
+fn breaker_outcome(reply: &WriteMessagesReply) -> CallOutcome<'_> {
     match reply {
-        WriteMessagesReply::Failed(_) => false,
+        WriteMessagesReply::Failed(error) => CallOutcome::failed(error),
         WriteMessagesReply::Completed(results) => {
-            results.iter().any(Result::is_ok)
-                || results
-                    .iter()
-                    .all(|r| !matches!(r, Err(AtomicWriteError::Failed(e)) if e.is_store_failure()))
+            if results.iter().any(Result::is_ok) {
+                return CallOutcome::Healthy;
+            }
+            results
+                .iter()
+                .find_map(|result| match result {
+                    Err(AtomicWriteError::Failed(e)) if e.is_store_failure() => {
+                        Some(CallOutcome::failed(e))
+                    }
+                    _ => None,
+                })
+                .unwrap_or(CallOutcome::Healthy)
         }
     }
 }
@@ -541,10 +549,11 @@ where
     // A panicking store must still record its outcome, or a half-open breaker stays shut.
     let result = answered(operation, timeout, answer_within(timeout, call).await);
     // A refusal of a healthy store (a fenced delete) does not count against it.
-    let healthy = result
-        .as_ref()
-        .map_or_else(|e| !e.is_store_failure(), |_| true);
-    breaker.record(generation, healthy);
+    let outcome = match &result {
+        Err(error) if error.is_store_failure() => CallOutcome::failed(error),
+        _ => CallOutcome::Healthy,
+    };
+    breaker.record(generation, outcome);
     result
 }
 

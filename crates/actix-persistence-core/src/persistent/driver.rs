@@ -368,15 +368,13 @@ fn deliver<A: PersistentActor>(act: &mut A, ctx: &mut Context<A>, results: Write
                 // The later writes of this batch were not attempted because of the fenced one
                 // (`EarlierWriteFailed`): they carry the same stale token, so their callers are
                 // told they were fenced too, and can retry against the owning node.
-                let results =
-                    results.map(move |result| match result {
-                        Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed {
-                            ..
-                        })) if fenced_cause.is_some() => Err(AtomicWriteError::Failed(
-                            fenced_cause.clone().unwrap_or(JournalError::JournalStopped),
-                        )),
-                        other => other,
-                    });
+                let results = results.map(move |result| match (result, &fenced_cause) {
+                    (
+                        Err(AtomicWriteError::Failed(JournalError::EarlierWriteFailed { .. })),
+                        Some(fenced),
+                    ) => Err(AtomicWriteError::Failed(fenced.clone())),
+                    (other, _) => other,
+                });
                 stop_with(act, ctx, reason, results);
                 return false;
             }
