@@ -129,14 +129,16 @@ impl CircuitBreaker {
         if generation != *current {
             return;
         }
-        match (&*state, outcome) {
-            (State::Closed { .. }, CallOutcome::Failed { cause }) => {
-                if !self.count_cause(cause) {
-                    return;
-                }
+        let counts = match (&*state, outcome) {
+            (State::Closed { .. }, CallOutcome::Failed { cause }) => self.count_cause(cause),
+            (_, CallOutcome::Healthy) => {
+                self.forget_cause();
+                true
             }
-            (_, CallOutcome::Healthy) => self.forget_cause(),
-            _ => {}
+            (_, CallOutcome::Failed { .. }) => true,
+        };
+        if !counts {
+            return;
         }
         let next = match (&*state, succeeded) {
             (State::Closed { .. }, true) => State::Closed { failures: 0 },
