@@ -116,6 +116,17 @@ pub enum ProjectionError {
         /// The source's slice range, inclusive.
         source_range: (u16, u16),
     },
+    /// The projection id cannot be stored by every offset store
+    /// ([`ProjectionId::problem`]): a name or key that is empty, longer than 255 bytes, or
+    /// holding a NUL character. The instance does not start (state
+    /// [`ProjectionState::Failed`](crate::ProjectionState::Failed), no restart).
+    #[error("projection {id:?} cannot be stored: {reason}")]
+    InvalidId {
+        /// The projection instance.
+        id: ProjectionId,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The projection id's key starts with `"slices-"` but is not the key
     /// [`ProjectionId::for_slices`] makes (`"slices-<min>-<max>"`, decimal without leading
     /// zeros, `min <= max <= 1023`): run as an instance of no range, it would not take over

@@ -4,6 +4,12 @@ use std::fmt;
 
 use actix_persistence_core::query::NUMBER_OF_SLICES;
 
+/// Longest projection name, in bytes of UTF-8 (as Akka Projections' `VARCHAR(255)`; a
+/// PostgreSQL index entry holds the name and the key together).
+pub const MAX_PROJECTION_NAME_BYTES: usize = 255;
+/// Longest projection key, in bytes of UTF-8.
+pub const MAX_PROJECTION_KEY_BYTES: usize = 255;
+
 /// How the key of an instance over a slice range begins.
 const SLICES_PREFIX: &str = "slices-";
 
@@ -13,6 +19,24 @@ fn canonical_slice(text: &str) -> Option<u16> {
     text.parse::<u16>()
         .ok()
         .filter(|slice| *slice < NUMBER_OF_SLICES && slice.to_string() == text)
+}
+
+/// What is wrong with the `part` (name or key) `text` of a projection id, if anything.
+fn part_problem(part: &str, text: &str, max_bytes: usize) -> Option<String> {
+    if text.is_empty() {
+        Some(format!("its {part} is empty"))
+    } else if text.len() > max_bytes {
+        Some(format!(
+            "its {part} is {} bytes long, above the limit of {max_bytes} bytes",
+            text.len()
+        ))
+    } else if text.contains('\0') {
+        Some(format!(
+            "its {part} holds a NUL character, which PostgreSQL text cannot hold"
+        ))
+    } else {
+        None
+    }
 }
 
 /// One projection instance: the projection's name and the part of the source it consumes (as
@@ -36,6 +60,16 @@ impl ProjectionId {
             name: name.into(),
             key: key.into(),
         }
+    }
+
+    /// What is wrong with this id for an offset store, if anything: a name or key that is
+    /// empty, longer than [`MAX_PROJECTION_NAME_BYTES`] / [`MAX_PROJECTION_KEY_BYTES`], or
+    /// holding a NUL character (which PostgreSQL text cannot hold). Every store gives the
+    /// same answer: a projection with such an id does not start
+    /// ([`ProjectionError::InvalidId`](crate::ProjectionError::InvalidId)).
+    pub fn problem(&self) -> Option<String> {
+        part_problem("name", &self.name, MAX_PROJECTION_NAME_BYTES)
+            .or_else(|| part_problem("key", &self.key, MAX_PROJECTION_KEY_BYTES))
     }
 
     /// The instance of `name` over slices `min_slice..=max_slice`: key `"slices-<min>-<max>"`.

@@ -53,7 +53,7 @@ pub use async_trait::async_trait;
 pub use error::{BoxError, HandlerError, OffsetStoreError, ProjectionError};
 pub use handle::{ProjectionHandle, ResetError};
 pub use handler::{GroupedHandler, Handler, TransactionalGroupedHandler, TransactionalHandler};
-pub use id::ProjectionId;
+pub use id::{ProjectionId, MAX_PROJECTION_KEY_BYTES, MAX_PROJECTION_NAME_BYTES};
 #[cfg(feature = "sqlite")]
 pub use offset_store::SqliteOffsetStore;
 pub use offset_store::{

@@ -216,10 +216,17 @@ impl<E: Envelope> Projection<E> {
         ProjectionHandle::new(id, commands, watcher, source, task)
     }
 
-    /// Checks that an id naming a slice range and a source split by slices name the same
-    /// range ([`ProjectionError::SliceRangeMismatch`]), and that a key claiming a range is
-    /// one ([`ProjectionError::MalformedSliceKey`]).
-    fn check_slice_range(&self) -> Result<(), ProjectionError> {
+    /// Checks that every offset store can hold the id ([`ProjectionError::InvalidId`]), that
+    /// an id naming a slice range and a source split by slices name the same range
+    /// ([`ProjectionError::SliceRangeMismatch`]), and that a key claiming a range is one
+    /// ([`ProjectionError::MalformedSliceKey`]).
+    fn check_id(&self) -> Result<(), ProjectionError> {
+        if let Some(reason) = self.id.problem() {
+            return Err(ProjectionError::InvalidId {
+                id: self.id.clone(),
+                reason,
+            });
+        }
         if self.id.is_malformed_slice_key() {
             return Err(ProjectionError::MalformedSliceKey {
                 id: self.id.clone(),
@@ -252,7 +259,7 @@ impl<E: Envelope> Projection<E> {
         // Paused by the handle: holds across the restarts after failures (and a reset) until
         // resumed, as each run starts paused when the one before ended paused.
         let mut paused = false;
-        if let Err(error) = self.check_slice_range() {
+        if let Err(error) = self.check_id() {
             tracing::error!(projection = %self.id, %error, "projection not started");
             progress.send_modify(|p| {
                 p.last_error = Some(error.to_string());

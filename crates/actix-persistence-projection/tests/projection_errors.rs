@@ -378,6 +378,50 @@ async fn a_key_that_spells_a_slice_range_another_way_does_not_start() {
     assert!(store.read_progress("errors").await.unwrap().is_empty());
 }
 
+/// An id that not every offset store can hold fails at start on every store alike: before,
+/// a NUL in the name worked on SQLite and in memory but failed on PostgreSQL with a database
+/// error at the first offset save, after its handler had run.
+#[tokio::test]
+async fn an_id_no_offset_store_can_hold_does_not_start() {
+    let long = "k".repeat(actix_persistence_projection::MAX_PROJECTION_KEY_BYTES + 1);
+    let bad = [
+        (ProjectionId::new("err\0ors", "all"), "name holds a NUL"),
+        (ProjectionId::new("errors", "a\0"), "key holds a NUL"),
+        (ProjectionId::new("", "all"), "name is empty"),
+        (ProjectionId::new("errors", ""), "key is empty"),
+        (
+            ProjectionId::new("errors", long.as_str()),
+            "key is 256 bytes long",
+        ),
+    ];
+    for (id, why) in bad {
+        let journal = two_events_per_id_in_both_halves(1).await;
+        let store = InMemoryOffsetStore::new();
+        let recorder = Recorder::default();
+        let source = current_slices(&journal, 0, 1023);
+        let progress =
+            Projection::at_least_once(id.clone(), source, store.clone(), recorder.clone())
+                .start()
+                .wait_for(|p| p.state.is_terminal())
+                .await
+                .expect("ends");
+        assert_eq!(progress.state, ProjectionState::Failed, "{id:?}");
+        assert_eq!(progress.restarts, 0);
+        let error = progress.last_error.expect("reported");
+        assert!(
+            error.contains("cannot be stored") && error.contains(why),
+            "{id:?}: {error}"
+        );
+        assert!(recorder.handled().is_empty(), "{id:?}: nothing handled");
+        assert!(store.read_progress(&id.name).await.unwrap().is_empty());
+    }
+    let longest = ProjectionId::new(
+        "n".repeat(actix_persistence_projection::MAX_PROJECTION_NAME_BYTES),
+        "k".repeat(actix_persistence_projection::MAX_PROJECTION_KEY_BYTES),
+    );
+    assert_eq!(longest.problem(), None, "the limits themselves are allowed");
+}
+
 /// A journal with `per_half` ids in each half of the slices (0-511, 512-1023), two events each.
 async fn two_events_per_id_in_both_halves(per_half: usize) -> InMemoryJournal {
     let journal = InMemoryJournal::new();
