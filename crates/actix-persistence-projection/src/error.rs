@@ -117,8 +117,8 @@ pub enum ProjectionError {
         source_range: (u16, u16),
     },
     /// The projection id cannot be stored by every offset store
-    /// ([`ProjectionId::problem`]): a name or key that is empty, longer than 255 bytes, or
-    /// holding a NUL character. The instance does not start (state
+    /// ([`ProjectionId::problem`]): a name or key that is empty, longer than its limit (name
+    /// 255 bytes, key 512), or holding a NUL character. The instance does not start (state
     /// [`ProjectionState::Failed`](crate::ProjectionState::Failed), no restart).
     #[error("projection {id:?} cannot be stored: {reason}")]
     InvalidId {

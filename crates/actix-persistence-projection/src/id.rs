@@ -5,10 +5,11 @@ use std::fmt;
 use actix_persistence_core::query::NUMBER_OF_SLICES;
 
 /// Longest projection name, in bytes of UTF-8 (as Akka Projections' `VARCHAR(255)`; a
-/// PostgreSQL index entry holds the name and the key together).
+/// PostgreSQL index entry, at most about 2,700 bytes, holds the name and the key together).
 pub const MAX_PROJECTION_NAME_BYTES: usize = 255;
-/// Longest projection key, in bytes of UTF-8.
-pub const MAX_PROJECTION_KEY_BYTES: usize = 255;
+/// Longest projection key, in bytes of UTF-8: room for [`ProjectionId::for_tag`]'s `"tag-"`
+/// before the longest tag (255 bytes) or a persistence id.
+pub const MAX_PROJECTION_KEY_BYTES: usize = 512;
 
 /// How the key of an instance over a slice range begins.
 const SLICES_PREFIX: &str = "slices-";

@@ -391,7 +391,7 @@ async fn an_id_no_offset_store_can_hold_does_not_start() {
         (ProjectionId::new("errors", ""), "key is empty"),
         (
             ProjectionId::new("errors", long.as_str()),
-            "key is 256 bytes long",
+            "key is 513 bytes long",
         ),
     ];
     for (id, why) in bad {
@@ -420,6 +420,8 @@ async fn an_id_no_offset_store_can_hold_does_not_start() {
         "k".repeat(actix_persistence_projection::MAX_PROJECTION_KEY_BYTES),
     );
     assert_eq!(longest.problem(), None, "the limits themselves are allowed");
+    let longest_tag = ProjectionId::for_tag("errors", &"t".repeat(255));
+    assert_eq!(longest_tag.problem(), None, "every tag has a projection id");
 }
 
 /// A journal with `per_half` ids in each half of the slices (0-511, 512-1023), two events each.
