@@ -232,6 +232,28 @@ mod tests {
         assert_eq!(to_json(&wide).unwrap(), serde_json::to_vec(&wide).unwrap());
     }
 
+    /// A `RawValue` (serde_json's `raw_value` feature, which a user's crate can turn on) is
+    /// written as its text: its nesting counts from where it sits.
+    #[test]
+    fn to_json_counts_the_nesting_of_raw_values() {
+        use serde_json::value::RawValue;
+        let raw = |depth: usize| {
+            let text = format!(r#"{}"[{{\"]"{}"#, "[".repeat(depth), "]".repeat(depth));
+            RawValue::from_string(text).unwrap()
+        };
+        // Brackets inside strings (with an escaped quote) are text, not nesting.
+        let fits = vec![raw(checked::MAX_JSON_DEPTH - 1)];
+        let written = to_json(&fits).unwrap();
+        assert_eq!(written, serde_json::to_vec(&fits).unwrap());
+        assert!(decode_json::<serde_json::Value>(&written).is_ok());
+        match to_json(&vec![raw(checked::MAX_JSON_DEPTH)]) {
+            Err(SerializationError::Serialize(reason)) => {
+                assert!(reason.contains("nested deeper than 127"), "{reason}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
     /// Every finite f64 reads back as itself (serde_json's `float_roundtrip`).
     #[test]
     fn floats_read_back_exactly() {

@@ -23,10 +23,7 @@ impl DepthLimited {
     fn open<W: ?Sized + io::Write>(&mut self, writer: &mut W, token: &[u8]) -> io::Result<()> {
         self.depth += 1;
         if self.depth > MAX_JSON_DEPTH {
-            return Err(io::Error::other(format!(
-                "nested deeper than {MAX_JSON_DEPTH} arrays or objects, which serde_json does \
-                 not read back (its recursion limit)"
-            )));
+            return Err(too_deep());
         }
         writer.write_all(token)
     }
@@ -35,6 +32,37 @@ impl DepthLimited {
         self.depth -= 1;
         writer.write_all(token)
     }
+}
+
+/// The error of a value nested deeper than serde_json reads back.
+fn too_deep() -> io::Error {
+    io::Error::other(format!(
+        "nested deeper than {MAX_JSON_DEPTH} arrays or objects, which serde_json does not read \
+         back (its recursion limit)"
+    ))
+}
+
+/// How deeply `fragment` (JSON text, as a `serde_json::value::RawValue` holds it) nests arrays
+/// and objects: brackets outside strings.
+fn nesting_of(fragment: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in fragment.bytes() {
+        match (in_string, escaped, byte) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            (false, _, _) => {}
+        }
+    }
+    deepest
 }
 
 impl serde_json::ser::Formatter for DepthLimited {
@@ -56,6 +84,18 @@ impl serde_json::ser::Formatter for DepthLimited {
     #[inline]
     fn end_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
         self.close(writer, b"}")
+    }
+
+    /// A `RawValue`'s text is written as it is: its own nesting counts from here.
+    fn write_raw_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        if self.depth + nesting_of(fragment) > MAX_JSON_DEPTH {
+            return Err(too_deep());
+        }
+        writer.write_all(fragment.as_bytes())
     }
 }
 
