@@ -867,8 +867,11 @@ async fn recoveries_fail_fast_while_the_breaker_is_open_and_resume_after_its_tri
     );
     assert_eq!(gated.takes("Lc|fast"), 0);
     assert_eq!(permits.available(), 1);
-    // Past the reset timeout (a wait, not an ordering): the next recovery is the trial.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Past the reset timeout (the breaker reads Tokio's clock, moved here without waiting):
+    // the next recovery is the trial.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_millis(400)).await;
+    tokio::time::resume();
     let mut trial = start_here(&journal, "Lc|trial", &permits);
     assert_eq!(trial.note().await, Note::Recovered(0));
     assert_eq!(
