@@ -331,8 +331,11 @@ impl Persistence {
         tracing::debug!("actix-persistence shut down");
     }
 
-    /// Writes, snapshot saves and deletes under way now (what [`shutdown`](Self::shutdown)
-    /// waits for).
+    /// Work under way now, what [`shutdown`](Self::shutdown) waits for: 0 exactly when no
+    /// write, snapshot save or delete is under way. A count of holds, not of writes: a persist
+    /// holds one at its persistent actor from its send until its reply is handled, and one
+    /// more at the journal while a store call runs it (the journal's hold also covers writes
+    /// sent to the journal actor directly), so one persist in flight reads 1 or 2.
     pub fn work_in_flight(&self) -> usize {
         self.arbiter_journals
             .in_flight()
