@@ -361,12 +361,27 @@ pub(crate) fn rejection(write: &AtomicWrite, reason: String) -> WriteRejection {
 /// pool, each atomic write of it in a savepoint of its own.
 pub(crate) struct SqlBackend<D: Dialect> {
     writer: Pool<D::Db>,
+    /// Checked before each commit: `Err` fails the batch, which is rolled back (a SQLite
+    /// journal's file deleted while open, [`DatabaseFile`](crate::sqlite_file)).
+    before_commit: Option<BeforeCommit>,
 }
+
+/// A check a batch must pass before its commit.
+pub(crate) type BeforeCommit = Box<dyn Fn() -> Result<(), JournalError> + Send + Sync>;
 
 impl<D: Dialect> SqlBackend<D> {
     /// The backend writing through `writer` (a single connection on SQLite).
     pub(crate) fn new(writer: Pool<D::Db>) -> Self {
-        SqlBackend { writer }
+        SqlBackend {
+            writer,
+            before_commit: None,
+        }
+    }
+
+    /// The same, running `check` before each commit.
+    pub(crate) fn checking_before_commit(mut self, check: BeforeCommit) -> Self {
+        self.before_commit = Some(check);
+        self
     }
 }
 
@@ -489,6 +504,12 @@ impl<D: Dialect> Backend for SqlBackend<D> {
                 discard(&mut conn);
             }
             return (settle(outcomes, None), Vec::new());
+        }
+        if let Some(Err(error)) = self.before_commit.as_ref().map(|check| check()) {
+            if !rollback(tx, size).await {
+                discard(&mut conn);
+            }
+            return fail(error);
         }
         match tx.commit().await {
             Ok(()) => {

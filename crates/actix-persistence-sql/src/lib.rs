@@ -87,6 +87,8 @@ mod snapshot_sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlite")]
+mod sqlite_file;
+#[cfg(feature = "sqlite")]
 mod sqlite_page;
 #[cfg(feature = "sqlite")]
 mod sqlite_readers;

@@ -30,6 +30,7 @@ use crate::journal_common::{
     JournalTables, SqlBackend, TAKE_OWNERSHIP,
 };
 use crate::page_row::{self, PageArg, RawPage};
+use crate::sqlite_file::DatabaseFile;
 use crate::sqlite_page;
 use crate::sqlite_readers::ReaderThreads;
 use crate::sqlite_snapshot::SqliteSnapshotStore;
@@ -192,7 +193,9 @@ impl Default for SqliteJournalOptions {
 ///   with `synchronous = FULL`. An event is durable once its transaction has committed, that is
 ///   when [`write_messages`](JournalStore::write_messages) returns `Ok(())` for its atomic
 ///   write: no success is ever reported before the commit returned. It then survives a crash
-///   of the process or of the machine, and every later replay sees it.
+///   of the process or of the machine, and every later replay sees it. A database file deleted
+///   (or moved) while the journal has it open fails every later write before its commit: SQLite
+///   would write to the deleted file, lost at the next start.
 /// - **Atomicity**: all events of an atomic write are stored, or none. A failed commit fails
 ///   every atomic write of its batch ([`AtomicWriteError::Failed`]) and stores none of them.
 /// - **Order**: the atomic writes of one call are stored in the order given, calls in the order
@@ -230,6 +233,18 @@ pub(crate) struct SqlitePools {
     /// `None` for a database that is not a plain file path (see
     /// [`ReaderThreads::for_database`]).
     pub(crate) page_readers: Option<ReaderThreads>,
+    /// The database file, checked before each commit (`None`: not a file, e.g. `:memory:`).
+    pub(crate) file: Option<DatabaseFile>,
+}
+
+/// The SQLite journal's group-commit backend: its writer connection, checking before each
+/// commit that the database file is still at its path (when it is a file).
+fn sqlite_backend(pools: &SqlitePools) -> SqlBackend<SqliteDialect> {
+    let backend = SqlBackend::new(pools.writer.clone());
+    match pools.file.clone() {
+        Some(file) => backend.checking_before_commit(Box::new(move || file.check_present())),
+        None => backend,
+    }
 }
 
 impl SqlitePools {
@@ -291,6 +306,7 @@ impl SqlitePools {
             options.max_connections,
             options.busy_timeout,
         );
+        let file = DatabaseFile::at(base.get_filename());
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .test_before_acquire(false)
@@ -301,6 +317,7 @@ impl SqlitePools {
             writer,
             readers,
             page_readers,
+            file,
         })
     }
 
@@ -495,11 +512,7 @@ impl SqliteJournal {
         let pools = SqlitePools::open(options).await?;
         let journal = SqliteJournal {
             // SQLite has one writer connection: one transaction at a time.
-            writer: Writer::start(
-                SqlBackend::new(pools.writer.clone()),
-                options.max_batch_size,
-                1,
-            ),
+            writer: Writer::start(sqlite_backend(&pools), options.max_batch_size, 1),
             pools,
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),

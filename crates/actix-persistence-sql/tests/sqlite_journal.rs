@@ -645,3 +645,51 @@ async fn a_missing_directory_is_named() {
         Ok(_) => panic!("expected a connect error, got a journal"),
     }
 }
+
+/// The database file deleted while the journal has it open (an operator's `rm`, a cleanup job,
+/// a container's volume swapped): SQLite goes on writing to the deleted file, so a write
+/// acknowledged then would be gone at the next start, which makes a new, empty database at the
+/// path. The journal checks the file before each commit: such a write fails with a storage
+/// error naming the file, and nothing is acknowledged.
+#[tokio::test]
+async fn a_write_after_the_database_file_was_deleted_fails_instead_of_being_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let journal = SqliteJournal::connect(&SqliteJournalOptions::new(format!(
+        "sqlite:{}",
+        path.display()
+    )))
+    .await
+    .expect("connect");
+    write_all_ok(&journal, vec![atomic("deleted-1", 1..=1)]).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = dir.path().join(format!("journal.db{suffix}"));
+        if file.exists() {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    for batch in [
+        vec![atomic("deleted-1", 2..=2)],
+        vec![atomic("deleted-2", 1..=1), atomic("deleted-3", 1..=2)],
+    ] {
+        let count = batch.len();
+        let results = journal.write_messages(batch).await.expect("answered");
+        assert_eq!(results.len(), count);
+        for result in results {
+            match result {
+                Err(actix_persistence_core::AtomicWriteError::Failed(
+                    error @ JournalError::Storage { .. },
+                )) => {
+                    let message = error.to_string();
+                    assert!(
+                        message.contains("was deleted or moved")
+                            && message.contains(&path.display().to_string()),
+                        "{message}"
+                    );
+                }
+                other => panic!("expected a storage failure, got {other:?}"),
+            }
+        }
+    }
+    assert!(!path.exists(), "the journal did not make a new file");
+}
