@@ -1,0 +1,677 @@
+//! Adversarial write-reply ordering: the resequencer groups and persistent actors on several
+//! arbiters, replaying bug reports filed against Akka Persistence, Akka.NET and their journal
+//! plugins. Writes complete only when a test says so (the testkit's `ControlledJournal` over
+//! each store: in memory, a SQLite file, a PostgreSQL database of the test's own); timeouts
+//! only detect hangs.
+//!
+//! What `journal_ordering*.rs` and `ordering_under_latency.rs` cover (O1-O5) is not repeated.
+
+mod support;
+
+use std::any::Any;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_persistence::actix::{
+    Actor, ActorContext, Addr, Arbiter, ArbiterHandle, AsyncContext, Context, Handler, Message,
+};
+use actix_persistence::config::Settings;
+use actix_persistence::journal::{JournalActor, JournalConfig};
+use actix_persistence::snapshot::InMemorySnapshotStore;
+use actix_persistence::store::{Ownership, ReplayStream};
+use actix_persistence::{
+    start_recovery, AtomicWrite, EventSourced, FencingToken, InMemoryJournal, JournalError,
+    JournalStore, PersistError, PersistReply, PersistResult, Persistence, PersistenceState,
+    PersistentActor, SqliteJournal, SqliteJournalOptions,
+};
+use actix_persistence_testkit::{
+    persistence_state_in_group, ControlledJournal, Outcome, WriteController,
+};
+use async_trait::async_trait;
+use futures::StreamExt;
+use support::*;
+use tokio::sync::mpsc;
+
+/// A hang detector only: nothing is ordered by time.
+const HANG: Duration = Duration::from_secs(30);
+
+/// `f`, failing the test if it has not finished within [`HANG`].
+async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(HANG, f)
+        .await
+        .unwrap_or_else(|_| panic!("hang: {what} did not finish within {HANG:?}"))
+}
+
+fn n(groups: usize) -> NonZeroUsize {
+    NonZeroUsize::new(groups).expect("a test uses at least one group")
+}
+
+/// The store under the controlled journal for `backend`, and what keeps its database alive.
+async fn open_store(backend: Backend) -> (Arc<dyn JournalStore>, Option<Box<dyn Any>>) {
+    match backend {
+        Backend::InMemory => (Arc::new(InMemoryJournal::new()), None),
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+            let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url))
+                .await
+                .expect("open SQLite");
+            (Arc::new(journal), Some(Box::new(dir)))
+        }
+        Backend::Postgres => {
+            let db = actix_persistence_sql::test_util::TestDatabase::create()
+                .await
+                .expect("DATABASE_URL names the PostgreSQL server of the tests");
+            let journal = actix_persistence::PostgresJournal::connect(
+                &actix_persistence::PostgresJournalOptions::new(db.url()),
+            )
+            .await
+            .expect("connect to the test database");
+            (Arc::new(journal), Some(Box::new(db)))
+        }
+    }
+}
+
+fn config(groups: usize) -> JournalConfig {
+    JournalConfig {
+        write_reply_ordering_groups: n(groups),
+        call_timeout: HANG,
+        ..JournalConfig::default()
+    }
+}
+
+/// A journal over a controlled store, the probes' log, and the arbiters the test started
+/// (stopped when the rig is dropped).
+struct Rig {
+    journal: Addr<JournalActor>,
+    control: WriteController,
+    /// What really holds the events (under the controlled journal).
+    stored: Arc<dyn JournalStore>,
+    log_tx: mpsc::UnboundedSender<Seen>,
+    log: mpsc::UnboundedReceiver<Seen>,
+    arbiters: Vec<Arbiter>,
+    _keep: Option<Box<dyn Any>>,
+}
+
+impl Rig {
+    /// A journal with `groups` groups on the test's arbiter.
+    async fn new(backend: Backend, groups: usize) -> Rig {
+        Self::start(backend, |store| JournalActor::start_with(store, config(groups))).await
+    }
+
+    /// A journal started by `start` over the controlled store.
+    async fn start(
+        backend: Backend,
+        start: impl FnOnce(Arc<dyn JournalStore>) -> Addr<JournalActor>,
+    ) -> Rig {
+        Self::wrapping(backend, |controlled| Arc::new(controlled), start).await
+    }
+
+    /// A journal started by `start` over the store `wrap` makes of the controlled store.
+    async fn wrapping(
+        backend: Backend,
+        wrap: impl FnOnce(ControlledJournal) -> Arc<dyn JournalStore>,
+        start: impl FnOnce(Arc<dyn JournalStore>) -> Addr<JournalActor>,
+    ) -> Rig {
+        let (store, keep) = open_store(backend).await;
+        let (controlled, control) = ControlledJournal::over(Arc::clone(&store));
+        let journal = start(wrap(controlled));
+        let (log_tx, log) = mpsc::unbounded_channel();
+        Rig {
+            journal,
+            control,
+            stored: store,
+            log_tx,
+            log,
+            arbiters: Vec::new(),
+            _keep: keep,
+        }
+    }
+
+    /// A new arbiter (thread) for actors; its index.
+    fn arbiter(&mut self) -> usize {
+        self.arbiters.push(Arbiter::new());
+        self.arbiters.len() - 1
+    }
+
+    /// Starts a probe of `pid` whose incarnation is `residue` modulo `modulus` (its group is
+    /// that residue modulo the journal's group count), on arbiter `on` (`None`: the test's),
+    /// and waits until it recovered.
+    async fn probe(
+        &mut self,
+        pid: &str,
+        residue: usize,
+        modulus: usize,
+        on: Option<usize>,
+    ) -> Addr<Probe> {
+        let (journal, id, log) = (self.journal.clone(), pid.to_owned(), self.log_tx.clone());
+        // A persistence state is made on its actor's arbiter (it is not `Send`).
+        let probe = move |_: &mut Context<Probe>| Probe {
+            persistence: persistence_state_in_group(&journal, &id, residue, n(modulus))
+                .expect("valid persistence id"),
+            applied: Vec::new(),
+            log,
+        };
+        let addr = match on {
+            None => Probe::create(probe),
+            Some(i) => Probe::start_in_arbiter(&self.arbiters[i].handle(), probe),
+        };
+        match self.next().await {
+            Seen::Recovered { pid: p, .. } if p == pid => addr,
+            other => panic!("expected {pid} to recover first, saw {other:?}"),
+        }
+    }
+
+    async fn next(&mut self) -> Seen {
+        within("the next thing a probe saw", self.log.recv())
+            .await
+            .expect("every probe is gone")
+    }
+
+    async fn next_n(&mut self, count: usize) -> Vec<Seen> {
+        let mut seen = Vec::with_capacity(count);
+        for _ in 0..count {
+            seen.push(self.next().await);
+        }
+        seen
+    }
+
+    fn so_far(&mut self) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        while let Ok(s) = self.log.try_recv() {
+            seen.push(s);
+        }
+        seen
+    }
+
+    /// Lets everything ready on the test's arbiter and on the rig's arbiters run first.
+    async fn settle(&self) {
+        settle().await;
+        for arbiter in &self.arbiters {
+            settle_on(&arbiter.handle()).await;
+        }
+        settle().await;
+    }
+
+    /// The (seq_nr, event) pairs stored for `pid`.
+    async fn stored(&self, pid: &str) -> Vec<(u64, Evt)> {
+        within(
+            "a replay of the stored events",
+            self.stored
+                .replay_messages(pid, 1, u64::MAX, u64::MAX)
+                .map(|e| {
+                    let e = e.expect("replay");
+                    let event: Evt = serde_json::from_slice(&e.payload).expect("an Evt");
+                    (e.seq_nr, event)
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+    }
+}
+
+/// Round trips through a fresh actor on `arbiter`, queued behind every task already woken
+/// there (an arbiter runs its tasks in the order they were woken).
+async fn settle_on(arbiter: &ArbiterHandle) {
+    struct Echo;
+    impl Actor for Echo {
+        type Context = Context<Self>;
+    }
+    struct Ping;
+    impl Message for Ping {
+        type Result = ();
+    }
+    impl Handler<Ping> for Echo {
+        type Result = ();
+        fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
+    }
+    let echo = Echo::start_in_arbiter(arbiter, |_| Echo);
+    for _ in 0..3 {
+        let _ = echo.send(Ping).await;
+    }
+}
+
+fn stopped(pid: &str) -> Seen {
+    Seen::Stopped {
+        pid: pid.to_owned(),
+    }
+}
+
+fn failed(pid: &str) -> Seen {
+    Seen::Failed {
+        pid: pid.to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A store call that panics or fails in one group
+
+/// Passes every call to a controlled journal, and panics in the write of `panic_for` once the
+/// test decided it (after the inner store acted on the decision): a plugin bug in the middle
+/// of a held write.
+struct PanicsAfterDecision {
+    inner: ControlledJournal,
+    panic_for: String,
+}
+
+#[async_trait]
+impl JournalStore for PanicsAfterDecision {
+    async fn write_messages(
+        &self,
+        writes: Vec<AtomicWrite>,
+    ) -> Result<Vec<actix_persistence::store::AtomicWriteResult>, JournalError> {
+        let doomed = writes.iter().any(|w| w.persistence_id() == self.panic_for);
+        let result = self.inner.write_messages(writes).await;
+        if doomed {
+            panic!("the store plugin panics in this write");
+        }
+        result
+    }
+    fn replay_messages(&self, pid: &str, from: u64, to: u64, max: u64) -> ReplayStream {
+        self.inner.replay_messages(pid, from, to, max)
+    }
+    async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
+        self.inner.read_highest_sequence_nr(pid, from).await
+    }
+    async fn delete_messages_to(
+        &self,
+        pid: &str,
+        to: u64,
+        token: FencingToken,
+    ) -> Result<(), JournalError> {
+        self.inner.delete_messages_to(pid, to, token).await
+    }
+    async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
+        self.inner.take_ownership(pid).await
+    }
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(pid).await
+    }
+}
+
+/// A store call that panics in group 0 while group 1 goes on: the panicking write fails alone
+/// (its actor stops), the writes queued behind it in its group are released in their order,
+/// and the group serves later writers.
+///
+/// akka/akka-persistence-cassandra#281: an exception thrown inside `asyncWriteMessages` left a
+/// future that never completed, and every later call for the id hung behind it;
+/// akkadotnet/Akka.Persistence.SqlServer#104: code paths of the batching journal that never
+/// replied left persistent actors stuck forever.
+async fn a_store_call_that_panics_in_one_group_fails_only_its_write_and_releases_the_group(
+    backend: Backend,
+) {
+    let panicky = |inner| -> Arc<dyn JournalStore> {
+        Arc::new(PanicsAfterDecision {
+            inner,
+            panic_for: "panic-a".into(),
+        })
+    };
+    let mut rig = Rig::wrapping(backend, panicky, |store| {
+        JournalActor::start_with(store, config(2))
+    })
+    .await;
+
+    let a = rig.probe("panic-a", 0, 2, None).await;
+    let b = rig.probe("panic-b", 0, 2, None).await;
+    let c = rig.probe("panic-c", 1, 2, None).await;
+    let a_reply = a.send(Persist(vec![named("a1")]));
+    let write_a = rig.control.next_write_for("panic-a").await;
+    let b_reply = b.send(Persist(vec![named("b1")]));
+    let write_b = rig.control.next_write_for("panic-b").await;
+    c.do_send(Persist(vec![named("c1")]));
+    let write_c = rig.control.next_write_for("panic-c").await;
+    assert_eq!(
+        rig.next_n(3).await,
+        vec![
+            command("panic-a", 0),
+            command("panic-b", 0),
+            command("panic-c", 0)
+        ]
+    );
+
+    // B is stored but waits behind A; C (group 1) does not.
+    write_b.complete().wait().await;
+    write_c.complete();
+    assert_eq!(rig.next().await, handler("panic-c", "c1", 1));
+    rig.settle().await;
+    assert_eq!(rig.so_far(), vec![], "B waits for A's write");
+
+    // A's store call panics: A fails and stops, then B's reply is released.
+    write_a.complete();
+    assert_eq!(
+        rig.next_n(3).await,
+        vec![
+            failed("panic-a"),
+            stopped("panic-a"),
+            handler("panic-b", "b1", 1)
+        ]
+    );
+    match within("A's reply", a_reply).await.expect("mailbox") {
+        Err(PersistError::Failed(JournalError::Storage { .. })) => {}
+        other => panic!("A's caller must learn the store failed, got {other:?}"),
+    }
+    assert_eq!(
+        within("B's reply", b_reply).await.expect("mailbox").expect("stored"),
+        1
+    );
+
+    // The group is not stalled: a later writer in group 0 is answered at once.
+    let d = rig.probe("panic-d", 0, 2, None).await;
+    let d_reply = d.send(Persist(vec![named("d1")]));
+    rig.control.next_write_for("panic-d").await.complete();
+    assert_eq!(
+        within("D's reply", d_reply).await.expect("mailbox").expect("stored"),
+        1
+    );
+    assert_eq!(rig.stored("panic-b").await, vec![(1, named("b1"))]);
+}
+
+/// A batch failing as a whole in group 0 (the store's error), with writes of two other actors
+/// of the group behind it that the store completed first: each gets its own result, in
+/// arrival order, after the failure; the failed actor stops, the others go on writing.
+///
+/// akka/akka-core#28541 (a failing journal call answered out of the resequencer's numbering,
+/// patched in #28542: "Shield unsafe journal plugins from corner case"); akkadotnet/akka.net
+/// #4556 (a `WriteMessagesFailed` that reset the actor's write state too early).
+async fn a_failed_batch_keeps_the_order_of_the_writes_behind_it_in_its_group(backend: Backend) {
+    let mut rig = Rig::new(backend, 3).await;
+    let a = rig.probe("fail-a", 0, 3, None).await;
+    let b = rig.probe("fail-b", 0, 3, None).await;
+    let c = rig.probe("fail-c", 0, 3, None).await;
+    let a_reply = a.send(Persist(vec![named("a1")]));
+    let write_a = rig.control.next_write_for("fail-a").await;
+    b.do_send(Persist(vec![named("b1")]));
+    let write_b = rig.control.next_write_for("fail-b").await;
+    c.do_send(PersistAll(vec![named("c1"), named("c2")]));
+    let write_c = rig.control.next_write_for("fail-c").await;
+    rig.next_n(3).await;
+
+    // C, then B, are decided before A: both wait.
+    write_c.complete().wait().await;
+    write_b
+        .complete_with(vec![Outcome::Reject("b1 refused".into())])
+        .wait()
+        .await;
+    rig.settle().await;
+    assert_eq!(rig.so_far(), vec![]);
+
+    write_a.fail(JournalError::JournalStopped);
+    assert_eq!(
+        rig.next_n(5).await,
+        vec![
+            failed("fail-a"),
+            stopped("fail-a"),
+            Seen::Rejected {
+                pid: "fail-b".into(),
+                seq_nr: 1
+            },
+            handler("fail-c", "c1", 1),
+            handler("fail-c", "c2", 2),
+        ]
+    );
+    assert!(matches!(
+        within("A's reply", a_reply).await.expect("mailbox"),
+        Err(PersistError::Failed(JournalError::JournalStopped))
+    ));
+
+    // B and C go on, in the same group, answered at once now.
+    let b_reply = b.send(Persist(vec![named("b2")]));
+    let write_b = rig.control.next_write_for("fail-b").await;
+    assert_eq!(write_b.writes()[0].lowest_seq_nr(), 2, "the rejection used 1 up");
+    write_b.complete();
+    assert_eq!(
+        within("B's reply", b_reply).await.expect("mailbox").expect("stored"),
+        2
+    );
+    assert_eq!(rig.stored("fail-a").await, vec![]);
+    assert_eq!(rig.stored("fail-b").await, vec![(2, named("b2"))]);
+    assert_eq!(
+        rig.stored("fail-c").await,
+        vec![(1, named("c1")), (2, named("c2"))]
+    );
+}
+
+on_every_store!(
+    a_store_call_that_panics_in_one_group_fails_only_its_write_and_releases_the_group,
+    a_failed_batch_keeps_the_order_of_the_writes_behind_it_in_its_group,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Actors, arbiters and journals that stop while writes are in flight
+
+/// An actor whose arbiter stops while its write is the oldest of its group: its caller is
+/// told the write was in flight, the store still answers it, that reply goes nowhere, and the
+/// writes behind it in the group are released; later writers are answered at once.
+///
+/// akka/akka-core#15457 (journal replies reaching an actor instance other than the one that
+/// wrote, fixed by tagging writes with the instance); akkadotnet/akka.net#1631 (a
+/// `WriteMessageSuccess` pushed to dead letters when its actor stopped).
+async fn an_actor_whose_arbiter_stops_with_the_oldest_write_of_its_group_does_not_stall_it(
+    backend: Backend,
+) {
+    let mut rig = Rig::new(backend, 2).await;
+    let doomed = rig.arbiter();
+    let a = rig.probe("gone-a", 0, 2, Some(doomed)).await;
+    let b = rig.probe("gone-b", 0, 2, None).await;
+    let a_reply = a.send(Persist(vec![named("a1")]));
+    let write_a = rig.control.next_write_for("gone-a").await;
+    assert_eq!(rig.next().await, command("gone-a", 0));
+    let b_reply = b.send(Persist(vec![named("b1")]));
+    let write_b = rig.control.next_write_for("gone-b").await;
+    assert_eq!(rig.next().await, command("gone-b", 0));
+    write_b.complete().wait().await;
+
+    rig.arbiters[doomed].stop();
+    assert!(
+        matches!(
+            within("A's reply", a_reply).await,
+            Ok(Err(PersistError::StoppedDuringWrite))
+        ),
+        "A's caller learns its write was in flight"
+    );
+    rig.settle().await;
+    assert_eq!(
+        rig.so_far(),
+        vec![stopped("gone-a")],
+        "B still waits for A's write"
+    );
+
+    // The store answers A's write: nobody takes it, and B is released.
+    write_a.complete();
+    assert_eq!(
+        within("B's reply", b_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        1
+    );
+    assert_eq!(rig.next().await, handler("gone-b", "b1", 1));
+    let c = rig.probe("gone-c", 0, 2, None).await;
+    let c_reply = c.send(Persist(vec![named("c1")]));
+    rig.control.next_write_for("gone-c").await.complete();
+    assert_eq!(
+        within("C's reply", c_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        1
+    );
+    assert_eq!(
+        rig.next_n(2).await,
+        vec![command("gone-c", 0), handler("gone-c", "c1", 1)]
+    );
+    // A's event was stored although its actor was gone: the next incarnation recovers it.
+    assert_eq!(rig.stored("gone-a").await, vec![(1, named("a1"))]);
+    let again = rig.probe("gone-a", 1, 2, None).await;
+    assert_eq!(
+        within("inspect", again.send(Inspect)).await.expect("mailbox"),
+        (vec![named("a1")], 1)
+    );
+}
+
+/// A reply the store already finished, waiting in the resequencer behind an older write of
+/// its group, whose actor is gone by the time it is released: it is dropped, and the group
+/// goes on (the resequencer neither stalls nor panics on a dead reply target).
+///
+/// akkadotnet/akka.net#7480 and #7481 (the resequencer not tied to its journal, replies to
+/// gone targets); akkadotnet/akka.net#1631 (replies to a stopped actor).
+async fn a_finished_reply_held_for_an_actor_that_is_gone_is_dropped_and_the_group_goes_on(
+    backend: Backend,
+) {
+    let mut rig = Rig::new(backend, 2).await;
+    let doomed = rig.arbiter();
+    let a = rig.probe("held-a", 1, 2, None).await;
+    let b = rig.probe("held-b", 1, 2, Some(doomed)).await;
+    let c = rig.probe("held-c", 1, 2, None).await;
+    let a_reply = a.send(Persist(vec![named("a1")]));
+    let write_a = rig.control.next_write_for("held-a").await;
+    let b_reply = b.send(Persist(vec![named("b1")]));
+    let write_b = rig.control.next_write_for("held-b").await;
+    let c_reply = c.send(PersistAll(vec![named("c1"), named("c2")]));
+    let write_c = rig.control.next_write_for("held-c").await;
+    rig.next_n(3).await;
+
+    // B's and C's replies are finished and held behind A's write; then B's actor goes.
+    write_b.complete().wait().await;
+    write_c.complete().wait().await;
+    rig.arbiters[doomed].stop();
+    assert!(matches!(
+        within("B's reply", b_reply).await,
+        Ok(Err(PersistError::StoppedDuringWrite))
+    ));
+    assert_eq!(rig.next().await, stopped("held-b"));
+
+    write_a.complete();
+    assert_eq!(
+        rig.next_n(3).await,
+        vec![
+            handler("held-a", "a1", 1),
+            handler("held-c", "c1", 1),
+            handler("held-c", "c2", 2)
+        ]
+    );
+    assert_eq!(
+        within("A's reply", a_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        1
+    );
+    assert_eq!(
+        within("C's reply", c_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        2
+    );
+    // The group's next writes are answered at once.
+    let a_reply = a.send(Persist(vec![named("a2")]));
+    rig.control.next_write_for("held-a").await.complete();
+    assert_eq!(
+        within("A's second reply", a_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        2
+    );
+    assert_eq!(rig.stored("held-b").await, vec![(1, named("b1"))]);
+}
+
+/// A journal on an arbiter of its own that stops with writes in flight in four groups: some
+/// held at the store, some finished and held in their group's resequencer, some delivered.
+/// Every caller gets a typed answer (its result, or the journal stopped), none hangs, and the
+/// actors that lost their journal stop.
+///
+/// akkadotnet/Akka.Persistence.SqlServer#104 (actors stuck forever when the journal did not
+/// reply); akkadotnet/akka.net#7480 (a resequencer outliving its journal).
+async fn a_journal_stopped_with_writes_in_flight_in_every_group_answers_every_caller(
+    backend: Backend,
+) {
+    let journal_arbiter = Arbiter::new();
+    let handle = journal_arbiter.handle();
+    let mut rig = Rig::start(backend, |store| {
+        JournalActor::start_on(&handle, store, config(4))
+    })
+    .await;
+    let mut probes = Vec::new();
+    for group in 0..4 {
+        for k in 0..2 {
+            let pid = format!("js-{group}-{k}");
+            let addr = rig.probe(&pid, group, 4, None).await;
+            probes.push((pid, group, k, addr));
+        }
+    }
+    let mut replies = Vec::new();
+    let mut writes = Vec::new();
+    for (pid, _, _, addr) in &probes {
+        replies.push(addr.send(Persist(vec![named("e1")])));
+        writes.push(rig.control.next_write_for(pid).await);
+    }
+    rig.next_n(8).await;
+    // Group 0: both finished (delivered). Group 1: the second finished, held behind the
+    // first. Groups 2 and 3: both still at the store.
+    let mut writes = writes.into_iter();
+    let (g0a, g0b, g1a, g1b) = (
+        writes.next().expect("8 writes"),
+        writes.next().expect("8 writes"),
+        writes.next().expect("8 writes"),
+        writes.next().expect("8 writes"),
+    );
+    let at_store: Vec<_> = writes.collect();
+    g0a.complete().wait().await;
+    g0b.complete().wait().await;
+    g1b.complete().wait().await;
+    let mut delivered = rig.next_n(2).await;
+    delivered.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(
+        delivered,
+        vec![handler("js-0-0", "e1", 1), handler("js-0-1", "e1", 1)]
+    );
+
+    journal_arbiter.stop();
+    for (reply, (pid, group, _, _)) in replies.into_iter().zip(&probes) {
+        let answer = within(&format!("{pid}'s reply"), reply)
+            .await
+            .expect("mailbox");
+        match (group, answer) {
+            (0, Ok(1)) => {}
+            (_, Err(PersistError::Failed(JournalError::JournalStopped))) if *group > 0 => {}
+            (_, other) => panic!("{pid}: unexpected answer {other:?}"),
+        }
+    }
+    // The six that lost their journal stopped; the two of group 0 are still there, and fail
+    // their next write with a typed error instead of hanging.
+    let mut gone: Vec<_> = rig.next_n(12).await;
+    gone.retain(|s| matches!(s, Seen::Stopped { .. }));
+    assert_eq!(gone.len(), 6, "{gone:?}");
+    for (pid, group, _, addr) in &probes {
+        if *group == 0 {
+            let answer = within("a write after the journal stopped", addr.send(Persist(vec![named("e2")])))
+                .await
+                .expect("mailbox");
+            assert!(
+                matches!(answer, Err(PersistError::Failed(JournalError::JournalStopped))),
+                "{pid}: {answer:?}"
+            );
+        }
+    }
+    drop(at_store);
+    drop(g1a);
+    assert_eq!(rig.stored("js-1-1").await, vec![(1, named("e1"))]);
+    assert_eq!(rig.stored("js-2-0").await, vec![]);
+}
+
+on_every_store!(
+    an_actor_whose_arbiter_stops_with_the_oldest_write_of_its_group_does_not_stall_it,
+    a_finished_reply_held_for_an_actor_that_is_gone_is_dropped_and_the_group_goes_on,
+    a_journal_stopped_with_writes_in_flight_in_every_group_answers_every_caller,
+);
