@@ -675,3 +675,151 @@ on_every_store!(
     a_finished_reply_held_for_an_actor_that_is_gone_is_dropped_and_the_group_goes_on,
     a_journal_stopped_with_writes_in_flight_in_every_group_answers_every_caller,
 );
+
+// ---------------------------------------------------------------------------------------------
+// The group count from the public configuration and startup API
+
+const GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__WRITE_REPLY_ORDERING_GROUPS";
+const MAX_GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERING_GROUPS";
+
+/// A rig whose journal is the one `Persistence::start_with_stores` started from `settings`.
+async fn rig_from_settings(backend: Backend, settings: Settings) -> Rig {
+    Rig::start(backend, move |store| {
+        let persistence = Persistence::start_with_stores(
+            settings,
+            store,
+            Arc::new(InMemorySnapshotStore::new()),
+        )
+        .expect("valid settings start");
+        persistence.journal().clone()
+    })
+    .await
+}
+
+/// Shows how the journal routes incarnations: with a write of the incarnation at residue 0
+/// (modulo `modulus`) held at the store, a finished write of each incarnation at a residue of
+/// `apart` is answered at once (another group), and one of each residue of `together` only
+/// after the held write (the same group).
+async fn assert_routing(rig: &mut Rig, modulus: usize, apart: &[usize], together: &[usize]) {
+    let a = rig.probe("route-held", 0, modulus, None).await;
+    a.do_send(Persist(vec![named("held")]));
+    let held = rig.control.next_write_for("route-held").await;
+    assert_eq!(rig.next().await, command("route-held", 0));
+    // Kept alive to the end: a probe whose address is dropped stops.
+    let mut probes = vec![a];
+    for residue in apart {
+        let pid = format!("route-apart-{residue}");
+        let p = rig.probe(&pid, *residue, modulus, None).await;
+        p.do_send(Persist(vec![named("e")]));
+        rig.control.next_write_for(&pid).await.complete();
+        assert_eq!(
+            rig.next_n(2).await,
+            vec![command(&pid, 0), handler(&pid, "e", 1)],
+            "incarnation {residue} (mod {modulus}) is in another group than 0"
+        );
+        probes.push(p);
+    }
+    let mut behind = Vec::new();
+    for residue in together {
+        let pid = format!("route-together-{residue}");
+        let p = rig.probe(&pid, *residue, modulus, None).await;
+        p.do_send(Persist(vec![named("e")]));
+        rig.control.next_write_for(&pid).await.complete().wait().await;
+        assert_eq!(rig.next().await, command(&pid, 0));
+        rig.settle().await;
+        assert_eq!(
+            rig.so_far(),
+            vec![],
+            "incarnation {residue} (mod {modulus}) shares group 0 with the held write"
+        );
+        behind.push(handler(&pid, "e", 1));
+        probes.push(p);
+    }
+    held.complete();
+    let mut expected = vec![handler("route-held", "held", 1)];
+    expected.extend(behind);
+    assert_eq!(rig.next_n(expected.len()).await, expected);
+}
+
+/// `"4"` from an environment variable starts a journal that really routes through four groups:
+/// incarnations 0 and 2 (mod 8) are apart (not 1 or 2 groups), 0 and 4 together (not 8).
+///
+/// The review of akka/akka-core#32994 (sharded journal resequencers): a group count given as
+/// a string by an environment override must mean that count.
+async fn four_groups_from_an_environment_string_route_through_exactly_four_groups(
+    backend: Backend,
+) {
+    let settings = Settings::loader()
+        .env_vars([
+            ("ACTIX_PERSISTENCE__JOURNAL__PLUGIN", "inmem"),
+            (GROUPS_VAR, "4"),
+        ])
+        .load()
+        .expect("\"4\" is 4");
+    let mut rig = rig_from_settings(backend, settings).await;
+    assert_routing(&mut rig, 8, &[2, 1, 3], &[4]).await;
+}
+
+/// Groups equal to their limit, from a TOML file (the count written as a string): three
+/// groups, so incarnations 0, 1 and 2 (mod 6) are apart, 0 and 3 together (not 2 or 6 groups).
+///
+/// apache/pekko#2026 and #2027 (a journal ordering option read from the configuration file);
+/// akka/akka-core#32994.
+async fn groups_at_their_limit_from_a_toml_file_route_through_that_many_groups(
+    backend: Backend,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("persistence.toml");
+    std::fs::write(
+        &file,
+        "[journal]\nplugin = \"inmem\"\nwrite-reply-ordering-groups = \"3\"\n\
+         max-write-reply-ordering-groups = 3\n",
+    )
+    .expect("write the file");
+    let settings = Settings::loader()
+        .file(&file)
+        .env_vars(Vec::<(String, String)>::new())
+        .load()
+        .expect("3 groups within their limit of 3");
+    assert_eq!(settings.journal.write_reply_ordering_groups.get(), 3);
+    let mut rig = rig_from_settings(backend, settings).await;
+    assert_routing(&mut rig, 6, &[1, 2], &[3]).await;
+}
+
+/// The default of one group, through the startup API: every reply waits for the oldest write.
+///
+/// akka/akka-core#32994 and apache/pekko#2026: one global order is the compatible default.
+async fn one_group_by_default_holds_every_reply_behind_the_oldest_write(backend: Backend) {
+    let settings = Settings::loader()
+        .env_vars([("ACTIX_PERSISTENCE__JOURNAL__PLUGIN", "inmem")])
+        .load()
+        .expect("the defaults");
+    let mut rig = rig_from_settings(backend, settings).await;
+    assert_routing(&mut rig, 3, &[], &[1, 2]).await;
+}
+
+on_every_store!(
+    four_groups_from_an_environment_string_route_through_exactly_four_groups,
+    groups_at_their_limit_from_a_toml_file_route_through_that_many_groups,
+    one_group_by_default_holds_every_reply_behind_the_oldest_write,
+);
+
+/// The ceiling (65536 groups, its limit raised to match, from environment strings): the
+/// journal's first and last groups are apart, and incarnations 65536 apart share a group.
+///
+/// akka/akka-core#32994 (a resequencer per group).
+#[actix::test]
+async fn the_ceiling_of_groups_keeps_the_first_and_the_last_group_apart() {
+    let ceiling = actix_persistence::config::MAX_WRITE_REPLY_ORDERING_GROUPS;
+    let value = ceiling.to_string();
+    let settings = Settings::loader()
+        .env_vars([
+            ("ACTIX_PERSISTENCE__JOURNAL__PLUGIN", "inmem"),
+            (GROUPS_VAR, value.as_str()),
+            (MAX_GROUPS_VAR, value.as_str()),
+        ])
+        .load()
+        .expect("the ceiling is allowed");
+    let mut rig = rig_from_settings(Backend::InMemory, settings).await;
+    assert_routing(&mut rig, 2 * ceiling, &[ceiling - 1, 1], &[ceiling]).await;
+}
