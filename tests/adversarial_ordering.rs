@@ -90,6 +90,8 @@ struct Rig {
     stored: Arc<dyn JournalStore>,
     log_tx: mpsc::UnboundedSender<Seen>,
     log: mpsc::UnboundedReceiver<Seen>,
+    /// What probes reported while the test waited for a recovery, in order.
+    early: std::collections::VecDeque<Seen>,
     arbiters: Vec<Arbiter>,
     _keep: Option<Box<dyn Any>>,
 }
@@ -124,6 +126,7 @@ impl Rig {
             stored: store,
             log_tx,
             log,
+            early: Default::default(),
             arbiters: Vec::new(),
             _keep: keep,
         }
@@ -157,16 +160,26 @@ impl Rig {
             None => Probe::create(probe),
             Some(i) => Probe::start_in_arbiter(&self.arbiters[i].handle(), probe),
         };
-        match self.next().await {
-            Seen::Recovered { pid: p, .. } if p == pid => addr,
-            other => panic!("expected {pid} to recover first, saw {other:?}"),
+        loop {
+            match self.receive().await {
+                Seen::Recovered { pid: p, .. } if p == pid => return addr,
+                // Another probe's report: kept, in order, for `next`.
+                other => self.early.push_back(other),
+            }
         }
     }
 
-    async fn next(&mut self) -> Seen {
+    async fn receive(&mut self) -> Seen {
         within("the next thing a probe saw", self.log.recv())
             .await
             .expect("every probe is gone")
+    }
+
+    async fn next(&mut self) -> Seen {
+        match self.early.pop_front() {
+            Some(seen) => seen,
+            None => self.receive().await,
+        }
     }
 
     async fn next_n(&mut self, count: usize) -> Vec<Seen> {
@@ -178,7 +191,7 @@ impl Rig {
     }
 
     fn so_far(&mut self) -> Vec<Seen> {
-        let mut seen = Vec::new();
+        let mut seen: Vec<Seen> = self.early.drain(..).collect();
         while let Ok(s) = self.log.try_recv() {
             seen.push(s);
         }
@@ -823,3 +836,163 @@ async fn the_ceiling_of_groups_keeps_the_first_and_the_last_group_apart() {
     let mut rig = rig_from_settings(Backend::InMemory, settings).await;
     assert_routing(&mut rig, 2 * ceiling, &[ceiling - 1, 1], &[ceiling]).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Incarnations, batches of many writes, and completion out of order
+
+/// A persistence id re-incarnated (its first incarnation's arbiter stopped with a write held
+/// in group 0) lands in group 1 and is not held behind group 0; its own replies come in its
+/// write order, its sequence goes on from what was stored, and the old incarnation's write,
+/// answered last, stores nothing and reaches nobody.
+///
+/// akka/akka-core#15457 (replies of a write in flight when the actor restarted matched up
+/// with the new instance's handlers; fixed by an instance id on every write);
+/// akkadotnet/akka.net#1403 (an incarnation getting what was sent for the previous one).
+async fn a_reincarnated_id_lands_in_another_group_and_keeps_its_own_order(backend: Backend) {
+    let mut rig = Rig::new(backend, 2).await;
+    let old_home = rig.arbiter();
+    let old = rig.probe("re", 0, 2, Some(old_home)).await;
+    let reply = old.send(Persist(vec![named("e1")]));
+    rig.control.next_write_for("re").await.complete();
+    assert_eq!(within("e1", reply).await.expect("mailbox").expect("stored"), 1);
+    let old_reply = old.send(Persist(vec![named("old-e2")]));
+    let old_write = rig.control.next_write_for("re").await;
+    let w = rig.probe("re-w", 0, 2, None).await;
+    let w_reply = w.send(Persist(vec![named("w1")]));
+    let w_write = rig.control.next_write_for("re-w").await;
+    rig.arbiters[old_home].stop();
+    assert!(matches!(
+        within("the old incarnation's reply", old_reply).await,
+        Ok(Err(PersistError::StoppedDuringWrite))
+    ));
+
+    // The new incarnation, in group 1, recovers what was stored and writes on at once.
+    rig.so_far();
+    let new = rig.probe("re", 1, 2, None).await;
+    let first = new.send(Persist(vec![named("n2")]));
+    let write = rig.control.next_write_for("re").await;
+    assert_eq!(write.writes()[0].lowest_seq_nr(), 2);
+    write.complete();
+    assert_eq!(within("n2", first).await.expect("mailbox").expect("stored"), 2);
+    // The old write is answered now, between the new incarnation's writes: fenced, stored
+    // nowhere, delivered to nobody; W, behind it in group 0, is answered once its own write is.
+    old_write.complete().wait().await;
+    w_write.complete();
+    assert_eq!(within("W's reply", w_reply).await.expect("mailbox").expect("stored"), 1);
+    let second = new.send(Persist(vec![named("n3"), named("n4")]));
+    let write = rig.control.next_write_for("re").await;
+    assert_eq!(write.writes().len(), 2);
+    write.complete();
+    assert_eq!(within("n3, n4", second).await.expect("mailbox").expect("stored"), 4);
+    let seen: Vec<_> = rig
+        .so_far()
+        .into_iter()
+        .filter(|s| matches!(s, Seen::Handler { pid, .. } if pid == "re"))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            handler("re", "n2", 2),
+            handler("re", "n3", 3),
+            handler("re", "n4", 4)
+        ]
+    );
+    assert_eq!(
+        rig.stored("re").await,
+        vec![
+            (1, named("e1")),
+            (2, named("n2")),
+            (3, named("n3")),
+            (4, named("n4"))
+        ]
+    );
+}
+
+/// Many persists and a `persist_all` in one handler, in three groups, completed in the reverse
+/// of their arrival, with rejections inside batches: each actor runs its continuations in its
+/// call order, a rejected write keeps its place (and its sequence number) in that order, and a
+/// batch finished early waits for the older batch of its group.
+///
+/// akkadotnet/akka.net#4762 (the continuation of a `PersistAll` of two or more events never
+/// invoked); akka/akka-core#17818 (atomic writes for `persistAll`, and rejections);
+/// akka/akka-core#17828 (the order of the handlers of several persists).
+async fn many_persists_in_one_handler_complete_out_of_order_across_groups(backend: Backend) {
+    let mut rig = Rig::new(backend, 3).await;
+    let p = rig.probe("many-p", 0, 3, None).await;
+    let q = rig.probe("many-q", 0, 3, None).await;
+    let r = rig.probe("many-r", 1, 3, None).await;
+    let s = rig.probe("many-s", 2, 3, None).await;
+    let p_reply = p.send(Persist(vec![named("p1"), named("p2"), named("p3")]));
+    let write_p = rig.control.next_write_for("many-p").await;
+    let q_reply = q.send(PersistThenAll(named("q1"), vec![named("q2"), named("q3")]));
+    let write_q = rig.control.next_write_for("many-q").await;
+    let r_reply = r.send(PersistAll(vec![named("r1"), named("r2")]));
+    let write_r = rig.control.next_write_for("many-r").await;
+    let s_reply = s.send(Persist(vec![named("s1"), named("s2")]));
+    let write_s = rig.control.next_write_for("many-s").await;
+    assert_eq!(
+        [&write_p, &write_q, &write_r, &write_s].map(|w| w.writes().len()),
+        [3, 2, 1, 2],
+        "one atomic write per persist, one for the persist_all"
+    );
+    rig.next_n(4).await;
+
+    write_s.complete_with(vec![Outcome::Reject("s1 refused".into())]);
+    assert_eq!(
+        rig.next_n(2).await,
+        vec![
+            Seen::Rejected {
+                pid: "many-s".into(),
+                seq_nr: 1
+            },
+            handler("many-s", "s2", 2)
+        ]
+    );
+    write_r.complete();
+    assert_eq!(
+        rig.next_n(2).await,
+        vec![handler("many-r", "r1", 1), handler("many-r", "r2", 2)]
+    );
+    write_q.complete().wait().await;
+    rig.settle().await;
+    assert_eq!(rig.so_far(), vec![], "Q's batch waits for P's, older, in group 0");
+    write_p.complete_with(vec![Outcome::Store, Outcome::Reject("p2 refused".into())]);
+    assert_eq!(
+        rig.next_n(6).await,
+        vec![
+            handler("many-p", "p1", 1),
+            Seen::Rejected {
+                pid: "many-p".into(),
+                seq_nr: 2
+            },
+            handler("many-p", "p3", 3),
+            handler("many-q", "q1", 1),
+            handler("many-q", "q2", 2),
+            handler("many-q", "q3", 3),
+        ]
+    );
+    let answers = [
+        within("P", p_reply).await,
+        within("Q", q_reply).await,
+        within("R", r_reply).await,
+        within("S", s_reply).await,
+    ];
+    let lasts: Vec<u64> = answers
+        .into_iter()
+        .map(|a| a.expect("mailbox").expect("its last write stored"))
+        .collect();
+    assert_eq!(lasts, vec![3, 3, 2, 2]);
+    assert_eq!(
+        rig.stored("many-p").await,
+        vec![(1, named("p1")), (3, named("p3"))]
+    );
+    assert_eq!(
+        rig.stored("many-q").await,
+        vec![(1, named("q1")), (2, named("q2")), (3, named("q3"))]
+    );
+}
+
+on_every_store!(
+    a_reincarnated_id_lands_in_another_group_and_keeps_its_own_order,
+    many_persists_in_one_handler_complete_out_of_order_across_groups,
+);
