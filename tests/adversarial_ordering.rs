@@ -99,7 +99,10 @@ struct Rig {
 impl Rig {
     /// A journal with `groups` groups on the test's arbiter.
     async fn new(backend: Backend, groups: usize) -> Rig {
-        Self::start(backend, |store| JournalActor::start_with(store, config(groups))).await
+        Self::start(backend, |store| {
+            JournalActor::start_with(store, config(groups))
+        })
+        .await
     }
 
     /// A journal started by `start` over the controlled store.
@@ -385,7 +388,10 @@ async fn a_store_call_that_panics_in_one_group_fails_only_its_write_and_releases
         other => panic!("A's caller must learn the store failed, got {other:?}"),
     }
     assert_eq!(
-        within("B's reply", b_reply).await.expect("mailbox").expect("stored"),
+        within("B's reply", b_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
         1
     );
 
@@ -394,7 +400,10 @@ async fn a_store_call_that_panics_in_one_group_fails_only_its_write_and_releases
     let d_reply = d.send(Persist(vec![named("d1")]));
     rig.control.next_write_for("panic-d").await.complete();
     assert_eq!(
-        within("D's reply", d_reply).await.expect("mailbox").expect("stored"),
+        within("D's reply", d_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
         1
     );
     assert_eq!(rig.stored("panic-b").await, vec![(1, named("b1"))]);
@@ -451,10 +460,17 @@ async fn a_failed_batch_keeps_the_order_of_the_writes_behind_it_in_its_group(bac
     // B and C go on, in the same group, answered at once now.
     let b_reply = b.send(Persist(vec![named("b2")]));
     let write_b = rig.control.next_write_for("fail-b").await;
-    assert_eq!(write_b.writes()[0].lowest_seq_nr(), 2, "the rejection used 1 up");
+    assert_eq!(
+        write_b.writes()[0].lowest_seq_nr(),
+        2,
+        "the rejection used 1 up"
+    );
     write_b.complete();
     assert_eq!(
-        within("B's reply", b_reply).await.expect("mailbox").expect("stored"),
+        within("B's reply", b_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
         2
     );
     assert_eq!(rig.stored("fail-a").await, vec![]);
@@ -538,7 +554,9 @@ async fn an_actor_whose_arbiter_stops_with_the_oldest_write_of_its_group_does_no
     assert_eq!(rig.stored("gone-a").await, vec![(1, named("a1"))]);
     let again = rig.probe("gone-a", 1, 2, None).await;
     assert_eq!(
-        within("inspect", again.send(Inspect)).await.expect("mailbox"),
+        within("inspect", again.send(Inspect))
+            .await
+            .expect("mailbox"),
         (vec![named("a1")], 1)
     );
 }
@@ -680,11 +698,17 @@ async fn a_journal_stopped_with_writes_in_flight_in_every_group_answers_every_ca
     assert_eq!(gone.len(), 6, "{gone:?}");
     for (pid, group, _, addr) in &probes {
         if *group == 0 {
-            let answer = within("a write after the journal stopped", addr.send(Persist(vec![named("e2")])))
-                .await
-                .expect("mailbox");
+            let answer = within(
+                "a write after the journal stopped",
+                addr.send(Persist(vec![named("e2")])),
+            )
+            .await
+            .expect("mailbox");
             assert!(
-                matches!(answer, Err(PersistError::Failed(JournalError::JournalStopped))),
+                matches!(
+                    answer,
+                    Err(PersistError::Failed(JournalError::JournalStopped))
+                ),
                 "{pid}: {answer:?}"
             );
         }
@@ -710,12 +734,9 @@ const MAX_GROUPS_VAR: &str = "ACTIX_PERSISTENCE__JOURNAL__MAX_WRITE_REPLY_ORDERI
 /// A rig whose journal is the one `Persistence::start_with_stores` started from `settings`.
 async fn rig_from_settings(backend: Backend, settings: Settings) -> Rig {
     Rig::start(backend, move |store| {
-        let persistence = Persistence::start_with_stores(
-            settings,
-            store,
-            Arc::new(InMemorySnapshotStore::new()),
-        )
-        .expect("valid settings start");
+        let persistence =
+            Persistence::start_with_stores(settings, store, Arc::new(InMemorySnapshotStore::new()))
+                .expect("valid settings start");
         persistence.journal().clone()
     })
     .await
@@ -749,7 +770,12 @@ async fn assert_routing(rig: &mut Rig, modulus: usize, apart: &[usize], together
         let pid = format!("route-together-{residue}");
         let p = rig.probe(&pid, *residue, modulus, None).await;
         p.do_send(Persist(vec![named("e")]));
-        rig.control.next_write_for(&pid).await.complete().wait().await;
+        rig.control
+            .next_write_for(&pid)
+            .await
+            .complete()
+            .wait()
+            .await;
         assert_eq!(rig.next().await, command(&pid, 0));
         rig.settle().await;
         assert_eq!(
@@ -790,9 +816,7 @@ async fn four_groups_from_an_environment_string_route_through_exactly_four_group
 ///
 /// apache/pekko#2026 and #2027 (a journal ordering option read from the configuration file);
 /// akka/akka-core#32994.
-async fn groups_at_their_limit_from_a_toml_file_route_through_that_many_groups(
-    backend: Backend,
-) {
+async fn groups_at_their_limit_from_a_toml_file_route_through_that_many_groups(backend: Backend) {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("persistence.toml");
     std::fs::write(
@@ -866,7 +890,10 @@ async fn a_reincarnated_id_lands_in_another_group_and_keeps_its_own_order(backen
     let old = rig.probe("re", 0, 2, Some(old_home)).await;
     let reply = old.send(Persist(vec![named("e1")]));
     rig.control.next_write_for("re").await.complete();
-    assert_eq!(within("e1", reply).await.expect("mailbox").expect("stored"), 1);
+    assert_eq!(
+        within("e1", reply).await.expect("mailbox").expect("stored"),
+        1
+    );
     let old_reply = old.send(Persist(vec![named("old-e2")]));
     let old_write = rig.control.next_write_for("re").await;
     let w = rig.probe("re-w", 0, 2, None).await;
@@ -885,17 +912,32 @@ async fn a_reincarnated_id_lands_in_another_group_and_keeps_its_own_order(backen
     let write = rig.control.next_write_for("re").await;
     assert_eq!(write.writes()[0].lowest_seq_nr(), 2);
     write.complete();
-    assert_eq!(within("n2", first).await.expect("mailbox").expect("stored"), 2);
+    assert_eq!(
+        within("n2", first).await.expect("mailbox").expect("stored"),
+        2
+    );
     // The old write is answered now, between the new incarnation's writes: fenced, stored
     // nowhere, delivered to nobody; W, behind it in group 0, is answered once its own write is.
     old_write.complete().wait().await;
     w_write.complete();
-    assert_eq!(within("W's reply", w_reply).await.expect("mailbox").expect("stored"), 1);
+    assert_eq!(
+        within("W's reply", w_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        1
+    );
     let second = new.send(Persist(vec![named("n3"), named("n4")]));
     let write = rig.control.next_write_for("re").await;
     assert_eq!(write.writes().len(), 2);
     write.complete();
-    assert_eq!(within("n3, n4", second).await.expect("mailbox").expect("stored"), 4);
+    assert_eq!(
+        within("n3, n4", second)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        4
+    );
     let seen: Vec<_> = rig
         .so_far()
         .into_iter()
@@ -967,7 +1009,11 @@ async fn many_persists_in_one_handler_complete_out_of_order_across_groups(backen
     );
     write_q.complete().wait().await;
     rig.settle().await;
-    assert_eq!(rig.so_far(), vec![], "Q's batch waits for P's, older, in group 0");
+    assert_eq!(
+        rig.so_far(),
+        vec![],
+        "Q's batch waits for P's, older, in group 0"
+    );
     write_p.complete_with(vec![Outcome::Store, Outcome::Reject("p2 refused".into())]);
     assert_eq!(
         rig.next_n(6).await,
@@ -1216,7 +1262,10 @@ async fn a_command_sent_to_itself_from_a_persist_handler_waits_its_turn(
     let nested = rig.control.next_write_for("loop").await;
     assert_eq!(nested.writes()[0].lowest_seq_nr(), 2);
     rig.settle().await;
-    assert!(log.try_recv().is_err(), "a command ran during the nested write");
+    assert!(
+        log.try_recv().is_err(),
+        "a command ran during the nested write"
+    );
     assert!(!rig.control.has_waiting_write());
     nested.complete();
     // Every later write is stored as it comes.
@@ -1283,4 +1332,183 @@ on_every_store!(a_command_mailed_to_itself_from_a_persist_handler_waits_its_turn
             started takes effect: docs/architecture.md, Known limits"]
 async fn a_command_notified_to_itself_from_a_persist_handler_waits_its_turn_in_memory() {
     a_command_notified_to_itself_from_a_persist_handler_waits_its_turn(Backend::InMemory).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// A journal actor per arbiter
+
+/// Journal actors of their own on two arbiters (`Persistence::on_this_arbiter`), a write held
+/// at the store through each; one arbiter stops. Its actor's caller is told the write was in
+/// flight, the other arbiter's actor is answered when its write is, the work counted for the
+/// stopped arbiter is released, and `shutdown` returns instead of waiting forever for it.
+///
+/// akkadotnet/akka.net#7480 (journal helpers outliving their journal), akka/akka-core#28541
+/// (a journal call left unanswered), akkadotnet/Akka.Persistence.SqlServer#104.
+async fn an_arbiter_stopping_with_a_write_held_through_its_own_journal_leaves_the_other_going(
+    backend: Backend,
+) {
+    let (store, _keep) = open_store(backend).await;
+    let (controlled, mut control) = ControlledJournal::over(Arc::clone(&store));
+    let settings = Settings::loader()
+        .env_vars([
+            ("ACTIX_PERSISTENCE__JOURNAL__PLUGIN", "inmem"),
+            (GROUPS_VAR, "2"),
+        ])
+        .load()
+        .expect("valid settings");
+    let persistence = Persistence::start_with_stores(
+        settings,
+        Arc::new(controlled),
+        Arc::new(InMemorySnapshotStore::new()),
+    )
+    .expect("start");
+    let (log_tx, mut log) = mpsc::unbounded_channel();
+    let (x, y) = (Arbiter::new(), Arbiter::new());
+    let mut probes = Vec::new();
+    for (arbiter, pid) in [(&x, "own-x"), (&y, "own-y")] {
+        let (p, tx, id) = (persistence.clone(), log_tx.clone(), pid.to_owned());
+        probes.push(Probe::start_in_arbiter(&arbiter.handle(), move |_| {
+            let local = p.on_this_arbiter();
+            Probe {
+                persistence: local.state(id).expect("valid id"),
+                applied: Vec::new(),
+                log: tx,
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let seen = within("recovery", log.recv()).await.expect("a probe");
+        assert!(matches!(seen, Seen::Recovered { .. }), "{seen:?}");
+    }
+    let x_reply = probes[0].send(Persist(vec![named("x1")]));
+    let write_x = control.next_write_for("own-x").await;
+    let y_reply = probes[1].send(Persist(vec![named("y1")]));
+    let write_y = control.next_write_for("own-y").await;
+    assert_eq!(persistence.work_in_flight(), 4, "each write counted twice");
+
+    x.stop();
+    assert!(matches!(
+        within("X's reply", x_reply).await,
+        Ok(Err(PersistError::StoppedDuringWrite))
+    ));
+    let joined = tokio::task::spawn_blocking(move || x.join());
+    within("X's thread", joined)
+        .await
+        .expect("join")
+        .expect("the arbiter's thread ends");
+    assert_eq!(
+        persistence.work_in_flight(),
+        2,
+        "the stopped arbiter's work is not counted any more"
+    );
+    let mut shutdown = Box::pin(persistence.shutdown());
+    assert!(
+        futures::poll!(shutdown.as_mut()).is_pending(),
+        "Y's write is held"
+    );
+    write_y.complete();
+    assert_eq!(
+        within("Y's reply", y_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        1
+    );
+    within("shutdown", shutdown).await;
+    assert_eq!(persistence.work_in_flight(), 0);
+    drop(write_x);
+    let stored: Vec<u64> = within(
+        "replay",
+        store
+            .replay_messages("own-x", 1, u64::MAX, u64::MAX)
+            .map(|e| e.expect("replay").seq_nr)
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(
+        stored,
+        Vec::<u64>::new(),
+        "X's held write never reached the store"
+    );
+    y.stop();
+}
+
+on_every_store!(
+    an_arbiter_stopping_with_a_write_held_through_its_own_journal_leaves_the_other_going,
+);
+
+/// A write the store never answers, oldest in its group: the journal's call timeout fails it
+/// (its actor stops), which releases the writes behind it in their order, while the other
+/// group never waited; the store's late answer stores nothing and reaches nobody. Time is
+/// paused once the writes are at the store, so the timeout is exact, not raced.
+///
+/// akkadotnet/Akka.Persistence.SqlServer#104 (no timeout on a journal that never replies: the
+/// actors stayed stuck); akka/akka-core#32994 (a slow write holding back every later reply).
+#[actix::test]
+async fn a_write_the_store_never_answers_times_out_and_releases_only_its_group() {
+    let mut rig = Rig::start(Backend::InMemory, |store| {
+        JournalActor::start_with(
+            store,
+            JournalConfig {
+                call_timeout: Duration::from_secs(5),
+                ..config(2)
+            },
+        )
+    })
+    .await;
+    let a = rig.probe("to-a", 0, 2, None).await;
+    let b = rig.probe("to-b", 0, 2, None).await;
+    let c = rig.probe("to-c", 1, 2, None).await;
+    let a_reply = a.send(Persist(vec![named("a1")]));
+    let stuck = rig.control.next_write_for("to-a").await;
+    let b_reply = b.send(PersistAll(vec![named("b1"), named("b2")]));
+    rig.control
+        .next_write_for("to-b")
+        .await
+        .complete()
+        .wait()
+        .await;
+    let c_reply = c.send(Persist(vec![named("c1")]));
+    rig.control.next_write_for("to-c").await.complete();
+    assert_eq!(
+        within("C's reply", c_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        1,
+        "group 1 does not wait for the stuck write"
+    );
+
+    tokio::time::pause();
+    match within("A's reply", a_reply).await.expect("mailbox") {
+        Err(PersistError::Failed(JournalError::Timeout { .. })) => {}
+        other => panic!("A's write must time out, got {other:?}"),
+    }
+    assert_eq!(
+        within("B's reply", b_reply)
+            .await
+            .expect("mailbox")
+            .expect("stored"),
+        2
+    );
+    let seen: Vec<_> = rig
+        .so_far()
+        .into_iter()
+        .filter(|s| !matches!(s, Seen::Command { .. }))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            handler("to-c", "c1", 1),
+            failed("to-a"),
+            stopped("to-a"),
+            handler("to-b", "b1", 1),
+            handler("to-b", "b2", 2),
+        ]
+    );
+    // The store answers at last: its call was dropped, nothing is stored.
+    stuck.complete();
+    rig.settle().await;
+    assert_eq!(rig.stored("to-a").await, vec![]);
+    assert_eq!(rig.so_far(), vec![]);
 }
