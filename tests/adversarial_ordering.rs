@@ -1512,3 +1512,101 @@ async fn a_write_the_store_never_answers_times_out_and_releases_only_its_group()
     assert_eq!(rig.stored("to-a").await, vec![]);
     assert_eq!(rig.so_far(), vec![]);
 }
+
+/// `Persistence` started on a worker arbiter that is later stopped (an actix-web worker being
+/// replaced): the SQL store's writer task ran there and is gone. A journal of another
+/// arbiter (`on_this_arbiter`) over that store answers a new incarnation's recovery with a
+/// typed error at once: it neither hangs nor waits for a timeout.
+///
+/// akkadotnet/Akka.Persistence.SqlServer#104 (code paths of a journal that never replied);
+/// akkadotnet/akka.net#7582 (a journal whose initialisation failed retried forever, unseen).
+async fn a_store_whose_starting_arbiter_stopped_fails_recovery_with_a_typed_error(kind: Backend) {
+    let (_keep, url_env) = match kind {
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite:{}", dir.path().join("journal.db").display());
+            let env = vec![
+                (
+                    "ACTIX_PERSISTENCE__JOURNAL__PLUGIN".to_owned(),
+                    "sqlite".to_owned(),
+                ),
+                ("ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned(), url),
+            ];
+            (Box::new(dir) as Box<dyn Any>, env)
+        }
+        Backend::Postgres => {
+            let db = actix_persistence_sql::test_util::TestDatabase::create()
+                .await
+                .expect("DATABASE_URL names the PostgreSQL server of the tests");
+            let env = vec![
+                (
+                    "ACTIX_PERSISTENCE__JOURNAL__PLUGIN".to_owned(),
+                    "postgres".to_owned(),
+                ),
+                (
+                    "ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL".to_owned(),
+                    db.url().to_owned(),
+                ),
+            ];
+            (Box::new(db) as Box<dyn Any>, env)
+        }
+        Backend::InMemory => unreachable!("the in-memory store has no writer task"),
+    };
+    let settings = Settings::loader()
+        .env_vars(url_env)
+        .load()
+        .expect("valid settings");
+    let worker = Arbiter::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    assert!(worker.spawn_fn(move || {
+        actix_rt::spawn(async move {
+            let _ = tx.send(Persistence::start_with(settings).await);
+        });
+    }));
+    let persistence = within("start on the worker", rx)
+        .await
+        .expect("the worker ran")
+        .expect("start");
+    worker.stop();
+    let joined = tokio::task::spawn_blocking(move || worker.join());
+    within("the worker's thread", joined)
+        .await
+        .expect("join")
+        .expect("the worker's thread ends");
+
+    let local = persistence.on_this_arbiter();
+    let (log_tx, mut log) = mpsc::unbounded_channel();
+    let _probe = Probe {
+        persistence: local.state("orphan").expect("valid id"),
+        applied: Vec::new(),
+        log: log_tx,
+    }
+    .start();
+    match within("the recovery's outcome", log.recv()).await {
+        Some(Seen::RecoveryFailed { pid, .. }) if pid == "orphan" => {}
+        other => panic!("the recovery must fail with a typed error, got {other:?}"),
+    }
+}
+
+/// The SQL stores only: the in-memory store has no writer task.
+mod a_store_whose_starting_arbiter_stopped_fails_recovery_with_a_typed_error {
+    #[actix::test]
+    async fn sqlite() {
+        super::a_store_whose_starting_arbiter_stopped_fails_recovery_with_a_typed_error(
+            super::Backend::Sqlite,
+        )
+        .await
+    }
+
+    #[actix::test]
+    #[cfg_attr(
+        not(has_database_url),
+        ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+    )]
+    async fn postgres() {
+        super::a_store_whose_starting_arbiter_stopped_fails_recovery_with_a_typed_error(
+            super::Backend::Postgres,
+        )
+        .await
+    }
+}
