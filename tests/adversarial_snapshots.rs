@@ -923,3 +923,377 @@ on_every_store!(
     keep_n_retention_across_restarts_deletes_only_up_to_the_oldest_kept,
     a_snapshot_larger_than_the_event_payload_limit_round_trips_across_a_restart,
 );
+
+// ---------------------------------------------------------------------------------------------
+// The snapshot store down, or hanging, while actors run
+
+/// The in-memory snapshot store behind a switch: down, every call fails; hanging, every call
+/// waits forever.
+struct Switch {
+    inner: InMemorySnapshotStore,
+    down: Arc<AtomicBool>,
+    hang: Arc<AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injected: the snapshot store is down")]
+struct StoreDown;
+
+impl Switch {
+    async fn check(&self, operation: &'static str) -> Result<(), SnapshotError> {
+        if self.hang.load(Ordering::SeqCst) {
+            futures::future::pending::<()>().await;
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Err(SnapshotError::storage(operation, StoreDown));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SnapshotStore for Switch {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        self.check("load").await?;
+        self.inner.load(pid, criteria).await
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        self.check("save").await?;
+        self.inner.save(metadata, snapshot).await
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        self.check("delete").await?;
+        self.inner.delete(metadata).await
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        self.check("delete").await?;
+        self.inner.delete_matching(pid, criteria).await
+    }
+}
+
+/// A database whose snapshot store can be taken down while actors run: the SQL stores lose
+/// their snapshot table (renamed away), the in-memory one is switched off.
+struct Site {
+    b: Backend,
+    mem: Option<(InMemoryJournal, InMemorySnapshotStore)>,
+    down: Arc<AtomicBool>,
+    hang: Arc<AtomicBool>,
+}
+
+impl Site {
+    async fn new(kind: Kind) -> Site {
+        Site::on(Backend::new(kind).await)
+    }
+
+    fn on(b: Backend) -> Site {
+        let mem = (b.kind == Kind::InMemory)
+            .then(|| (InMemoryJournal::new(), InMemorySnapshotStore::new()));
+        Site {
+            b,
+            mem,
+            down: Arc::default(),
+            hang: Arc::default(),
+        }
+    }
+
+    async fn open(&self) -> Persistence {
+        match &self.mem {
+            Some((journal, snapshots)) => {
+                let switch = Switch {
+                    inner: snapshots.clone(),
+                    down: Arc::clone(&self.down),
+                    hang: Arc::clone(&self.hang),
+                };
+                Persistence::start_with_stores(
+                    self.b.settings(),
+                    Arc::new(journal.clone()),
+                    Arc::new(switch),
+                )
+                .expect("start persistence")
+                .with_query_store(Arc::new(journal.clone()))
+            }
+            None => self.b.open().await,
+        }
+    }
+
+    async fn take_down(&self) {
+        match self.b.kind {
+            Kind::InMemory => self.down.store(true, Ordering::SeqCst),
+            _ => sql(&self.b, "ALTER TABLE snapshot RENAME TO snapshot_away").await,
+        }
+    }
+
+    async fn bring_back(&self) {
+        match self.b.kind {
+            Kind::InMemory => self.down.store(false, Ordering::SeqCst),
+            _ => sql(&self.b, "ALTER TABLE snapshot_away RENAME TO snapshot").await,
+        }
+    }
+}
+
+/// The snapshot store down: a save fails with `SnapshotError::Storage` naming the save, the
+/// actor goes on persisting (a snapshot is an optimisation), a snapshot policy's saves fail
+/// the same way; a recovery meanwhile fails with `RecoveryError::Snapshot` (never a state
+/// from the events alone: some may be deleted); with the store back, the next process recovers
+/// every event after the last snapshot saved (akkadotnet/akka.net#3870: the snapshot store's
+/// failures restarted the actor; pawelkaczor/akka-ddd#30: looping save failures;
+/// akka/akka-core#24637: no way to learn a save failed).
+async fn a_snapshot_store_down_fails_saves_typed_the_actor_goes_on_and_recovery_fails(kind: Kind) {
+    let site = Site::new(kind).await;
+    let pid = "Ledger|store-down";
+    let p = site.open().await;
+    let policy = SnapshotPolicy::every(2).keep(1).delete_events(true);
+    let mut a = start_with(&p, pid, |s| s.with_snapshot_policy(policy));
+    assert_eq!(a.recovered().await, 0);
+    a.add(&[1]).await;
+    a.add(&[2]).await;
+    assert_eq!(a.snapshot_saved().await.seq_nr, 2);
+    assert!(matches!(a.note().await, Note::Deleted(2)));
+
+    site.take_down().await;
+    a.add(&[3]).await;
+    a.addr.do_send(Snap);
+    match a.snapshot_failed().await {
+        SnapshotError::Storage { operation, .. } => assert_eq!(operation, "save", "{kind:?}"),
+        other => panic!("{kind:?}: expected a storage error, got {other:?}"),
+    }
+    // The policy's own save at 4 fails the same way; the events stay.
+    a.add(&[4]).await;
+    match a.snapshot_failed().await {
+        SnapshotError::Storage { operation, .. } => assert_eq!(operation, "save", "{kind:?}"),
+        other => panic!("{kind:?}: expected a storage error, got {other:?}"),
+    }
+    assert_eq!(a.add(&[5]).await, (5, 15));
+    assert_eq!(a.get().await, (5, from_events(&[1, 2, 3, 4, 5])));
+    drop(a);
+    within("shutdown", p.shutdown()).await;
+
+    let p = site.open().await;
+    let mut a = start(&p, pid);
+    match a.recovery_failed().await {
+        RecoveryError::Snapshot { persistence_id, .. } => assert_eq!(persistence_id, pid),
+        other => panic!("{kind:?}: expected RecoveryError::Snapshot, got {other:?}"),
+    }
+    assert_eq!(
+        within("stop", &mut a.stopped).await.expect("stop reason"),
+        StopReason::RecoveryFailure
+    );
+    within("shutdown", p.shutdown()).await;
+
+    site.bring_back().await;
+    let p = site.open().await;
+    assert_eq!(snapshot_seq_nrs(&p, pid).await, vec![2]);
+    assert_eq!(
+        adversarial::stored_seq_nrs(&p, pid, 0, u64::MAX).await,
+        vec![3, 4, 5]
+    );
+    let mut a = start_with(&p, pid, |s| s.with_snapshot_policy(policy));
+    assert_eq!(a.recovered().await, 5);
+    assert_eq!(a.get().await.1, from_events(&[1, 2, 3, 4, 5]), "{kind:?}");
+    // Saves work again, and retention with them.
+    a.add(&[6]).await;
+    assert_eq!(a.snapshot_saved().await.seq_nr, 6);
+    assert!(matches!(a.note().await, Note::Deleted(6)));
+    within("shutdown", p.shutdown()).await;
+}
+
+on_every_store!(a_snapshot_store_down_fails_saves_typed_the_actor_goes_on_and_recovery_fails);
+
+/// A snapshot store that does not answer (a PostgreSQL table locked by another session; an
+/// in-memory store that hangs): the save fails with `SnapshotError::Timeout` after
+/// `snapshot-store.call-timeout` while the actor goes on persisting, and a recovery meanwhile
+/// fails instead of waiting forever (akkadotnet/akka.net#3665: "Recovery timed out, didn't get
+/// snapshot", and the store never recovered once the database was back). Not on SQLite: its one
+/// writer connection serves the journal and the snapshot store, so a database locked by
+/// another connection holds both.
+async fn a_hanging_snapshot_store_times_out_saves_and_recoveries(kind: Kind) {
+    let b = Backend::new(kind)
+        .await
+        .with_env("ACTIX_PERSISTENCE__SNAPSHOT_STORE__CALL_TIMEOUT", "300ms");
+    let site = Site::on(b);
+    let pid = "Ledger|hanging";
+    let p = site.open().await;
+    let mut a = start(&p, pid);
+    assert_eq!(a.recovered().await, 0);
+    a.add(&[1]).await;
+
+    // Hang the store: a lock held by another session, or the switch.
+    let mut locker = None;
+    match kind {
+        Kind::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&site.b.pg_url())
+                .await
+                .expect("connect");
+            sqlx::query("BEGIN").execute(&mut c).await.expect("begin");
+            sqlx::query("LOCK TABLE snapshot IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut c)
+                .await
+                .expect("lock");
+            locker = Some(c);
+        }
+        _ => site.hang.store(true, Ordering::SeqCst),
+    }
+    a.addr.do_send(Snap);
+    match a.snapshot_failed().await {
+        SnapshotError::Timeout { operation, .. } => assert_eq!(operation, "save", "{kind:?}"),
+        other => panic!("{kind:?}: expected a timeout, got {other:?}"),
+    }
+    assert_eq!(a.add(&[2]).await, (2, 3));
+    let mut r = start(&p, "Ledger|hanging-other");
+    match r.recovery_failed().await {
+        RecoveryError::Snapshot { reason, .. } => {
+            assert!(reason.contains("did not answer"), "{kind:?}: {reason}")
+        }
+        RecoveryError::Timeout { .. } => {}
+        other => panic!("{kind:?}: expected a failed recovery, got {other:?}"),
+    }
+
+    // Released: saves work again.
+    match locker {
+        Some(mut c) => {
+            sqlx::query("COMMIT").execute(&mut c).await.expect("commit");
+            c.close().await.expect("close");
+        }
+        None => site.hang.store(false, Ordering::SeqCst),
+    }
+    a.addr.do_send(Snap);
+    assert_eq!(a.snapshot_saved().await.seq_nr, 2, "{kind:?}");
+    drop(a);
+    within("shutdown", p.shutdown()).await;
+    let p = site.open().await;
+    let mut a = start(&p, pid);
+    assert_eq!(a.recovered().await, 2);
+    assert_eq!(a.get().await.1, from_events(&[1, 2]));
+    within("shutdown", p.shutdown()).await;
+}
+
+mod a_hanging_snapshot_store_times_out_saves_and_recoveries {
+    #[actix::test]
+    async fn in_memory() {
+        super::a_hanging_snapshot_store_times_out_saves_and_recoveries(super::Kind::InMemory).await
+    }
+
+    #[actix::test]
+    #[cfg_attr(
+        not(has_database_url),
+        ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+    )]
+    async fn postgres() {
+        super::a_hanging_snapshot_store_times_out_saves_and_recoveries(super::Kind::Postgres).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The snapshot store in another database than the journal
+
+async fn count_sqlite(url: &str, statement: &str) -> i64 {
+    let mut c = sqlx::SqliteConnection::connect(url).await.expect("connect");
+    let n = sqlx::query_scalar(statement)
+        .fetch_one(&mut c)
+        .await
+        .expect("count");
+    c.close().await.expect("close");
+    n
+}
+
+async fn count_pg(url: &str, statement: &str) -> i64 {
+    let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
+    let n = sqlx::query_scalar(statement)
+        .fetch_one(&mut c)
+        .await
+        .expect("count");
+    c.close().await.expect("close");
+    n
+}
+
+/// `snapshot-store.plugin = "postgres"` under a SQLite journal: snapshots go to PostgreSQL and
+/// only there, events to the SQLite file and only there; the next process recovers from the
+/// PostgreSQL snapshot with the events under it deleted from SQLite, and the sequence goes on
+/// (akkadotnet/Akka.Persistence.MongoDB#43: the snapshots were not where the configuration
+/// said). The reverse, a shared PostgreSQL journal under a process-local SQLite snapshot
+/// store, is refused at startup naming both settings.
+#[actix::test]
+#[cfg_attr(
+    not(has_database_url),
+    ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+)]
+async fn a_snapshot_store_in_another_database_than_the_journal_holds_every_snapshot() {
+    let pg = Backend::new(Kind::Postgres).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite_url = format!("sqlite:{}", dir.path().join("journal.db").display());
+    let settings = |journal: &str, snapshots: &str| {
+        Settings::loader()
+            .env_vars([
+                ("ACTIX_PERSISTENCE__JOURNAL__PLUGIN".to_owned(), journal.to_owned()),
+                (
+                    "ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN".to_owned(),
+                    snapshots.to_owned(),
+                ),
+                (
+                    "ACTIX_PERSISTENCE__JOURNAL__SQLITE__URL".to_owned(),
+                    sqlite_url.clone(),
+                ),
+                (
+                    "ACTIX_PERSISTENCE__JOURNAL__POSTGRES__URL".to_owned(),
+                    pg.pg_url(),
+                ),
+            ])
+            .load()
+    };
+    let pid = "Ledger|elsewhere";
+    let p = Persistence::start_with(settings("sqlite", "postgres").expect("valid settings"))
+        .await
+        .expect("start");
+    let mut a = start(&p, pid);
+    assert_eq!(a.recovered().await, 0);
+    a.add(&[1, 2, 3]).await;
+    a.addr.do_send(Snap);
+    assert_eq!(a.snapshot_saved().await.seq_nr, 3);
+    a.addr.do_send(DeleteTo(3));
+    assert!(matches!(a.note().await, Note::Deleted(3)));
+    a.add(&[4]).await;
+    drop(a);
+    within("shutdown", p.shutdown()).await;
+
+    let in_pg = "SELECT COUNT(*) FROM snapshot";
+    assert_eq!(count_pg(&pg.pg_url(), in_pg).await, 1);
+    assert_eq!(count_sqlite(&sqlite_url, in_pg).await, 0);
+    assert_eq!(
+        count_sqlite(&sqlite_url, "SELECT COUNT(*) FROM journal").await,
+        1
+    );
+    assert_eq!(count_pg(&pg.pg_url(), "SELECT COUNT(*) FROM journal").await, 0);
+
+    let p = Persistence::start_with(settings("sqlite", "postgres").expect("valid settings"))
+        .await
+        .expect("start");
+    let mut a = start(&p, pid);
+    assert_eq!(a.recovered().await, 4);
+    assert_eq!(a.get().await.1, from_events(&[1, 2, 3, 4]));
+    assert_eq!(a.add(&[5]).await, (5, 15));
+    drop(a);
+    within("shutdown", p.shutdown()).await;
+
+    let refused = settings("postgres", "sqlite")
+        .expect_err("a shared journal over a process-local snapshot store")
+        .to_string();
+    assert!(
+        refused.contains("snapshot-store.plugin") && refused.contains("journal.plugin"),
+        "{refused}"
+    );
+}
