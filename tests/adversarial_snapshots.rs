@@ -418,9 +418,7 @@ async fn spoil(b: &Backend, p: &Persistence, pid: &str, seq_nr: u64, how: Spoil)
     };
     sql(
         b,
-        &format!(
-            "UPDATE snapshot SET {set} WHERE persistence_id = '{pid}' AND seq_nr = {seq_nr}"
-        ),
+        &format!("UPDATE snapshot SET {set} WHERE persistence_id = '{pid}' AND seq_nr = {seq_nr}"),
     )
     .await;
 }
@@ -541,7 +539,10 @@ async fn recoveries_that_skip_a_snapshot_over_deleted_events_fail_with_missing_e
     assert_eq!(a.get().await, (5, LedgerState::default()));
     a.addr.do_send(Snap);
     assert!(
-        matches!(a.snapshot_failed().await, SnapshotError::NotSupported { .. }),
+        matches!(
+            a.snapshot_failed().await,
+            SnapshotError::NotSupported { .. }
+        ),
         "{kind:?}"
     );
     assert_eq!(a.add(&[6]).await, (6, 6));
@@ -661,7 +662,11 @@ async fn deleting_snapshots_by_criteria_never_deletes_more_than_asked(kind: Kind
         min_timestamp: 200,
     })
     .await;
-    assert_eq!(snapshot_seq_nrs(&p, pid).await, vec![6, 5, 4, 1], "{kind:?}");
+    assert_eq!(
+        snapshot_seq_nrs(&p, pid).await,
+        vec![6, 5, 4, 1],
+        "{kind:?}"
+    );
     delete(SnapshotSelectionCriteria::up_to(0)).await;
     delete(SnapshotSelectionCriteria {
         max_timestamp: 99,
@@ -678,7 +683,11 @@ async fn deleting_snapshots_by_criteria_never_deletes_more_than_asked(kind: Kind
         ..SnapshotSelectionCriteria::latest()
     })
     .await;
-    assert_eq!(snapshot_seq_nrs(&p, pid).await, vec![6, 5, 4, 1], "{kind:?}");
+    assert_eq!(
+        snapshot_seq_nrs(&p, pid).await,
+        vec![6, 5, 4, 1],
+        "{kind:?}"
+    );
     let stale = SnapshotMetadata {
         persistence_id: pid.into(),
         seq_nr: 5,
@@ -687,7 +696,11 @@ async fn deleting_snapshots_by_criteria_never_deletes_more_than_asked(kind: Kind
     within("delete", store.delete(&stale))
         .await
         .expect("deleted");
-    assert_eq!(snapshot_seq_nrs(&p, pid).await, vec![6, 5, 4, 1], "{kind:?}");
+    assert_eq!(
+        snapshot_seq_nrs(&p, pid).await,
+        vec![6, 5, 4, 1],
+        "{kind:?}"
+    );
     within(
         "delete",
         store.delete(&SnapshotMetadata {
@@ -824,7 +837,11 @@ async fn keep_n_retention_across_restarts_deletes_only_up_to_the_oldest_kept(kin
                             _ => None,
                         })
                         .await;
-                    assert_eq!(deleted, seq_nr - 2, "{kind:?}: deleted beyond the oldest kept");
+                    assert_eq!(
+                        deleted,
+                        seq_nr - 2,
+                        "{kind:?}: deleted beyond the oldest kept"
+                    );
                 }
             }
             next += 1;
@@ -1239,7 +1256,10 @@ async fn a_snapshot_store_in_another_database_than_the_journal_holds_every_snaps
     let settings = |journal: &str, snapshots: &str| {
         Settings::loader()
             .env_vars([
-                ("ACTIX_PERSISTENCE__JOURNAL__PLUGIN".to_owned(), journal.to_owned()),
+                (
+                    "ACTIX_PERSISTENCE__JOURNAL__PLUGIN".to_owned(),
+                    journal.to_owned(),
+                ),
                 (
                     "ACTIX_PERSISTENCE__SNAPSHOT_STORE__PLUGIN".to_owned(),
                     snapshots.to_owned(),
@@ -1277,7 +1297,10 @@ async fn a_snapshot_store_in_another_database_than_the_journal_holds_every_snaps
         count_sqlite(&sqlite_url, "SELECT COUNT(*) FROM journal").await,
         1
     );
-    assert_eq!(count_pg(&pg.pg_url(), "SELECT COUNT(*) FROM journal").await, 0);
+    assert_eq!(
+        count_pg(&pg.pg_url(), "SELECT COUNT(*) FROM journal").await,
+        0
+    );
 
     let p = Persistence::start_with(settings("sqlite", "postgres").expect("valid settings"))
         .await
@@ -1297,3 +1320,99 @@ async fn a_snapshot_store_in_another_database_than_the_journal_holds_every_snaps
         "{refused}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Deleting past a rejected write's sequence number
+
+/// A write rejected at 3 (over the payload limit) uses its number up without storing it; a
+/// snapshot then lands at 2 (the last stored event) and `delete_events_to` may name 3 (the
+/// last number used). After a restart the state is the snapshot's and the sequence goes on
+/// from the last stored event (3, never stored, may be used now), never below the snapshot,
+/// and each later process replays the events written after the delete
+/// (okumin/akka-persistence-sql-async#6 and akka/akka-core#18559: the highest sequence number
+/// reset after deleting, so new events hid under the snapshot).
+async fn deleting_up_to_a_rejected_number_after_a_snapshot_loses_no_later_event(kind: Kind) {
+    let b = Backend::new(kind).await;
+    let pid = "Ledger|rejected-top";
+    let p = b.open().await;
+    let mut a = start(&p, pid);
+    assert_eq!(a.recovered().await, 0);
+    a.add(&[1, 2]).await;
+    let over = "z".repeat(actix_persistence::limits::MAX_PAYLOAD_BYTES + 1);
+    let rejected = within("AddPad", a.addr.send(AddPad(over)))
+        .await
+        .expect("mailbox");
+    assert!(
+        rejected.is_err(),
+        "{kind:?}: an event over the limit was stored"
+    );
+    match a.note().await {
+        Note::Rejected(rejection) => {
+            assert!(rejection.to_string().contains("payload"), "{rejection}")
+        }
+        other => panic!("{kind:?}: expected the rejection, got {other:?}"),
+    }
+    a.addr.do_send(Snap);
+    assert_eq!(a.snapshot_saved().await.seq_nr, 2, "{kind:?}");
+    a.addr.do_send(DeleteTo(3));
+    let deleted = a.note().await;
+    assert!(matches!(deleted, Note::Deleted(3)), "{kind:?}: {deleted:?}");
+    drop(a);
+    within("shutdown", p.shutdown()).await;
+
+    for process in 0..2 {
+        let p = b.open().await;
+        let mut a = start(&p, pid);
+        let last = a.recovered().await;
+        assert!(last >= 2, "{kind:?} process {process}: recovered at {last}");
+        let expected_total = 3 + 10 * process;
+        assert_eq!(a.get().await.1.total, expected_total, "{kind:?}");
+        let (seq_nr, total) = within("Add", a.addr.send(Add(vec![10])))
+            .await
+            .expect("mailbox")
+            .unwrap_or_else(|e| panic!("{kind:?} process {process}: persist after {last}: {e}"));
+        assert_eq!(seq_nr, last + 1, "{kind:?}");
+        assert_eq!(total, expected_total + 10);
+        drop(a);
+        within("shutdown", p.shutdown()).await;
+    }
+}
+
+on_every_store!(deleting_up_to_a_rejected_number_after_a_snapshot_loses_no_later_event);
+
+// ---------------------------------------------------------------------------------------------
+// What a snapshot store can hold
+
+/// A snapshot whose manifest holds a NUL character (a custom `Snapshotting` writes it) gets
+/// the same answer from every store: refused with `SnapshotError::Storage` naming the save,
+/// nothing stored, an earlier snapshot at that sequence number intact. PostgreSQL text cannot
+/// hold NUL, so a store that took it (in memory, SQLite) would pass every test and fail every
+/// save in production (nano-step/nano-brain#181: text SQLite stored with NUL bytes, refused by
+/// PostgreSQL; brianc/node-postgres#2080).
+async fn a_snapshot_manifest_with_nul_is_refused_alike_by_every_store(kind: Kind) {
+    let b = Backend::new(kind).await;
+    let pid = "Ledger|nul-manifest";
+    let p = b.open().await;
+    save(&p, pid, 3, 1, marker(3)).await;
+    let metadata = SnapshotMetadata {
+        persistence_id: pid.into(),
+        seq_nr: 3,
+        timestamp: 2,
+    };
+    let snapshot = SerializedSnapshot {
+        manifest: "ledger\0v2".to_owned(),
+        ..marker(4)
+    };
+    match within("save", p.snapshot_store().save(metadata, snapshot)).await {
+        Err(SnapshotError::Storage { operation, .. }) => assert_eq!(operation, "save", "{kind:?}"),
+        other => panic!("{kind:?}: a NUL in the manifest must be refused, got {other:?}"),
+    }
+    let kept = load(&p, pid, SnapshotSelectionCriteria::latest())
+        .await
+        .expect("the earlier snapshot");
+    assert_eq!(kept.metadata.timestamp, 1, "{kind:?}");
+    assert_eq!(kept.snapshot, marker(3), "{kind:?}");
+    within("shutdown", p.shutdown()).await;
+}
+
+on_every_store!(a_snapshot_manifest_with_nul_is_refused_alike_by_every_store);

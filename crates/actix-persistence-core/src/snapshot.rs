@@ -239,7 +239,10 @@ pub trait SnapshotStore: Send + Sync + 'static {
     /// Saves a snapshot; one already saved for the same persistence id and seq_nr is replaced.
     ///
     /// # Errors
-    /// [`SnapshotError::Storage`] when the store cannot be written.
+    /// [`SnapshotError::Storage`] when the store cannot be written, or (every built-in store
+    /// alike, so the same snapshot gets the same answer in tests and in production) when the
+    /// sequence number is above `i64::MAX` or the persistence id or the manifest holds a NUL
+    /// character; nothing is stored then.
     async fn save(
         &self,
         metadata: SnapshotMetadata,
@@ -329,9 +332,10 @@ impl SnapshotStore for InMemorySnapshotStore {
         }))
     }
 
-    /// As the SQL stores, whose column holds no more: a sequence number above
-    /// [`MAX_STORABLE_SEQ_NR`](crate::limits::MAX_STORABLE_SEQ_NR) (`i64::MAX`) is refused
-    /// and nothing changes.
+    /// As the SQL stores, whose columns hold no more: a sequence number above
+    /// [`MAX_STORABLE_SEQ_NR`](crate::limits::MAX_STORABLE_SEQ_NR) (`i64::MAX`), or a NUL
+    /// character in the persistence id or the manifest (PostgreSQL text cannot hold one), is
+    /// refused and nothing changes.
     async fn save(
         &self,
         metadata: SnapshotMetadata,
@@ -341,6 +345,17 @@ impl SnapshotStore for InMemorySnapshotStore {
             return Err(SnapshotError::storage(
                 "save",
                 SeqNrAboveLimit {
+                    persistence_id: metadata.persistence_id,
+                    seq_nr: metadata.seq_nr,
+                },
+            ));
+        }
+        if crate::limits::holds_nul(&metadata.persistence_id)
+            || crate::limits::holds_nul(&snapshot.manifest)
+        {
+            return Err(SnapshotError::storage(
+                "save",
+                NulInText {
                     persistence_id: metadata.persistence_id,
                     seq_nr: metadata.seq_nr,
                 },
@@ -385,6 +400,18 @@ impl SnapshotStore for InMemorySnapshotStore {
     crate::limits::MAX_STORABLE_SEQ_NR
 )]
 struct SeqNrAboveLimit {
+    persistence_id: String,
+    seq_nr: u64,
+}
+
+/// A snapshot whose persistence id or manifest holds a NUL character, which no store holds
+/// (PostgreSQL text cannot; every store refuses it alike).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: its \
+     persistence id or manifest holds a NUL character, which PostgreSQL text cannot store"
+)]
+struct NulInText {
     persistence_id: String,
     seq_nr: u64,
 }

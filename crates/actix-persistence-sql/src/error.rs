@@ -102,7 +102,8 @@ pub enum SqlStoreError {
         reason: String,
     },
     /// A snapshot holds a value the database cannot store: a sequence number above `i64::MAX`,
-    /// or (PostgreSQL) a NUL character in a text column. Nothing was stored.
+    /// or a NUL character in its persistence id or manifest (refused by every store alike,
+    /// as PostgreSQL text cannot hold it). Nothing was stored.
     #[error("snapshot of persistence id {persistence_id:?} at sequence number {seq_nr} cannot be stored: {reason}")]
     Unstorable {
         /// The persistence id of the snapshot.

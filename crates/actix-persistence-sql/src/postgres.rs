@@ -773,7 +773,6 @@ impl Dialect for PostgresDialect {
 
     const HIGHEST_SEQ_NR: &'static str = "the highest PostgreSQL BIGINT";
     const SEQ_NR_COLUMN: &'static str = "a BIGINT";
-    const NAME: &'static str = "PostgreSQL";
 
     /// Converts the write: nothing is left to reject. NUL characters, which PostgreSQL text
     /// cannot store, were refused by [`AtomicWrite::check`] (the limits) just before, in

@@ -3,7 +3,7 @@
 //! [`Dialect`].
 
 use actix_persistence_core::{
-    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    limits, SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
     SnapshotSelectionCriteria,
 };
 use sqlx::query::Query;
@@ -159,7 +159,8 @@ where
     ///
     /// # Errors
     /// [`SnapshotError::Storage`] when the database fails, or with [`SqlStoreError::Unstorable`]
-    /// for a sequence number above `i64::MAX` or text the database cannot hold.
+    /// for a sequence number above `i64::MAX` or a NUL in the persistence id or the manifest
+    /// (on SQLite too, which could store it: every store refuses it alike).
     pub(crate) async fn save(
         &self,
         metadata: SnapshotMetadata,
@@ -182,12 +183,14 @@ where
                 D::SEQ_NR_COLUMN
             ))
         })?;
-        if !D::stores_text(&metadata.persistence_id) || !D::stores_text(&snapshot.manifest) {
-            return Err(unstorable(format!(
-                "the persistence id or the manifest holds a NUL character, which {} text \
-                 cannot store",
-                D::NAME
-            )));
+        // Refused on every database alike (SQLite would store it): PostgreSQL text cannot
+        // hold NUL, and a snapshot must get the same answer from every store.
+        if limits::holds_nul(&metadata.persistence_id) || limits::holds_nul(&snapshot.manifest) {
+            return Err(unstorable(
+                "the persistence id or the manifest holds a NUL character, which PostgreSQL \
+                 text cannot store (refused by every store alike)"
+                    .to_owned(),
+            ));
         }
         sqlx::query::<D::Db>(statements::SAVE)
             .bind(metadata.persistence_id.as_str())

@@ -27,7 +27,9 @@ use crate::sqlite::{SqliteDialect, SqliteJournalOptions, SqlitePools};
 ///
 /// Sequence numbers are stored as SQLite `INTEGER`s: saving above `i64::MAX` fails with
 /// [`SqlStoreError::Unstorable`] (inside [`SnapshotError::Storage`]); criteria bounds above it
-/// mean "no bound".
+/// mean "no bound". A NUL in the persistence id or the manifest, which SQLite could store, is
+/// refused the same way, as PostgreSQL and the in-memory store refuse it: a snapshot gets the
+/// same answer from every store.
 #[derive(Debug, Clone)]
 pub struct SqliteSnapshotStore {
     pools: SqlitePools,
@@ -92,7 +94,7 @@ impl SnapshotStore for SqliteSnapshotStore {
     ///
     /// # Errors
     /// [`SnapshotError::Storage`] when the database fails, or with [`SqlStoreError::Unstorable`]
-    /// for a sequence number above `i64::MAX`.
+    /// for a sequence number above `i64::MAX` or a NUL in the persistence id or the manifest.
     async fn save(
         &self,
         metadata: SnapshotMetadata,
