@@ -62,8 +62,9 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
 
 /// Derives `actix::Message` through the facade, so a crate that depends only on
 /// `actix-persistence` needs no `actix` dependency of its own: `#[rtype(result = "T")]` (or
-/// `#[rtype(T)]`) names the reply type, `()` when absent. As actix's own derive, with paths
-/// into `actix_persistence::actix`.
+/// `#[rtype(result = T)]`, `#[rtype("T")]`, `#[rtype(T)]`) names the reply type, `()` when
+/// absent; a second `#[rtype]` is an error. As actix's own derive, with paths into
+/// `actix_persistence::actix`.
 #[proc_macro_derive(Message, attributes(rtype))]
 pub fn derive_message(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
@@ -75,19 +76,13 @@ pub fn derive_message(input: TokenStream) -> TokenStream {
 fn expand_message(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let mut result: Option<Type> = None;
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("rtype")) {
-        let parsed = attr.parse_args_with(|stream: syn::parse::ParseStream| {
-            if stream.peek(syn::Ident) && stream.peek2(syn::Token![=]) {
-                let key: syn::Ident = stream.parse()?;
-                if key != "result" {
-                    return Err(syn::Error::new(key.span(), "expected `result = \"Type\"`"));
-                }
-                stream.parse::<syn::Token![=]>()?;
-                let text: syn::LitStr = stream.parse()?;
-                text.parse::<Type>()
-            } else {
-                stream.parse::<Type>()
-            }
-        })?;
+        let parsed = attr.parse_args_with(parse_rtype)?;
+        if result.is_some() {
+            return Err(syn::Error::new_spanned(
+                attr,
+                "#[derive(Message)]: duplicate #[rtype]; name the reply type once",
+            ));
+        }
         result = Some(parsed);
     }
     let result = match result {
@@ -103,33 +98,67 @@ fn expand_message(input: &DeriveInput) -> syn::Result<TokenStream2> {
     })
 }
 
+/// The reply type of `#[rtype(..)]`, in each form actix's own derive takes:
+/// `result = "Type"`, `result = Type`, `"Type"` and `Type`.
+fn parse_rtype(stream: syn::parse::ParseStream) -> syn::Result<Type> {
+    if stream.peek(syn::Ident) && stream.peek2(syn::Token![=]) {
+        let key: syn::Ident = stream.parse()?;
+        if key != "result" {
+            return Err(syn::Error::new(
+                key.span(),
+                "expected `result = Type` or `result = \"Type\"`",
+            ));
+        }
+        stream.parse::<syn::Token![=]>()?;
+    }
+    let expected = |error: syn::Error| {
+        syn::Error::new(
+            error.span(),
+            "#[rtype] expects the reply type: `result = Type` or `result = \"Type\"`",
+        )
+    };
+    let ty = if stream.peek(syn::LitStr) {
+        let text: syn::LitStr = stream.parse()?;
+        text.parse::<Type>().map_err(expected)?
+    } else {
+        stream.parse::<Type>().map_err(expected)?
+    };
+    if !stream.is_empty() {
+        return Err(stream.error(
+            "#[rtype] names one reply type; for several values use a tuple: \
+             `#[rtype(result = \"(A, B)\")]`",
+        ));
+    }
+    Ok(ty)
+}
+
 /// Runs an `async fn main` in an Actix system, as `#[actix::main]` does, through the facade:
 /// `Persistence::start` needs a running Actix system (under `#[tokio::main]` it returns
 /// `StartError::NoActixSystem`).
 #[proc_macro_attribute]
 pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
-    if !args.is_empty() {
-        return syn::Error::new(
-            proc_macro2::Span::call_site(),
-            "#[actix_persistence::main] takes no arguments",
-        )
-        .into_compile_error()
-        .into();
-    }
+    let args = TokenStream2::from(args);
     let mut function = parse_macro_input!(item as syn::ItemFn);
     if function.sig.asyncness.take().is_none() {
-        return syn::Error::new(
+        // The function as written goes out with the error: no second error about a missing
+        // `main` (as tokio's and actix-rt's attributes do).
+        let error = syn::Error::new(
             function.sig.fn_token.span(),
             "#[actix_persistence::main] needs an `async fn`",
         )
-        .into_compile_error()
-        .into();
+        .into_compile_error();
+        return quote!(#error #function).into();
     }
+    let error = (!args.is_empty()).then(|| {
+        syn::Error::new_spanned(&args, "#[actix_persistence::main] takes no arguments")
+            .into_compile_error()
+    });
     let attrs = &function.attrs;
     let vis = &function.vis;
     let sig = &function.sig;
     let body = &function.block;
     quote! {
+        #error
         #(#attrs)*
         #vis #sig {
             ::actix_persistence::actix::System::new().block_on(async move #body)
@@ -209,10 +238,32 @@ fn persistence_field(input: &DeriveInput) -> syn::Result<(Member, &Type)> {
             .collect(),
         Fields::Unit => Vec::new(),
     };
-    let marked: Vec<_> = members
+    if let Some(attr) = input
+        .attrs
         .iter()
-        .filter(|(_, f)| f.attrs.iter().any(|a| a.path().is_ident("persistence")))
-        .collect();
+        .find(|a| a.path().is_ident("persistence"))
+    {
+        return Err(syn::Error::new_spanned(
+            attr,
+            "#[persistence] goes on the field holding the actor's `PersistenceState<Self>`, \
+             not on the struct",
+        ));
+    }
+    let mut marked = Vec::new();
+    let mut marks = Vec::new();
+    for member in &members {
+        if let Some(mark) = marker(member.1)? {
+            marked.push(member);
+            marks.push(mark);
+        }
+    }
+    if let [_, second, ..] = marks.as_slice() {
+        return Err(syn::Error::new_spanned(
+            second,
+            "#[persistence] marks more than one field; keep it on the one field holding the \
+             actor's `PersistenceState<Self>`",
+        ));
+    }
     let candidates = if marked.is_empty() {
         members
             .iter()
@@ -234,6 +285,31 @@ fn persistence_field(input: &DeriveInput) -> syn::Result<(Member, &Type)> {
              mark the one to use with `#[persistence]`",
         )),
     }
+}
+
+/// The `#[persistence]` marker of `field`, if it has one: the bare attribute, once.
+fn marker(field: &Field) -> syn::Result<Option<&syn::Attribute>> {
+    let mut marks = field
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("persistence"));
+    let Some(first) = marks.next() else {
+        return Ok(None);
+    };
+    if !matches!(first.meta, syn::Meta::Path(_)) {
+        return Err(syn::Error::new_spanned(
+            &first.meta,
+            "#[persistence] takes no arguments: write `#[persistence]` on the field holding \
+             the actor's `PersistenceState<Self>`",
+        ));
+    }
+    if let Some(second) = marks.next() {
+        return Err(syn::Error::new_spanned(
+            second,
+            "duplicate #[persistence] on this field; write it once",
+        ));
+    }
+    Ok(Some(first))
 }
 
 fn is_persistence_state(ty: &Type) -> bool {

@@ -1,0 +1,2 @@
+#[actix_persistence_derive::main]
+fn main() {}

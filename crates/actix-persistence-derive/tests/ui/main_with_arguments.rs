@@ -1,0 +1,2 @@
+#[actix_persistence_derive::main(system = "actix::System")]
+async fn main() {}
