@@ -178,7 +178,7 @@ pub struct ReadmeDoctests;
 #[doc(inline)]
 pub use actix_persistence_projection as projection;
 #[doc(inline)]
-pub use actix_persistence_sql::WriteStats;
+pub use actix_persistence_sql::{ConnectFailure, ConnectionsInUse, SqlStoreError, WriteStats};
 #[doc(inline)]
 #[cfg(feature = "postgres")]
 pub use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions, PostgresSnapshotStore};
