@@ -132,6 +132,42 @@ fn parse_rtype(stream: syn::parse::ParseStream) -> syn::Result<Type> {
     Ok(ty)
 }
 
+/// Derives `actix::dev::MessageResponse` through the facade, as actix's own derive: a handler
+/// returns the type itself as the reply of any message whose `Result` is that type.
+#[proc_macro_derive(MessageResponse)]
+pub fn derive_message_response(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand_message_response(&input).into()
+}
+
+fn expand_message_response(input: &DeriveInput) -> TokenStream2 {
+    let name = &input.ident;
+    let (_, ty_generics, _) = input.generics.split_for_impl();
+    let mut generics = input.generics.clone();
+    generics
+        .params
+        .push(syn::parse_quote!(__A: ::actix_persistence::actix::Actor));
+    generics.params.push(syn::parse_quote!(
+        __M: ::actix_persistence::actix::Message<Result = #name #ty_generics>
+    ));
+    let (impl_generics, _, where_clause) = generics.split_for_impl();
+    quote! {
+        impl #impl_generics ::actix_persistence::actix::dev::MessageResponse<__A, __M>
+            for #name #ty_generics #where_clause
+        {
+            fn handle(
+                self,
+                _: &mut <__A as ::actix_persistence::actix::Actor>::Context,
+                tx: ::core::option::Option<::actix_persistence::actix::dev::OneshotSender<Self>>,
+            ) {
+                if let ::core::option::Option::Some(tx) = tx {
+                    let _ = tx.send(self);
+                }
+            }
+        }
+    }
+}
+
 /// Runs an `async fn main` in an Actix system, as `#[actix::main]` does, through the facade:
 /// `Persistence::start` needs a running Actix system (under `#[tokio::main]` it returns
 /// `StartError::NoActixSystem`).
@@ -159,6 +195,41 @@ pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
     let body = &function.block;
     quote! {
         #error
+        #(#attrs)*
+        #vis #sig {
+            ::actix_persistence::actix::System::new().block_on(async move #body)
+        }
+    }
+    .into()
+}
+
+/// Runs an `async fn` test in an Actix system, as `#[actix::test]` does, through the facade.
+#[proc_macro_attribute]
+pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
+    let args = TokenStream2::from(args);
+    let mut function = parse_macro_input!(item as syn::ItemFn);
+    if function.sig.asyncness.take().is_none() {
+        let error = syn::Error::new(
+            function.sig.fn_token.span(),
+            "#[actix_persistence::actix::test] needs an `async fn`",
+        )
+        .into_compile_error();
+        return quote!(#error #function).into();
+    }
+    let error = (!args.is_empty()).then(|| {
+        syn::Error::new_spanned(
+            &args,
+            "#[actix_persistence::actix::test] takes no arguments",
+        )
+        .into_compile_error()
+    });
+    let attrs = &function.attrs;
+    let vis = &function.vis;
+    let sig = &function.sig;
+    let body = &function.block;
+    quote! {
+        #error
+        #[::core::prelude::v1::test]
         #(#attrs)*
         #vis #sig {
             ::actix_persistence::actix::System::new().block_on(async move #body)
