@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use actix_persistence::actix::{Context, Handler, Message};
+use actix_persistence::actix::{Context, Handler, Message, MessageResponse};
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use actix_persistence::projection::{
     HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
@@ -119,7 +119,7 @@ impl Handler<Command> for Account {
 #[rtype(result = "Summary")]
 struct GetSummary;
 
-#[derive(Debug, Clone, actix::MessageResponse)]
+#[derive(Debug, Clone, MessageResponse)]
 struct Summary {
     persistence_id: String,
     balance: u64,
@@ -335,7 +335,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-#[actix::main]
+#[actix_persistence::main]
 async fn main() -> ExitCode {
     // The library logs through `tracing`; without a subscriber nothing it logs is printed.
     // Every persist and journal write is a debug span with no event of its own: `FmtSpan::CLOSE`

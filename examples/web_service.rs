@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use actix::{Context, Handler, Message};
+use actix_persistence::actix::{Context, Handler, Message};
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
 use actix_persistence::projection::{
     HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,

@@ -136,7 +136,25 @@
 
 mod persistence;
 
-pub use actix;
+/// [Actix](https://docs.rs/actix), re-exported: everything of `actix` is here, as
+/// `actix_persistence::actix::Handler`, so no `actix` dependency of your own is needed.
+///
+/// The derives and attributes (`Message`, `MessageResponse`, `main`, `test`, also in
+/// [`prelude`](actix::prelude)) are this crate's: they expand as actix's own do, with paths
+/// through `actix_persistence`, where actix's expand to paths under `::actix` and fail in a
+/// crate without that dependency.
+pub mod actix {
+    #[doc(no_inline)]
+    pub use ::actix::*;
+    pub use actix_persistence_derive::{main, test, Message, MessageResponse};
+
+    /// Actix's prelude, with this crate's derives in place of actix's (see the module docs).
+    pub mod prelude {
+        #[doc(no_inline)]
+        pub use ::actix::prelude::*;
+        pub use actix_persistence_derive::{Message, MessageResponse};
+    }
+}
 pub use persistence::{Persistence, StartError};
 
 #[doc(inline)]
@@ -168,7 +186,7 @@ pub use actix_persistence_core::{
 };
 // The derives and `main` carry their docs from the derive crate (a doc comment here would be
 // shown after them, a second time).
-pub use actix_persistence_derive::{main, Message, PersistentActor};
+pub use actix_persistence_derive::{main, Message, MessageResponse, PersistentActor};
 
 // The README's examples compile as doctests of this crate.
 #[cfg(doctest)]

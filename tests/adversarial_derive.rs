@@ -215,6 +215,23 @@ mod hostile {
         type Result = ();
         fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
     }
+
+    /// A reply type of the user's, derived with the `MessageResponse` of
+    /// `actix_persistence::actix`: actix's own derive writes a bare `Option` (and `::actix`
+    /// paths), so among these names it does not compile; the facade's does.
+    #[derive(::actix_persistence::actix::MessageResponse)]
+    pub struct Balance(pub u64);
+
+    #[derive(Message)]
+    #[rtype(result = Balance)]
+    pub struct GetBalance;
+
+    impl Handler<GetBalance> for Vault {
+        type Result = Balance;
+        fn handle(&mut self, _: GetBalance, _: &mut Context<Self>) -> Balance {
+            Balance(self.total)
+        }
+    }
 }
 
 /// `#![no_implicit_prelude]`: nothing of std's prelude is in scope at all (serde-rs/serde has
@@ -289,6 +306,13 @@ async fn derived_actors_among_hostile_names_persist_and_recover(kind: Kind) {
     within("ping", vault.send(hostile::Ping))
         .await
         .expect("handled");
+    assert_eq!(
+        within("balance", vault.send(hostile::GetBalance))
+            .await
+            .expect("handled")
+            .0,
+        5
+    );
     close(p, true).await;
 
     let p = backend.open().await;
@@ -325,6 +349,27 @@ async fn derived_actors_among_hostile_names_persist_and_recover(kind: Kind) {
 }
 
 on_every_store!(derived_actors_among_hostile_names_persist_and_recover);
+
+/// `#[actix_persistence::actix::test]` runs an async test in an Actix system, as
+/// `#[actix::test]` does, with paths through the facade.
+#[actix_persistence::actix::test]
+async fn actix_test_attribute_of_the_facade_runs_in_a_system() {
+    assert!(actix_persistence::actix::System::try_current().is_some());
+    let backend = Backend::new(Kind::InMemory).await;
+    let p = backend.open().await;
+    let vault = hostile::Vault {
+        persistence: p.state("vault-in-test").expect("valid id"),
+        total: 0,
+    }
+    .start_persistent();
+    assert_eq!(
+        within("deposit", vault.ask(hostile::Deposit(2)))
+            .await
+            .expect("stored"),
+        2
+    );
+    close(p, true).await;
+}
 
 /// `#[actix_persistence::main]` runs its body in an Actix system and returns its value, as
 /// `#[actix::main]` does (actix-rt's macro had to accept non-`main` functions and return
@@ -623,6 +668,18 @@ mod rtype_forms {
     #[derive(Message)]
     #[rtype(result = "(u8, String)")]
     pub struct Classic;
+
+    /// Through `actix_persistence::actix` (as the quickstart imports it) `derive(Message)` is
+    /// the facade's too: actix's own expands to `::actix` paths, which a crate depending only
+    /// on the facade cannot resolve ("could not find `actix` in the list of imported crates"),
+    /// and it does not take a generic type unquoted, as here.
+    #[derive(actix_persistence::actix::Message)]
+    #[rtype(result = std::vec::Vec<u8>)]
+    pub struct ThroughActix;
+
+    #[derive(actix_persistence::actix::prelude::Message)]
+    #[rtype(result = std::vec::Vec<u16>)]
+    pub struct ThroughPrelude;
 }
 
 fn reply_type_of<M: actix_persistence::actix::Message<Result = R>, R>() {}
@@ -634,6 +691,8 @@ fn message_derive_takes_every_rtype_form_actix_takes() {
     reply_type_of::<rtype_forms::Quoted, u16>();
     reply_type_of::<rtype_forms::Bare, u32>();
     reply_type_of::<rtype_forms::Classic, (u8, String)>();
+    reply_type_of::<rtype_forms::ThroughActix, Vec<u8>>();
+    reply_type_of::<rtype_forms::ThroughPrelude, Vec<u16>>();
     let _ = rtype_forms::Subtracted(0).0;
 }
 
