@@ -380,6 +380,72 @@ fn main_attribute_runs_a_function_in_a_system_and_returns_its_value() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Derived inside a `macro_rules!`
+
+/// A user macro that declares actors: the derive sees the struct through the macro's
+/// `$name:ident` and `$field:ident`, whose hygiene differs from the call site's
+/// (serde-rs/serde#1305: a derive inside another crate's macro resolved paths wrongly).
+macro_rules! declare_counter {
+    ($name:ident, $field:ident, $event:ident) => {
+        #[derive(Serialize, Deserialize)]
+        struct $event(u64);
+
+        #[derive(PersistentActor)]
+        struct $name {
+            $field: PersistenceState<Self>,
+            count: u64,
+        }
+
+        impl EventSourced for $name {
+            type Event = $event;
+            fn apply(&mut self, event: &$event) {
+                self.count += event.0;
+            }
+        }
+
+        impl Handler<Bump> for $name {
+            type Result = PersistReply<u64>;
+            fn handle(&mut self, msg: Bump, ctx: &mut Context<Self>) -> Self::Result {
+                self.persist(ctx, $event(msg.0), |a, _, _| a.count)
+            }
+        }
+    };
+}
+
+#[derive(Message)]
+#[rtype(result = "PersistResult<u64>")]
+struct Bump(u64);
+
+declare_counter!(MacroCounter, journal, MacroBumped);
+declare_counter!(OtherMacroCounter, state, OtherMacroBumped);
+
+/// Actors declared by a user macro persist and recover.
+async fn actors_declared_by_a_user_macro_persist_and_recover(kind: Kind) {
+    let backend = Backend::new(kind).await;
+    for round in [1, 2] {
+        let p = backend.open().await;
+        let a = MacroCounter {
+            journal: p.state("macro-a").expect("valid id"),
+            count: 0,
+        }
+        .start_persistent();
+        let b = OtherMacroCounter {
+            state: p.state("macro-b").expect("valid id"),
+            count: 0,
+        }
+        .start_persistent();
+        assert_eq!(within("bump", a.ask(Bump(1))).await.expect("stored"), round);
+        assert_eq!(
+            within("bump", b.ask(Bump(10))).await.expect("stored"),
+            10 * round
+        );
+        close(p, true).await;
+    }
+}
+
+on_every_store!(actors_declared_by_a_user_macro_persist_and_recover);
+
+// ---------------------------------------------------------------------------------------------
 // Nested modules and visibility
 
 pub(crate) mod outer {
@@ -680,6 +746,17 @@ mod rtype_forms {
     #[derive(actix_persistence::actix::prelude::Message)]
     #[rtype(result = std::vec::Vec<u16>)]
     pub struct ThroughPrelude;
+
+    /// A generic enum with a `where` clause, its reply naming the parameter.
+    #[derive(Message)]
+    #[rtype(result = "Option<T>")]
+    pub enum Lookup<T>
+    where
+        T: Clone + 'static,
+    {
+        Get(T),
+        Missing,
+    }
 }
 
 fn reply_type_of<M: actix_persistence::actix::Message<Result = R>, R>() {}
@@ -693,6 +770,8 @@ fn message_derive_takes_every_rtype_form_actix_takes() {
     reply_type_of::<rtype_forms::Classic, (u8, String)>();
     reply_type_of::<rtype_forms::ThroughActix, Vec<u8>>();
     reply_type_of::<rtype_forms::ThroughPrelude, Vec<u16>>();
+    reply_type_of::<rtype_forms::Lookup<String>, Option<String>>();
+    let _ = [rtype_forms::Lookup::Get(1_u8), rtype_forms::Lookup::Missing];
     let _ = rtype_forms::Subtracted(0).0;
 }
 
@@ -751,6 +830,27 @@ fn main_types_are_send_sync_clone_and_debug_where_expected() {
     is_send_sync::<actix_persistence::Offset>();
     is_clone_debug::<actix_persistence::Offset>();
     is_clone_debug::<actix_persistence::StopReason>();
+    is_clone_debug::<actix_persistence::SnapshotPolicy>();
+    is_clone_debug::<actix_persistence::Backoff>();
+    is_clone_debug::<actix_persistence::Recovery>();
+    is_send_sync::<actix_persistence::RecoveryPermits>();
+    is_clone_debug::<actix_persistence::RecoveryPermits>();
+    is_send_sync::<actix_persistence::ReadJournal>();
+    is_clone_debug::<actix_persistence::ReadJournal>();
+    is_send_sync::<actix_persistence::InMemoryJournal>();
+    is_clone_debug::<actix_persistence::InMemoryJournal>();
+    is_send_sync::<actix_persistence::SqliteJournal>();
+    is_clone_debug::<actix_persistence::SqliteJournal>();
+    is_send_sync::<actix_persistence::PostgresJournal>();
+    is_clone_debug::<actix_persistence::PostgresJournal>();
+    is_send_sync::<actix_persistence::projection::ProjectionId>();
+    is_clone_debug::<actix_persistence::projection::ProjectionId>();
+    is_send_sync::<actix_persistence::projection::ProjectionHandle<actix_persistence::Offset>>();
+    // Not `Clone` by design: dropping the handle stops the projection (as a `JoinHandle`).
+    is_debug::<actix_persistence::projection::ProjectionHandle<actix_persistence::Offset>>();
+    is_clone_debug::<actix_persistence::snapshot::SnapshotMetadata>();
+    is_clone_debug::<actix_persistence::PersistentRepr>();
+    is_debug::<actix_persistence::PersistReply<u8>>();
 }
 
 /// A function of the user's returns the library's errors with `?` into one boxed error.
