@@ -446,6 +446,103 @@ async fn actors_declared_by_a_user_macro_persist_and_recover(kind: Kind) {
 on_every_store!(actors_declared_by_a_user_macro_persist_and_recover);
 
 // ---------------------------------------------------------------------------------------------
+// The facade under another path
+
+/// A crate of the user's that re-exports the facade (a company's actor toolkit), stood in for
+/// by a module, or the facade renamed in Cargo.toml: `::actix_persistence` does not resolve
+/// there, so the derives take the facade's path as serde takes `#[serde(crate = "..")]`
+/// (serde-rs/serde#1331, serde-rs/serde#1938: "can't find crate for `serde`" after a rename).
+/// The toolkit's `start_recovery` counts its calls, which shows the derive went through it.
+pub mod toolkit {
+    pub mod persistence {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        pub use ::actix_persistence::{actix, PersistenceState, PersistentActor};
+
+        pub static RECOVERIES: AtomicUsize = AtomicUsize::new(0);
+
+        pub fn start_recovery<A: PersistentActor>(actor: &mut A, ctx: &mut actix::Context<A>) {
+            RECOVERIES.fetch_add(1, Ordering::SeqCst);
+            ::actix_persistence::start_recovery(actor, ctx);
+        }
+    }
+}
+
+#[derive(PersistentActor)]
+#[actix_persistence(crate = "crate::toolkit::persistence")]
+struct Routed {
+    persistence: PersistenceState<Self>,
+    count: u64,
+}
+
+impl EventSourced for Routed {
+    type Event = u64;
+    fn apply(&mut self, event: &u64) {
+        self.count += event;
+    }
+}
+
+#[derive(Message)]
+#[actix_persistence(crate = "crate::toolkit::persistence")]
+#[rtype(result = "PersistResult<u64>")]
+struct RoutedAdd(u64);
+
+impl Handler<RoutedAdd> for Routed {
+    type Result = PersistReply<u64>;
+    fn handle(&mut self, msg: RoutedAdd, ctx: &mut Context<Self>) -> Self::Result {
+        self.persist(ctx, msg.0, |a, _, _| a.count)
+    }
+}
+
+#[derive(actix_persistence::MessageResponse)]
+#[actix_persistence(crate = "crate::toolkit::persistence")]
+struct RoutedCount(u64);
+
+#[derive(Message)]
+#[actix_persistence(crate = "crate::toolkit::persistence")]
+#[rtype(result = RoutedCount)]
+struct RoutedGet;
+
+impl Handler<RoutedGet> for Routed {
+    type Result = RoutedCount;
+    fn handle(&mut self, _: RoutedGet, _: &mut Context<Self>) -> RoutedCount {
+        RoutedCount(self.count)
+    }
+}
+
+/// An actor derived with `#[actix_persistence(crate = "path")]` recovers through that path
+/// and persists; `main(crate = "path")` runs in a system.
+#[actix_persistence::main(crate = "crate::toolkit::persistence")]
+async fn derive_through_a_re_exporting_crate() -> (usize, u64, u64) {
+    use std::sync::atomic::Ordering;
+    let backend = Backend::new(Kind::InMemory).await;
+    let p = backend.open().await;
+    let routed = Routed {
+        persistence: p.state("routed").expect("valid id"),
+        count: 0,
+    }
+    .start_persistent();
+    let stored = within("add", routed.ask(RoutedAdd(4)))
+        .await
+        .expect("stored");
+    let read = within("get", routed.send(RoutedGet))
+        .await
+        .expect("handled")
+        .0;
+    close(p, true).await;
+    (
+        toolkit::persistence::RECOVERIES.load(Ordering::SeqCst),
+        stored,
+        read,
+    )
+}
+
+#[test]
+fn derives_take_the_facade_path_of_a_re_exporting_crate() {
+    assert_eq!(derive_through_a_re_exporting_crate(), (1, 4, 4));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Nested modules and visibility
 
 pub(crate) mod outer {

@@ -21,8 +21,11 @@ use syn::{parse_macro_input, Data, DeriveInput, Field, Fields, Member, Type};
 /// Derives `actix::Actor` (recovering on start) and `PersistentActor` for a struct holding a
 /// `PersistenceState<Self>` field.
 ///
-/// Mark the field with `#[persistence]` when its type is behind an alias.
-#[proc_macro_derive(PersistentActor, attributes(persistence))]
+/// Mark the field with `#[persistence]` when its type is behind an alias. The output names the
+/// facade `::actix_persistence`; `#[actix_persistence(crate = "path")]` on the struct names it
+/// elsewhere (a renamed dependency, or a crate of yours that re-exports it), as
+/// `#[serde(crate = "..")]` does.
+#[proc_macro_derive(PersistentActor, attributes(persistence, actix_persistence))]
 pub fn derive_persistent_actor(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand(&input)
@@ -31,6 +34,7 @@ pub fn derive_persistent_actor(input: TokenStream) -> TokenStream {
 }
 
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
+    let krate = facade_path(&input.attrs)?;
     let (field, ty) = persistence_field(input)?;
     check_state_of_self(input, ty)?;
     let name = &input.ident;
@@ -40,20 +44,20 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let state = quote_spanned!(ty.span()=> &self.#field);
     let state_mut = quote_spanned!(ty.span()=> &mut self.#field);
     Ok(quote! {
-        impl #impl_generics ::actix_persistence::actix::Actor for #name #ty_generics #where_clause {
-            type Context = ::actix_persistence::actix::Context<Self>;
+        impl #impl_generics #krate::actix::Actor for #name #ty_generics #where_clause {
+            type Context = #krate::actix::Context<Self>;
 
             fn started(&mut self, ctx: &mut Self::Context) {
-                ::actix_persistence::start_recovery(self, ctx);
+                #krate::start_recovery(self, ctx);
             }
         }
 
-        impl #impl_generics ::actix_persistence::PersistentActor for #name #ty_generics #where_clause {
-            fn persistence(&self) -> &::actix_persistence::PersistenceState<Self> {
+        impl #impl_generics #krate::PersistentActor for #name #ty_generics #where_clause {
+            fn persistence(&self) -> &#krate::PersistenceState<Self> {
                 #state
             }
 
-            fn persistence_mut(&mut self) -> &mut ::actix_persistence::PersistenceState<Self> {
+            fn persistence_mut(&mut self) -> &mut #krate::PersistenceState<Self> {
                 #state_mut
             }
         }
@@ -64,8 +68,9 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
 /// `actix-persistence` needs no `actix` dependency of its own: `#[rtype(result = "T")]` (or
 /// `#[rtype(result = T)]`, `#[rtype("T")]`, `#[rtype(T)]`) names the reply type, `()` when
 /// absent; a second `#[rtype]` is an error. As actix's own derive, with paths into
-/// `actix_persistence::actix`.
-#[proc_macro_derive(Message, attributes(rtype))]
+/// `actix_persistence::actix` (`#[actix_persistence(crate = "path")]` names the facade
+/// elsewhere).
+#[proc_macro_derive(Message, attributes(rtype, actix_persistence))]
 pub fn derive_message(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand_message(&input)
@@ -74,6 +79,7 @@ pub fn derive_message(input: TokenStream) -> TokenStream {
 }
 
 fn expand_message(input: &DeriveInput) -> syn::Result<TokenStream2> {
+    let krate = facade_path(&input.attrs)?;
     let mut result: Option<Type> = None;
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("rtype")) {
         let parsed = attr.parse_args_with(parse_rtype)?;
@@ -92,7 +98,7 @@ fn expand_message(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let name = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     Ok(quote! {
-        impl #impl_generics ::actix_persistence::actix::Message for #name #ty_generics #where_clause {
+        impl #impl_generics #krate::actix::Message for #name #ty_generics #where_clause {
             type Result = #result;
         }
     })
@@ -133,109 +139,141 @@ fn parse_rtype(stream: syn::parse::ParseStream) -> syn::Result<Type> {
 }
 
 /// Derives `actix::dev::MessageResponse` through the facade, as actix's own derive: a handler
-/// returns the type itself as the reply of any message whose `Result` is that type.
-#[proc_macro_derive(MessageResponse)]
+/// returns the type itself as the reply of any message whose `Result` is that type
+/// (`#[actix_persistence(crate = "path")]` names the facade elsewhere).
+#[proc_macro_derive(MessageResponse, attributes(actix_persistence))]
 pub fn derive_message_response(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
-    expand_message_response(&input).into()
+    expand_message_response(&input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }
 
-fn expand_message_response(input: &DeriveInput) -> TokenStream2 {
+fn expand_message_response(input: &DeriveInput) -> syn::Result<TokenStream2> {
+    let krate = facade_path(&input.attrs)?;
     let name = &input.ident;
     let (_, ty_generics, _) = input.generics.split_for_impl();
     let mut generics = input.generics.clone();
     generics
         .params
-        .push(syn::parse_quote!(__A: ::actix_persistence::actix::Actor));
+        .push(syn::parse_quote!(__A: #krate::actix::Actor));
     generics.params.push(syn::parse_quote!(
-        __M: ::actix_persistence::actix::Message<Result = #name #ty_generics>
+        __M: #krate::actix::Message<Result = #name #ty_generics>
     ));
     let (impl_generics, _, where_clause) = generics.split_for_impl();
-    quote! {
-        impl #impl_generics ::actix_persistence::actix::dev::MessageResponse<__A, __M>
+    Ok(quote! {
+        impl #impl_generics #krate::actix::dev::MessageResponse<__A, __M>
             for #name #ty_generics #where_clause
         {
             fn handle(
                 self,
-                _: &mut <__A as ::actix_persistence::actix::Actor>::Context,
-                tx: ::core::option::Option<::actix_persistence::actix::dev::OneshotSender<Self>>,
+                _: &mut <__A as #krate::actix::Actor>::Context,
+                tx: ::core::option::Option<#krate::actix::dev::OneshotSender<Self>>,
             ) {
                 if let ::core::option::Option::Some(tx) = tx {
                     let _ = tx.send(self);
                 }
             }
         }
-    }
+    })
 }
 
 /// Runs an `async fn main` in an Actix system, as `#[actix::main]` does, through the facade:
 /// `Persistence::start` needs a running Actix system (under `#[tokio::main]` it returns
-/// `StartError::NoActixSystem`).
+/// `StartError::NoActixSystem`). `#[actix_persistence::main(crate = "path")]` names the facade
+/// when it is renamed or re-exported.
 #[proc_macro_attribute]
 pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args = TokenStream2::from(args);
-    let mut function = parse_macro_input!(item as syn::ItemFn);
+    in_system(args.into(), item.into(), "#[actix_persistence::main]", None).into()
+}
+
+/// Runs an `async fn` test in an Actix system, as `#[actix::test]` does, through the facade.
+/// `#[actix_persistence::actix::test(crate = "path")]` names the facade when it is renamed or
+/// re-exported.
+#[proc_macro_attribute]
+pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
+    in_system(
+        args.into(),
+        item.into(),
+        "#[actix_persistence::actix::test]",
+        Some(quote!(#[::core::prelude::v1::test])),
+    )
+    .into()
+}
+
+/// `item`, an `async fn`, as a function that runs its body in a new Actix system, with
+/// `marker` (`#[test]`) above it.
+fn in_system(
+    args: TokenStream2,
+    item: TokenStream2,
+    what: &str,
+    marker: Option<TokenStream2>,
+) -> TokenStream2 {
+    let mut function = match syn::parse2::<syn::ItemFn>(item) {
+        Ok(function) => function,
+        Err(error) => return error.into_compile_error(),
+    };
     if function.sig.asyncness.take().is_none() {
         // The function as written goes out with the error: no second error about a missing
         // `main` (as tokio's and actix-rt's attributes do).
         let error = syn::Error::new(
             function.sig.fn_token.span(),
-            "#[actix_persistence::main] needs an `async fn`",
+            format!("{what} needs an `async fn`"),
         )
         .into_compile_error();
-        return quote!(#error #function).into();
+        return quote!(#error #function);
     }
-    let error = (!args.is_empty()).then(|| {
-        syn::Error::new_spanned(&args, "#[actix_persistence::main] takes no arguments")
-            .into_compile_error()
-    });
+    let mut krate: Option<syn::Path> = None;
+    let parser = syn::meta::parser(|meta| crate_key(&meta, &mut krate, what));
+    let error = syn::parse::Parser::parse2(parser, args)
+        .err()
+        .map(syn::Error::into_compile_error);
+    let krate = krate.unwrap_or_else(|| syn::parse_quote!(::actix_persistence));
     let attrs = &function.attrs;
     let vis = &function.vis;
     let sig = &function.sig;
     let body = &function.block;
     quote! {
         #error
+        #marker
         #(#attrs)*
         #vis #sig {
-            ::actix_persistence::actix::System::new().block_on(async move #body)
+            #krate::actix::System::new().block_on(async move #body)
         }
     }
-    .into()
 }
 
-/// Runs an `async fn` test in an Actix system, as `#[actix::test]` does, through the facade.
-#[proc_macro_attribute]
-pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args = TokenStream2::from(args);
-    let mut function = parse_macro_input!(item as syn::ItemFn);
-    if function.sig.asyncness.take().is_none() {
-        let error = syn::Error::new(
-            function.sig.fn_token.span(),
-            "#[actix_persistence::actix::test] needs an `async fn`",
-        )
-        .into_compile_error();
-        return quote!(#error #function).into();
+/// The path of the facade crate in the derive's output: `::actix_persistence`, or the path
+/// of `#[actix_persistence(crate = "path")]` on the item, for a crate that renamed the facade
+/// in its Cargo.toml or reaches it through a crate of its own that re-exports it.
+fn facade_path(attrs: &[syn::Attribute]) -> syn::Result<syn::Path> {
+    let mut krate: Option<syn::Path> = None;
+    for attr in attrs
+        .iter()
+        .filter(|a| a.path().is_ident("actix_persistence"))
+    {
+        attr.parse_nested_meta(|meta| crate_key(&meta, &mut krate, "#[actix_persistence(..)]"))?;
     }
-    let error = (!args.is_empty()).then(|| {
-        syn::Error::new_spanned(
-            &args,
-            "#[actix_persistence::actix::test] takes no arguments",
-        )
-        .into_compile_error()
-    });
-    let attrs = &function.attrs;
-    let vis = &function.vis;
-    let sig = &function.sig;
-    let body = &function.block;
-    quote! {
-        #error
-        #[::core::prelude::v1::test]
-        #(#attrs)*
-        #vis #sig {
-            ::actix_persistence::actix::System::new().block_on(async move #body)
-        }
+    Ok(krate.unwrap_or_else(|| syn::parse_quote!(::actix_persistence)))
+}
+
+/// Parses `crate = "path"`, the one key of `what`, into `krate`.
+fn crate_key(
+    meta: &syn::meta::ParseNestedMeta,
+    krate: &mut Option<syn::Path>,
+    what: &str,
+) -> syn::Result<()> {
+    if !meta.path.is_ident("crate") {
+        return Err(meta.error(format!(
+            "{what} takes one key, `crate = \"path\"` (the path of actix-persistence)"
+        )));
     }
-    .into()
+    if krate.is_some() {
+        return Err(meta.error(format!("{what}: duplicate `crate`; give it once")));
+    }
+    let text: syn::LitStr = meta.value()?.parse()?;
+    *krate = Some(text.parse()?);
+    Ok(())
 }
 
 /// A field `PersistenceState<X>` must hold the state of the actor itself: `X` is `Self` or
