@@ -175,6 +175,19 @@ mod hostile {
     #[derive(PersistentActor)]
     pub struct Safe(pub PersistenceState<Safe>, pub u64);
 
+    /// A state field with a raw identifier, and fields named as the output's locals.
+    #[derive(PersistentActor)]
+    pub struct Raw {
+        pub r#type: PersistenceState<Self>,
+        pub ctx: u8,
+        pub state: u8,
+    }
+
+    impl EventSourced for Raw {
+        type Event = Deposited;
+        fn apply(&mut self, _: &Deposited) {}
+    }
+
     impl EventSourced for Vault {
         type Event = Deposited;
         fn apply(&mut self, event: &Deposited) {
@@ -303,6 +316,12 @@ async fn derived_actors_among_hostile_names_persist_and_recover(kind: Kind) {
     within("note", bare.ask(no_prelude::Note(2)))
         .await
         .expect("stored");
+    let raw = hostile::Raw {
+        r#type: p.state("raw").expect("valid id"),
+        ctx: 0,
+        state: 0,
+    };
+    assert_eq!(raw.persistence_id(), "raw");
     within("ping", vault.send(hostile::Ping))
         .await
         .expect("handled");
