@@ -25,6 +25,14 @@ use syn::{parse_macro_input, Data, DeriveInput, Field, Fields, Member, Type};
 /// facade `::actix_persistence`; `#[actix_persistence(crate = "path")]` on the struct names it
 /// elsewhere (a renamed dependency, or a crate of yours that re-exports it), as
 /// `#[serde(crate = "..")]` does.
+///
+/// The derived `Actor` has two hooks, named on the struct:
+/// - `#[actix_persistence(started = "Self::on_started")]`: a `fn(&mut Self, &mut Context<Self>)`
+///   called at the end of `Actor::started`, after recovery was started and before it
+///   completes (the state is not recovered yet: for work on the recovered state use
+///   `EventSourced::on_recovery_completed`). E.g. `ctx.set_mailbox_capacity(..)`.
+/// - `#[actix_persistence(stopped = "Self::on_stopped")]`: the same signature, called as
+///   `Actor::stopped`.
 #[proc_macro_derive(PersistentActor, attributes(persistence, actix_persistence))]
 pub fn derive_persistent_actor(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
@@ -34,7 +42,11 @@ pub fn derive_persistent_actor(input: TokenStream) -> TokenStream {
 }
 
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
-    let krate = facade_path(&input.attrs)?;
+    let ActorOptions {
+        krate,
+        started,
+        stopped,
+    } = actor_options(&input.attrs)?;
     let (field, ty) = persistence_field(input)?;
     check_state_of_self(input, ty)?;
     let name = &input.ident;
@@ -43,13 +55,22 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     // reported there, not on the derive.
     let state = quote_spanned!(ty.span()=> &self.#field);
     let state_mut = quote_spanned!(ty.span()=> &mut self.#field);
+    // Zero or one call each.
+    let (started, stopped) = (started.iter(), stopped.iter());
     Ok(quote! {
         impl #impl_generics #krate::actix::Actor for #name #ty_generics #where_clause {
             type Context = #krate::actix::Context<Self>;
 
             fn started(&mut self, ctx: &mut Self::Context) {
                 #krate::start_recovery(self, ctx);
+                #(#started(self, ctx);)*
             }
+
+            #(
+                fn stopped(&mut self, ctx: &mut Self::Context) {
+                    #stopped(self, ctx);
+                }
+            )*
         }
 
         impl #impl_generics #krate::PersistentActor for #name #ty_generics #where_clause {
@@ -246,6 +267,53 @@ fn in_system(
 /// The path of the facade crate in the derive's output: `::actix_persistence`, or the path
 /// of `#[actix_persistence(crate = "path")]` on the item, for a crate that renamed the facade
 /// in its Cargo.toml or reaches it through a crate of its own that re-exports it.
+/// The struct-level options of `#[derive(PersistentActor)]`:
+/// `#[actix_persistence(crate = "path", started = "path", stopped = "path")]`.
+struct ActorOptions {
+    krate: syn::Path,
+    /// Called at the end of the derived `Actor::started`, after recovery was started.
+    started: Option<syn::Path>,
+    /// Called as the derived `Actor::stopped`.
+    stopped: Option<syn::Path>,
+}
+
+fn actor_options(attrs: &[syn::Attribute]) -> syn::Result<ActorOptions> {
+    let (mut krate, mut started, mut stopped) = (None, None, None);
+    for attr in attrs
+        .iter()
+        .filter(|a| a.path().is_ident("actix_persistence"))
+    {
+        attr.parse_nested_meta(|meta| {
+            let (slot, key) = if meta.path.is_ident("started") {
+                (&mut started, "started")
+            } else if meta.path.is_ident("stopped") {
+                (&mut stopped, "stopped")
+            } else if meta.path.is_ident("crate") {
+                return crate_key(&meta, &mut krate, "#[actix_persistence(..)]");
+            } else {
+                return Err(meta.error(
+                    "#[actix_persistence(..)] on a persistent actor takes `crate = \"path\"` \
+                     (the path of actix-persistence), and `started = \"path\"` and \
+                     `stopped = \"path\"` (functions the derived Actor calls)",
+                ));
+            };
+            if slot.is_some() {
+                return Err(meta.error(format!(
+                    "#[actix_persistence(..)]: duplicate `{key}`; give it once"
+                )));
+            }
+            let text: syn::LitStr = meta.value()?.parse()?;
+            *slot = Some(text.parse()?);
+            Ok(())
+        })?;
+    }
+    Ok(ActorOptions {
+        krate: krate.unwrap_or_else(|| syn::parse_quote!(::actix_persistence)),
+        started,
+        stopped,
+    })
+}
+
 fn facade_path(attrs: &[syn::Attribute]) -> syn::Result<syn::Path> {
     let mut krate: Option<syn::Path> = None;
     for attr in attrs

@@ -51,8 +51,8 @@ macro_rules! journal_conformance_tests {
     };
 }
 
-/// Expands into one `#[test]` per snapshot store conformance case (S1-S12 as
-/// `s01_load_unknown_id` .. `s12_unserializable_snapshot_is_an_error`), each against a store
+/// Expands into one `#[test]` per snapshot store conformance case (S1-S13 as
+/// `s01_load_unknown_id` .. `s13_unstorable_snapshot_is_refused`), each against a store
 /// fresh from the factory. Same shape as
 /// [`journal_conformance_tests!`](crate::journal_conformance_tests).
 ///
@@ -187,6 +187,7 @@ macro_rules! __snapshot_cases {
             s10_save_again_replaces: "S10 saving again at seq 15 replaces s-5",
             s11_large_snapshots_round_trip: "S11 10,000-byte and 50 MiB snapshots round-trip byte-exact",
             s12_unserializable_snapshot_is_an_error: "S12 an unserializable state is an error; nothing is saved",
+            s13_unstorable_snapshot_is_refused: "S13 a NUL in the manifest or a seq_nr above i64::MAX is refused; nothing is saved",
         }
     };
 }

@@ -1,7 +1,7 @@
 //! Conformance suites every journal store and snapshot store must pass.
 //!
 //! The cases are those of `conformance/journal.md` (J1-J26, the fencing cases F1-F4, plus a model check with generated
-//! inputs) and `conformance/snapshot-store.md` (S1-S12), with their exact expected values.
+//! inputs) and `conformance/snapshot-store.md` (S1-S13), with their exact expected values.
 //! A store plugin runs them from its own tests with one macro call per store:
 //!
 //! ```
@@ -20,7 +20,7 @@
 //! ```
 //!
 //! Each macro expands into one `#[test]` per case (`j01_replay_all`, ...,
-//! `s12_unserializable_snapshot_is_an_error`), each running in an Actix system of its own with
+//! `s13_unstorable_snapshot_is_refused`), each running in an Actix system of its own with
 //! a store fresh from the factory. Cases use fresh persistence ids (`p-<uuid>`), so a factory
 //! may also hand out one shared store (or several handles on one database).
 //!

@@ -1,4 +1,4 @@
-//! The snapshot store conformance cases S1-S12 of `conformance/snapshot-store.md`.
+//! The snapshot store conformance cases S1-S13 of `conformance/snapshot-store.md`.
 //!
 //! # Setup before every case
 //! A fresh persistence id `p-<uuid>`; snapshots `"s-1"`..`"s-5"` (JSON strings) saved at
@@ -372,6 +372,43 @@ pub async fn s12_unserializable_snapshot_is_an_error(store: Arc<dyn SnapshotStor
     .await;
 }
 
+/// S13: what no built-in store can hold is refused by every store alike, so the same snapshot
+/// gets the same answer in tests (in memory) and in production (PostgreSQL text cannot hold a
+/// NUL; the SQL columns hold sequence numbers up to `i64::MAX`): a manifest holding a NUL, and a
+/// sequence number above `i64::MAX`, fail the save with an error; nothing is saved, and `s-5`
+/// still loads as before.
+pub async fn s13_unstorable_snapshot_is_refused(store: Arc<dyn SnapshotStore>) {
+    let f = Fixture::setup(store).await;
+    let mut nul = json_snapshot("s-nul");
+    nul.manifest = "state\0v2".to_owned();
+    let unstorable = [
+        ("a manifest holding a NUL", 16, nul),
+        (
+            "a sequence number above i64::MAX",
+            i64::MAX as u64 + 1,
+            json_snapshot("s-high"),
+        ),
+    ];
+    for (what, seq_nr, snapshot) in unstorable {
+        let metadata = SnapshotMetadata {
+            persistence_id: f.pid.clone(),
+            seq_nr,
+            timestamp: now_millis() + 60,
+        };
+        let saved = within("S13 save", f.store.save(metadata, snapshot)).await;
+        assert!(
+            saved.is_err(),
+            "S13: a snapshot with {what} must be refused, as PostgreSQL refuses it"
+        );
+    }
+    f.expect_load(
+        "S13 after the refused saves:",
+        SnapshotSelectionCriteria::latest(),
+        Some(5),
+    )
+    .await;
+}
+
 type RunCase = fn(Arc<dyn SnapshotStore>) -> LocalBoxFuture<'static, ()>;
 
 /// One snapshot store conformance case: its name (the test name the macro gives it), the rule
@@ -428,7 +465,7 @@ fn shared<S: SnapshotStore>(store: S) -> Arc<dyn SnapshotStore> {
 }
 
 crate::__snapshot_cases! {
-    __case_table { SnapshotCase, "Every snapshot store conformance case, in order: S1-S12." }
+    __case_table { SnapshotCase, "Every snapshot store conformance case, in order: S1-S13." }
 }
 
 /// The snapshot case called `name` (as listed in [`CASES`]).
@@ -468,7 +505,7 @@ where
     super::run_named_case::<SnapshotCase, _, _>(name, || factory().map(|store| store.map(shared)));
 }
 
-/// Runs every snapshot store conformance case (S1-S12), each against a store fresh from
+/// Runs every snapshot store conformance case (S1-S13), each against a store fresh from
 /// `factory`, and reports all failures at once.
 ///
 /// # Examples
