@@ -140,6 +140,12 @@ impl Backend {
         self
     }
 
+    /// The in-memory journal of an in-memory backend (shared by every open), to seed or read
+    /// it behind the journal actor's back.
+    pub fn inmem_journal(&self) -> Option<InMemoryJournal> {
+        self.inmem.as_ref().map(|(journal, _)| journal.clone())
+    }
+
     pub fn sqlite_url(&self) -> String {
         let dir = self.dir.as_ref().expect("a SQLite backend");
         format!("sqlite:{}", dir.path().join("journal.db").display())
