@@ -45,9 +45,10 @@ fn page(kind: Kind) -> u64 {
 
 /// A backend whose SQL replays read pages of [`SQL_PAGE`] events.
 async fn backend(kind: Kind) -> Backend {
-    Backend::new(kind)
-        .await
-        .with_env("ACTIX_PERSISTENCE__JOURNAL__REPLAY_BATCH_SIZE", &SQL_PAGE.to_string())
+    Backend::new(kind).await.with_env(
+        "ACTIX_PERSISTENCE__JOURNAL__REPLAY_BATCH_SIZE",
+        &SQL_PAGE.to_string(),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -100,7 +101,9 @@ async fn seed(store: &dyn JournalStore, pid: &str, events: Vec<(u64, Vec<u8>, u3
 
 /// Events 1..=n of `pid`, amount = seq_nr.
 async fn seed_counting(store: &dyn JournalStore, pid: &str, n: u64) {
-    let events = (1..=n).map(|s| (s, payload(s as i64), JSON_SERIALIZER_ID)).collect();
+    let events = (1..=n)
+        .map(|s| (s, payload(s as i64), JSON_SERIALIZER_ID))
+        .collect();
     seed(store, pid, events).await
 }
 
@@ -113,13 +116,19 @@ async fn sql(b: &Backend, statement: &str) {
             let mut c = sqlx::SqliteConnection::connect(&b.sqlite_url())
                 .await
                 .expect("connect");
-            sqlx::query(statement).execute(&mut c).await.expect(statement);
+            sqlx::query(statement)
+                .execute(&mut c)
+                .await
+                .expect(statement);
         }
         Kind::Postgres => {
             let mut c = sqlx::PgConnection::connect(&b.pg_url())
                 .await
                 .expect("connect");
-            sqlx::query(statement).execute(&mut c).await.expect(statement);
+            sqlx::query(statement)
+                .execute(&mut c)
+                .await
+                .expect(statement);
         }
     }
 }
@@ -206,31 +215,34 @@ impl JournalStore for Tamper {
         // (stream, index of the next event, an event to yield again, ended)
         type St = (ReplayStream, u64, Option<PersistentRepr>, bool);
         let start: St = (inner, 0, None, false);
-        Box::pin(stream::unfold(start, move |(mut inner, i, again, ended)| {
-            let control = Arc::clone(&control);
-            async move {
-                if ended {
-                    return None;
+        Box::pin(stream::unfold(
+            start,
+            move |(mut inner, i, again, ended)| {
+                let control = Arc::clone(&control);
+                async move {
+                    if ended {
+                        return None;
+                    }
+                    if let Some(event) = again {
+                        return Some((Ok(event), (inner, i, None, false)));
+                    }
+                    if plan.hold_at == Some(i) {
+                        let _ = control.held.send(());
+                        control.release.acquire().await.expect("open").forget();
+                    }
+                    if plan.fail_at == Some(i) {
+                        let error = JournalError::storage("replay", LostConnection);
+                        return Some((Err(error), (inner, i + 1, None, true)));
+                    }
+                    let next = inner.next().await?;
+                    let again = match (&next, plan.repeat_at == Some(i)) {
+                        (Ok(event), true) => Some(event.clone()),
+                        _ => None,
+                    };
+                    Some((next, (inner, i + 1, again, false)))
                 }
-                if let Some(event) = again {
-                    return Some((Ok(event), (inner, i, None, false)));
-                }
-                if plan.hold_at == Some(i) {
-                    let _ = control.held.send(());
-                    control.release.acquire().await.expect("open").forget();
-                }
-                if plan.fail_at == Some(i) {
-                    let error = JournalError::storage("replay", LostConnection);
-                    return Some((Err(error), (inner, i + 1, None, true)));
-                }
-                let next = inner.next().await?;
-                let again = match (&next, plan.repeat_at == Some(i)) {
-                    (Ok(event), true) => Some(event.clone()),
-                    _ => None,
-                };
-                Some((next, (inner, i + 1, again, false)))
-            }
-        }))
+            },
+        ))
     }
 
     async fn read_highest_sequence_nr(&self, pid: &str, from: u64) -> Result<u64, JournalError> {
@@ -313,7 +325,10 @@ fn assert_deserialize_at(error: &RecoveryError, pid: &str, seq_nr: u64) {
     }
     let text = error.to_string();
     assert!(text.contains(pid), "the error names the id: {text}");
-    assert!(text.contains(&seq_nr.to_string()), "the error names {seq_nr}: {text}");
+    assert!(
+        text.contains(&seq_nr.to_string()),
+        "the error names {seq_nr}: {text}"
+    );
 }
 
 // =============================================================================================
@@ -375,7 +390,10 @@ async fn replay_passes_over_rows_deleted_in_the_middle_and_applies_every_later_e
     if kind == Kind::InMemory {
         want.push((30, 30));
     }
-    assert_eq!(state.applied, want, "every event after each gap, once, in order");
+    assert_eq!(
+        state.applied, want,
+        "every event after each gap, once, in order"
+    );
     assert_eq!(last, Note::Recovered(30));
     assert_eq!(applied_last, 30);
     assert_eq!(acct.add(&[100]).await.expect("persisted").0, 31);
@@ -402,8 +420,16 @@ async fn replay_passes_over_rows_deleted_in_the_middle_and_applies_every_later_e
 async fn damaged_payloads_fail_recovery_naming_the_id_and_seq_nr(kind: Kind) {
     let b = backend(kind).await;
     let damages: [(&str, Vec<u8>, u32); 5] = [
-        ("Damaged|not-json", b"{\"amount\": 6,".to_vec(), JSON_SERIALIZER_ID),
-        ("Damaged|other-type", br#"{"name":"x","at":6}"#.to_vec(), JSON_SERIALIZER_ID),
+        (
+            "Damaged|not-json",
+            b"{\"amount\": 6,".to_vec(),
+            JSON_SERIALIZER_ID,
+        ),
+        (
+            "Damaged|other-type",
+            br#"{"name":"x","at":6}"#.to_vec(),
+            JSON_SERIALIZER_ID,
+        ),
         (
             "Damaged|wrong-field",
             br#"{"amount":"six","tags":[]}"#.to_vec(),
@@ -442,7 +468,9 @@ async fn damaged_payloads_fail_recovery_naming_the_id_and_seq_nr(kind: Kind) {
                         persistence_id,
                         cause: Some(ActorFailure::Recovery(cause)),
                     }) if persistence_id == *pid => assert_deserialize_at(&cause, pid, 6),
-                    other => panic!("restart {restart}, {pid}: expected the recovery error, got {other:?}"),
+                    other => panic!(
+                        "restart {restart}, {pid}: expected the recovery error, got {other:?}"
+                    ),
                 }
             }
             let reason = within("stop", &mut typed.stopped).await.expect("reason");
@@ -455,14 +483,17 @@ async fn damaged_payloads_fail_recovery_naming_the_id_and_seq_nr(kind: Kind) {
 /// Columns edited in SQL to values the journal never writes (SQLite keeps whatever a column is
 /// given: a manifest or writer id that is not UTF-8, a serializer id that is text or negative,
 /// a sequence number that is not an integer; PostgreSQL: a serializer id out of the u32 range,
-/// an empty payload): recovery fails with a typed error naming the persistence id (and the
-/// sequence number where the row has one), never a panic, never a completed recovery.
-/// akka/akka-persistence-cassandra#372 (a replay stage that dropped rows it did not expect
-/// instead of surfacing them); apache/pekko-persistence-jdbc#516.
+/// an empty payload): recovery fails with a typed error naming the persistence id and the
+/// row's sequence number, never a panic, never a completed recovery. (SQLite's rows that are
+/// not read as a page are decoded by sqlx without a type check: a sequence number of 6.5 was
+/// read as 6 and recovered, a serializer id of `'json'` read as serializer 0, and a manifest
+/// that is not UTF-8 failed without naming its row.) akka/akka-persistence-cassandra#372 (a
+/// replay stage that dropped rows it did not expect instead of surfacing them);
+/// apache/pekko-persistence-jdbc#516.
 async fn columns_edited_in_sql_fail_recovery_typed(kind: Kind) {
     let b = backend(kind).await;
     let edits: Vec<(&str, &str)> = match kind {
-        Kind::InMemory => return,
+        Kind::InMemory => unreachable!("SQL only"),
         Kind::Sqlite => vec![
             ("Edited|manifest", "manifest = X'FF80'"),
             ("Edited|writer", "writer_uuid = X'C3'"),
@@ -471,7 +502,6 @@ async fn columns_edited_in_sql_fail_recovery_typed(kind: Kind) {
             ("Edited|serializer-huge", "serializer_id = 4294967296"),
             ("Edited|seq-real", "seq_nr = 6.5"),
             ("Edited|payload-int", "payload = 6"),
-            ("Edited|tags", "tags = 'not json'"),
         ],
         Kind::Postgres => vec![
             ("Edited|serializer-negative", "serializer_id = -7"),
@@ -495,13 +525,19 @@ async fn columns_edited_in_sql_fail_recovery_typed(kind: Kind) {
             Some(Note::RecoveryFailed(error)) => {
                 let text = error.to_string();
                 assert!(text.contains(pid), "{set}: the error names the id: {text}");
-                eprintln!("{set}: {text}");
+                assert!(
+                    text.contains("sequence number 6"),
+                    "{set}: the error names the row: {text}"
+                );
             }
             Some(Note::Recovered(last)) => {
                 let (_, state) = within("get", typed.addr.send(adversarial::Get))
                     .await
                     .expect("get");
-                panic!("{set}: recovery completed at {last} with {:?}", state.applied);
+                panic!(
+                    "{set}: recovery completed at {last} with {:?}",
+                    state.applied
+                );
             }
             other => panic!("{set}: {other:?}"),
         }
@@ -517,9 +553,6 @@ async fn columns_edited_in_sql_fail_recovery_typed(kind: Kind) {
 /// akkadotnet/Akka.Persistence.Redis#12 (a wrong highest sequence number read at recovery);
 /// apache/pekko-persistence-jdbc#516.
 async fn a_damaged_highest_seq_nr_never_hides_stored_events(kind: Kind) {
-    if kind == Kind::InMemory {
-        return;
-    }
     let b = backend(kind).await;
     let p = b.open().await;
     let store = store_of(&b, &p);
@@ -619,9 +652,7 @@ async fn a_replay_failing_on_page_3_of_5_fails_every_waiting_caller_and_a_restar
     }
     tamper.release();
     let error = recovery_failure(&mut typed.notes).await;
-    let is_injected = |e: &RecoveryError| {
-        matches!(e, RecoveryError::Journal { persistence_id, source: JournalError::Storage { operation: "replay", .. } } if persistence_id == pid)
-    };
+    let is_injected = |e: &RecoveryError| matches!(e, RecoveryError::Journal { persistence_id, source: JournalError::Storage { operation: "replay", .. } } if persistence_id == pid);
     assert!(is_injected(&error), "{error:?}");
     assert!(error.to_string().contains(pid), "{error}");
     for ask in asks {
@@ -844,9 +875,7 @@ fn start_fragile(
 /// all: an actor of another id recovers after each failure). akka/akka-core#24192 and PR #24340
 /// (an exception in receiveRecover must stop the actor), PR #24439 and #24006 (its permit not
 /// returned, or returned twice).
-async fn an_apply_panicking_on_a_replayed_event_fails_recovery_and_returns_the_permit(
-    kind: Kind,
-) {
+async fn an_apply_panicking_on_a_replayed_event_fails_recovery_and_returns_the_permit(kind: Kind) {
     let b = backend(kind)
         .await
         .with_env("ACTIX_PERSISTENCE__JOURNAL__MAX_CONCURRENT_RECOVERIES", "1");
@@ -885,8 +914,14 @@ async fn an_apply_panicking_on_a_replayed_event_fails_recovery_and_returns_the_p
         // The one permit is free again.
         let other = format!("Sturdy|{round}");
         let (sturdy, mut notes) = start_fragile(&p, &other);
-        assert_eq!(within("recovery", notes.recv()).await.expect("note").ok(), Some(0));
-        assert_eq!(within("deposit", sturdy.ask(Deposit(5))).await.expect("ok"), 5);
+        assert_eq!(
+            within("recovery", notes.recv()).await.expect("note").ok(),
+            Some(0)
+        );
+        assert_eq!(
+            within("deposit", sturdy.ask(Deposit(5))).await.expect("ok"),
+            5
+        );
         let total = within("total", sturdy.send(Total)).await.expect("ok");
         assert_eq!(total, 5);
     }
@@ -935,7 +970,11 @@ async fn recoveries_at_page_boundaries_apply_each_event_once_in_order(kind: Kind
             ..Recovery::latest()
         };
         let mut acct = start_acct_with(&p, &longest, |s| s.with_recovery(recovery));
-        assert_eq!(acct.note().await, Note::Recovered(3 * pg + 1), "{recovery:?}");
+        assert_eq!(
+            acct.note().await,
+            Note::Recovered(3 * pg + 1),
+            "{recovery:?}"
+        );
         let applied = acct.get().await.1.applied;
         let up_to = to_seq_nr.min(max_events).min(3 * pg + 1);
         assert_eq!(applied, expected(1..=up_to), "{recovery:?}");
@@ -970,19 +1009,29 @@ async fn hundreds_of_actors_recover_at_once_under_the_permit_limit(kind: Kind) {
     let mut writes = Vec::new();
     for i in 0..300u64 {
         for s in 1..=size(i) {
-            let repr = repr(&format!("Many|{i}"), s, payload(s as i64), JSON_SERIALIZER_ID);
+            let repr = repr(
+                &format!("Many|{i}"),
+                s,
+                payload(s as i64),
+                JSON_SERIALIZER_ID,
+            );
             writes.push(AtomicWrite::new(vec![repr]).expect("shape"));
         }
     }
-    let results = within("seed", store.write_messages(writes)).await.expect("seeded");
+    let results = within("seed", store.write_messages(writes))
+        .await
+        .expect("seeded");
     assert!(results.iter().all(Result::is_ok));
     let permits = RecoveryPermits::new(4);
     let mut started = Vec::new();
     for i in 0..300u64 {
         let permits = permits.clone();
-        started.push((i, start_acct_with(&p, &format!("Many|{i}"), move |s| {
-            s.with_recovery_permits(permits)
-        })));
+        started.push((
+            i,
+            start_acct_with(&p, &format!("Many|{i}"), move |s| {
+                s.with_recovery_permits(permits)
+            }),
+        ));
     }
     for (i, acct) in &mut started {
         let n = size(*i);
@@ -1026,7 +1075,11 @@ async fn an_id_recovered_again_while_its_first_actor_still_recovers_fences_the_f
     assert_eq!(second.add(&[1_000]).await.expect("persisted").0, n + 1);
 
     tamper.release();
-    let answer = within("the first actor's command", first.addr.ask(Add(vec![-5], vec![]))).await;
+    let answer = within(
+        "the first actor's command",
+        first.addr.ask(Add(vec![-5], vec![])),
+    )
+    .await;
     match answer {
         Err(CommandError::Persist(PersistError::Failed(JournalError::Fenced {
             persistence_id,
@@ -1044,8 +1097,13 @@ async fn an_id_recovered_again_while_its_first_actor_still_recovers_fences_the_f
     {
         notes.push(note);
     }
-    let reason = within("the first actor stops", &mut first.stopped).await.expect("reason");
-    assert!(matches!(reason, StopReason::Fenced), "{reason:?} after {notes:?}");
+    let reason = within("the first actor stops", &mut first.stopped)
+        .await
+        .expect("reason");
+    assert!(
+        matches!(reason, StopReason::Fenced),
+        "{reason:?} after {notes:?}"
+    );
     drop(second);
     within("shutdown", p.shutdown()).await;
     within("shutdown", base.shutdown()).await;
@@ -1062,8 +1120,6 @@ async fn an_id_recovered_again_while_its_first_actor_still_recovers_fences_the_f
 on_every_store!(
     replay_passes_over_rows_deleted_in_the_middle_and_applies_every_later_event,
     damaged_payloads_fail_recovery_naming_the_id_and_seq_nr,
-    columns_edited_in_sql_fail_recovery_typed,
-    a_damaged_highest_seq_nr_never_hides_stored_events,
     a_replay_failing_on_page_3_of_5_fails_every_waiting_caller_and_a_restart_replays_once,
     an_event_delivered_twice_fails_recovery_instead_of_applying_it_twice,
     commands_sent_during_recovery_run_after_it_in_order_against_the_recovered_state,
@@ -1071,4 +1127,30 @@ on_every_store!(
     recoveries_at_page_boundaries_apply_each_event_once_in_order,
     hundreds_of_actors_recover_at_once_under_the_permit_limit,
     an_id_recovered_again_while_its_first_actor_still_recovers_fences_the_first,
+);
+
+/// As `on_every_store!`, for damage done in SQL: SQLite and PostgreSQL only.
+macro_rules! on_sql_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[actix::test]
+            async fn sqlite() {
+                super::$name(super::Kind::Sqlite).await
+            }
+
+            #[actix::test]
+            #[cfg_attr(
+                not(has_database_url),
+                ignore = "PostgreSQL test skipped: set DATABASE_URL to run it"
+            )]
+            async fn postgres() {
+                super::$name(super::Kind::Postgres).await
+            }
+        }
+    )*};
+}
+
+on_sql_stores!(
+    columns_edited_in_sql_fail_recovery_typed,
+    a_damaged_highest_seq_nr_never_hides_stored_events,
 );

@@ -81,6 +81,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// first (SQLite: its `insert_atomic_write` is the slow path, which looks for taken
     /// sequence numbers before inserting).
     const BATCHES_SINGLE_WRITES: bool = false;
+    /// Whether a column may hold a value of a type other than its declared one. SQLite keeps
+    /// whatever a column is given (a REAL or TEXT in an INTEGER column, written by hand), and
+    /// sqlx's unchecked decoding converts it (6.5 read as 6, `'json'` as 0): a replayed row's
+    /// sequence number and serializer id are then checked ([`SqlStoreError::CorruptRow`]).
+    /// PostgreSQL's columns hold their declared types only.
+    const DYNAMIC_TYPES: bool = false;
 
     /// Checks what the database cannot store of a well-shaped atomic write whose highest
     /// sequence number (`highest_seq_nr`) fits, and converts it.
@@ -1252,6 +1258,13 @@ where
         let serializer_id: D::SerializerId = row
             .try_get_unchecked(get(ReplayColumn::SerializerId))
             .map_err(column_error)?;
+        if D::DYNAMIC_TYPES {
+            // Only rows that are not read as a page come here (SQLite): no cost per event.
+            row.try_get::<i64, _>(get(ReplayColumn::SeqNr))
+                .map_err(|e| corrupt(format!("sequence number: {}", decode_cause(&e))))?;
+            row.try_get::<D::SerializerId, _>(get(ReplayColumn::SerializerId))
+                .map_err(|e| corrupt(format!("serializer id: {}", decode_cause(&e))))?;
+        }
         let serializer_id = D::serializer_id_from_sql(serializer_id)
             .ok_or_else(|| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
         // A row whose tags do not read back is a corrupt row, named (as a page's on SQLite).
@@ -1269,7 +1282,7 @@ where
             serializer_id,
             manifest: row
                 .try_get_unchecked(get(ReplayColumn::Manifest))
-                .map_err(column_error)?,
+                .map_err(|e| corrupt(format!("manifest: {}", decode_cause(&e))))?,
             // Read as bytes: a run of one writer's rows shares its `Arc` without checking the
             // UTF-8 of each row again.
             writer_uuid: writer_uuids
@@ -1502,8 +1515,8 @@ where
         }
     }
 
-    /// Reads the highest sequence number of `pid` from `journal_highest` (0 for an id that
-    /// never wrote).
+    /// Reads the highest sequence number of `pid` (0 for an id that never wrote; see
+    /// [`Self::read_highest_on`]).
     pub(crate) async fn read_highest(&self, pid: &str) -> Result<u64, JournalError> {
         Self::read_highest_on(self.readers, pid).await
     }
@@ -1619,15 +1632,31 @@ where
         .map_err(|e| JournalError::storage("read how far events were deleted", e))?;
         Ok(deleted_to.map_or(0, |d| u64::try_from(d).unwrap_or(0)))
     }
-    /// Reads the highest sequence number of `pid` from `journal_highest` on `readers` (0 for an id
-    /// that never wrote).
+    /// Reads the highest sequence number of `pid` on `readers` (0 for an id that never wrote):
+    /// `journal_highest`'s, or the highest stored event's when that is above it.
+    ///
+    /// The journal keeps `journal_highest` in the transaction of every write, so the two agree
+    /// unless the tables were changed by hand: the events table restored or imported without
+    /// its row, or the row deleted or lowered. A replay (a recovery's, a query's) is capped at
+    /// this number, so the row alone then hid every event above it: recovery completed on an
+    /// empty or partial state and the actor answered commands from it
+    /// (`tests/adversarial_recovery.rs`). The events' maximum is one probe of the primary key
+    /// (`(persistence_id, seq_nr)`).
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`] when the read fails, or with [`SqlStoreError::CorruptRow`]
+    /// when the number read is negative.
     async fn read_highest_on(readers: &Pool<D::Db>, pid: &str) -> Result<u64, JournalError> {
         if !D::stores_text(pid) {
             return Ok(0);
         }
         let highest = Self::read_column_on(
             readers,
-            "SELECT highest_seq_nr FROM journal_highest WHERE persistence_id = $1",
+            "SELECT max(highest) FROM ( \
+                 SELECT highest_seq_nr AS highest FROM journal_highest \
+                 WHERE persistence_id = $1 \
+                 UNION ALL \
+                 SELECT max(seq_nr) FROM journal WHERE persistence_id = $1) AS stored",
             pid,
         )
         .await
@@ -1655,12 +1684,13 @@ where
         pid: &str,
     ) -> Result<Option<i64>, sqlx::Error> {
         let mut conn = readers.acquire().await?;
-        let value = sqlx::query_scalar::<D::Db, i64>(sql)
+        // `Option`: an aggregate over no rows is one row holding NULL.
+        let value = sqlx::query_scalar::<D::Db, Option<i64>>(sql)
             .bind(pid)
             .fetch_optional(&mut *conn)
             .await;
         conn.return_to_pool().await;
-        value
+        value.map(Option::flatten)
     }
 }
 
