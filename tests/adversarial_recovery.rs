@@ -596,6 +596,13 @@ async fn a_damaged_highest_seq_nr_never_hides_stored_events(kind: Kind) {
                     "{damage}: every stored event, once, in order"
                 );
                 assert_eq!(last, 16, "{damage}");
+                // A query by persistence id reads up to the same number.
+                let queried = adversarial::stored_seq_nrs(&p, pid, 0, u64::MAX).await;
+                assert_eq!(
+                    queried,
+                    (1..=4).chain(9..=16).collect::<Vec<_>>(),
+                    "{damage}"
+                );
                 let next = acct.add(&[1]).await;
                 assert_eq!(next.expect("persisted").0, 17, "{damage}");
             }
@@ -996,9 +1003,8 @@ async fn recoveries_at_page_boundaries_apply_each_event_once_in_order(kind: Kind
 // Many recoveries at once
 
 /// 300 actors started at once over 4 recovery permits, each with a history of its own (one
-/// to three replay pages), a tenth of them also started a second time while the first still
-/// waits: every one recovers its own events exactly, none deadlocks, and every permit is back
-/// at the end. akka/akka-core#22638 and PR #22641 (bounded concurrent recoveries),
+/// to three replay pages): every one recovers its own events exactly, none deadlocks, and
+/// every permit is back at the end. akka/akka-core#22638 and PR #22641 (bounded concurrent recoveries),
 /// akka/akka-core#28658 (actors left waiting for a permit forever), akkadotnet/akka.net#2655.
 async fn hundreds_of_actors_recover_at_once_under_the_permit_limit(kind: Kind) {
     let b = backend(kind).await;
@@ -1042,6 +1048,25 @@ async fn hundreds_of_actors_recover_at_once_under_the_permit_limit(kind: Kind) {
         assert_eq!(acct.get().await.1.applied, expected(1..=n), "Many|{i}");
     }
     assert_eq!(permits.available(), 4, "every permit is back");
+    drop(started);
+    within("shutdown", p.shutdown()).await;
+
+    // A new process, the same 300 at once under the default limit (50 recoveries), more than
+    // the PostgreSQL pool's 6 connections (two per replay reading ahead): they wait for
+    // connections, none fails or hangs. akka/akka-persistence-jdbc#87 and #455 (mass
+    // recoveries timing out on an exhausted pool).
+    let p = b.open().await;
+    let mut started: Vec<_> = (0..300u64)
+        .map(|i| (i, start_acct(&p, &format!("Many|{i}"))))
+        .collect();
+    for (i, acct) in &mut started {
+        assert_eq!(acct.note().await, Note::Recovered(size(*i)), "Many|{i}");
+        assert_eq!(
+            acct.get().await.1.applied,
+            expected(1..=size(*i)),
+            "Many|{i}"
+        );
+    }
     drop(started);
     within("shutdown", p.shutdown()).await;
 }
