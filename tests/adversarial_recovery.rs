@@ -1071,6 +1071,69 @@ async fn hundreds_of_actors_recover_at_once_under_the_permit_limit(kind: Kind) {
     within("shutdown", p.shutdown()).await;
 }
 
+/// Ten actors of one id, each stopped (its arbiter stopped) while its replay is held in the
+/// middle of page 2 of 5, over 2 recovery permits and (PostgreSQL) a pool of 6 connections of
+/// which a replay reads with two: every stop ends the actor as a normal stop, gives its permit
+/// back and leaves no connection checked out, and the eleventh recovers every event once.
+/// akka/akka-core#24439 (the permit not returned by an actor stopped while recovering),
+/// akka/akka-core#28658; akkadotnet/akka.net#1403 (a restart during recovery replaying twice).
+async fn actors_stopped_in_the_middle_of_their_replay_give_back_permits_and_connections(
+    kind: Kind,
+) {
+    let b = backend(kind).await;
+    let pid = "Stopped|1";
+    let base = b.open().await;
+    let store = store_of(&b, &base);
+    let n = 5 * page(kind);
+    seed_counting(&*store, pid, n).await;
+    let (tamper, mut held) = Tamper::new(store);
+    let p = open_over(&b, &base, &tamper);
+    let permits = RecoveryPermits::new(2);
+    for round in 0..10 {
+        tamper.next_replay(Plan {
+            hold_at: Some(page(kind) + 1),
+            ..Plan::default()
+        });
+        let arbiter = actix::Arbiter::new();
+        let journal = p.journal().clone();
+        let shared = permits.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let (notes_tx, mut notes) = mpsc::unbounded_channel();
+        let _addr = Acct::start_in_arbiter(&arbiter.handle(), move |_| {
+            let mut state = PersistenceState::new(journal, pid)
+                .expect("valid id")
+                .with_recovery_permits(shared);
+            let _ = stop_tx.send(state.watch_stop());
+            Acct {
+                persistence: state,
+                state: AcctState::default(),
+                notes: notes_tx,
+            }
+        });
+        let stopped = within("the actor was built", stop_rx).await.expect("built");
+        within("the replay is held", held.recv()).await;
+        assert!(arbiter.stop(), "round {round}: the arbiter was running");
+        let reason = within("the stop", stopped).await.expect("a stop reason");
+        assert!(
+            matches!(reason, StopReason::Normal),
+            "round {round}: {reason:?}"
+        );
+        assert!(
+            notes.try_recv().is_err(),
+            "round {round}: no recovery completed or failed"
+        );
+        // The held replay is dropped with the actor, never resumed.
+        assert_eq!(permits.available(), 2, "round {round}: the permit is back");
+    }
+    let mut acct = start_acct_with(&p, pid, |s| s.with_recovery_permits(permits.clone()));
+    assert_eq!(acct.note().await, Note::Recovered(n));
+    assert_eq!(acct.get().await.1.applied, expected(1..=n));
+    assert_eq!(tamper.replays.load(Ordering::SeqCst), 11);
+    drop(acct);
+    within("shutdown", p.shutdown()).await;
+    within("shutdown", base.shutdown()).await;
+}
+
 // =============================================================================================
 // One id recovered twice
 
@@ -1151,6 +1214,7 @@ on_every_store!(
     an_apply_panicking_on_a_replayed_event_fails_recovery_and_returns_the_permit,
     recoveries_at_page_boundaries_apply_each_event_once_in_order,
     hundreds_of_actors_recover_at_once_under_the_permit_limit,
+    actors_stopped_in_the_middle_of_their_replay_give_back_permits_and_connections,
     an_id_recovered_again_while_its_first_actor_still_recovers_fences_the_first,
 );
 

@@ -161,6 +161,11 @@ impl<A: EventSourced> Drop for PersistenceState<A> {
             self.stop_reason = StopReason::Panicked { reason };
         }
         self.answer_abandoned_invocations();
+        // What the driver holds (a recovery's permit, a write's count of work in flight) is
+        // given back before the stop is reported: whoever the report wakes (a supervisor
+        // restarting the actor, a test) finds it free. As a field dropped after this, an actor
+        // stopped while it recovered still held its permit when its watchers were told.
+        drop(std::mem::take(&mut self.driver));
         for watch in self.stop_watches.drain(..) {
             let _ = watch.send(self.stop_reason.clone());
         }
