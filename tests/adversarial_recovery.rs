@@ -691,6 +691,53 @@ async fn a_replay_failing_on_page_3_of_5_fails_every_waiting_caller_and_a_restar
     within("shutdown", p.shutdown()).await;
 }
 
+/// A replay that stalls on page 2 and never resumes (a read blocked by a lock, a network
+/// partition that drops packets without a reset): after the recovery timeout without progress
+/// recovery fails with `Timeout` naming the persistence id, the waiting callers get it, the
+/// one recovery permit is back, and the next actor of the id recovers every event once.
+/// ironfish/akka-persistence-mongo#106 and akka/akka-persistence-jdbc#99 (`RecoveryTimedOut`,
+/// "Last known sequence number"), akka/akka-core#28658 (an actor stuck in recovery forever).
+async fn a_replay_stalled_past_the_recovery_timeout_fails_typed_and_frees_its_permit(kind: Kind) {
+    let b = backend(kind)
+        .await
+        .with_env("ACTIX_PERSISTENCE__JOURNAL__MAX_CONCURRENT_RECOVERIES", "1")
+        .with_env("ACTIX_PERSISTENCE__JOURNAL__RECOVERY_TIMEOUT", "2s");
+    let pid = "Stalled|1";
+    let base = b.open().await;
+    let store = store_of(&b, &base);
+    let n = 3 * page(kind);
+    seed_counting(&*store, pid, n).await;
+    let (tamper, mut held) = Tamper::new(store);
+    let p = open_over(&b, &base, &tamper);
+    tamper.next_replay(Plan {
+        hold_at: Some(page(kind) + 1),
+        ..Plan::default()
+    });
+    let mut typed = start_typed(&p, pid);
+    within("the replay stalls", held.recv()).await;
+    let ask = {
+        let addr = typed.addr.clone();
+        tokio::spawn(async move { addr.ask(Add(vec![1], vec![])).await })
+    };
+    let is_timeout = |e: &RecoveryError| matches!(e, RecoveryError::Timeout { persistence_id, .. } if persistence_id == pid);
+    let error = recovery_failure(&mut typed.notes).await;
+    assert!(is_timeout(&error), "{error:?}");
+    match within("the waiting command", ask).await.expect("task") {
+        Err(CommandError::ActorStopped {
+            cause: Some(ActorFailure::Recovery(cause)),
+            ..
+        }) => assert!(is_timeout(&cause), "{cause:?}"),
+        other => panic!("expected the timeout, got {other:?}"),
+    }
+    // Never released: the next replay is a new one, and the one permit is free.
+    let mut acct = start_acct(&p, pid);
+    assert_eq!(acct.note().await, Note::Recovered(n));
+    assert_eq!(acct.get().await.1.applied, expected(1..=n));
+    drop(acct);
+    within("shutdown", p.shutdown()).await;
+    within("shutdown", base.shutdown()).await;
+}
+
 /// A store that delivers one event twice in the middle of a replay (a retried page read that
 /// overlaps the previous one): recovery fails with `UnexpectedEvent` naming the id and the
 /// sequence number, never applying it twice. akka/akka-persistence-cassandra#372 and #373
@@ -1209,6 +1256,7 @@ on_every_store!(
     replay_passes_over_rows_deleted_in_the_middle_and_applies_every_later_event,
     damaged_payloads_fail_recovery_naming_the_id_and_seq_nr,
     a_replay_failing_on_page_3_of_5_fails_every_waiting_caller_and_a_restart_replays_once,
+    a_replay_stalled_past_the_recovery_timeout_fails_typed_and_frees_its_permit,
     an_event_delivered_twice_fails_recovery_instead_of_applying_it_twice,
     commands_sent_during_recovery_run_after_it_in_order_against_the_recovered_state,
     an_apply_panicking_on_a_replayed_event_fails_recovery_and_returns_the_permit,
