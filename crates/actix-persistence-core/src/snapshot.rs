@@ -60,7 +60,8 @@ impl SelectedSnapshot {
     ///
     /// # Examples
     /// ```
-    /// use actix_persistence_core::{SelectedSnapshot, SerializedSnapshot, SnapshotMetadata};
+    /// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::snapshot::{SelectedSnapshot, SerializedSnapshot, SnapshotMetadata};
     ///
     /// let snapshot = SelectedSnapshot {
     ///     metadata: SnapshotMetadata { persistence_id: "cart-1".into(), seq_nr: 7, timestamp: 0 },

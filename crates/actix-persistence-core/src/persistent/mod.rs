@@ -197,6 +197,15 @@ pub enum RecoveryError {
 /// The domain side of a persistent actor: its events and how they change its state.
 ///
 /// The hooks have defaults that log through `tracing`.
+// Named in the error of a `#[derive(PersistentActor)]` struct without this impl, instead of
+// the bare trait bound (and the `Unpin` and `Actor` bounds it breaks in turn).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an event-sourced actor: `EventSourced` is not implemented for it",
+    label = "needs `impl EventSourced for {Self}`",
+    note = "a persistent actor (`#[derive(PersistentActor)]`, `PersistenceState<Self>`) needs \
+            `impl EventSourced for {Self} {{ type Event = ...; fn apply(&mut self, event: &Self::Event) {{ ... }} }}`: \
+            its events and how each one changes its state"
+)]
 pub trait EventSourced: Actor<Context = Context<Self>> {
     /// The events this actor persists; stored with serde_json.
     type Event: Serialize + DeserializeOwned + 'static;
@@ -309,10 +318,12 @@ pub trait EventSourced: Actor<Context = Context<Self>> {
 /// never recovers, and every persist is refused with a [`WriteRejection`] that says so.
 ///
 /// ```
-/// use actix::{Actor, Context};
-/// use actix_persistence_core::persistent::{
-///     start_recovery, EventSourced, PersistenceState, PersistentActor,
-/// };
+/// # mod actix_persistence { // the facade's paths
+/// #     pub use actix_persistence_core::{*, persistent::*};
+/// #     pub use ::actix;
+/// # }
+/// use actix_persistence::actix::{Actor, Context};
+/// use actix_persistence::{start_recovery, EventSourced, PersistenceState, PersistentActor};
 ///
 /// struct Counter {
 ///     persistence: PersistenceState<Self>,

@@ -47,7 +47,8 @@ impl SnapshotPolicy {
     ///
     /// # Examples
     /// ```
-    /// use actix_persistence_core::persistent::SnapshotPolicy;
+    /// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::persistent::SnapshotPolicy;
     ///
     /// // A snapshot every 100 events; keep the 2 newest and delete the events they cover.
     /// let policy = SnapshotPolicy::every(100).keep(2).delete_events(true);
@@ -87,7 +88,8 @@ impl SnapshotPolicy {
 ///
 /// # Examples
 /// ```
-/// use actix_persistence_core::persistent::Snapshotting;
+/// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::persistent::Snapshotting;
 /// # struct Cart { items: Vec<String> }
 ///
 /// // The cart's snapshot is its item list, stored with serde_json.

@@ -16,9 +16,15 @@
 //!
 //! # Example
 //! ```
-//! use actix_persistence_core::query::{EnvelopeStreamExt, Offset, QuerySettings, ReadJournal};
-//! use actix_persistence_core::{AtomicWrite, InMemoryJournal, JournalStore, PersistentRepr};
-//! use futures::TryStreamExt;
+//! # mod actix_persistence { // the facade's paths
+//! #     pub use actix_persistence_core::*;
+//! #     pub use ::futures;
+//! # }
+//! // `actix_persistence::futures` is the futures crate: its `StreamExt` and `TryStreamExt`
+//! // read the streams.
+//! use actix_persistence::futures::TryStreamExt;
+//! use actix_persistence::query::{EnvelopeStreamExt, Offset, QuerySettings, ReadJournal};
+//! use actix_persistence::{AtomicWrite, InMemoryJournal, JournalStore, PersistentRepr};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 ///
 /// # Examples
 /// ```
-/// use actix_persistence_core::query::Offset;
+/// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::query::Offset;
 ///
 /// let stored = serde_json::to_string(&Offset::NoOffset).unwrap();
 /// assert_eq!(serde_json::from_str::<Offset>(&stored).unwrap(), Offset::NoOffset);

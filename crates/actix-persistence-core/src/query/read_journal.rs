@@ -59,8 +59,9 @@ impl ReadJournal {
     ///
     /// # Examples
     /// ```
-    /// use actix_persistence_core::query::{QuerySettings, ReadJournal};
-    /// use actix_persistence_core::InMemoryJournal;
+    /// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::query::{QuerySettings, ReadJournal};
+    /// use actix_persistence::InMemoryJournal;
     ///
     /// let journal = InMemoryJournal::new();
     /// let query = ReadJournal::new(journal.clone(), QuerySettings::default());

@@ -7,7 +7,8 @@ use std::time::Duration;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use actix_persistence_core::query::QuerySettings;
+/// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::query::QuerySettings;
 ///
 /// let settings = QuerySettings {
 ///     refresh_interval: Duration::from_millis(100),

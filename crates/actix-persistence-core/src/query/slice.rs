@@ -20,7 +20,8 @@ pub const ENTITY_TYPE_SEPARATOR: char = '|';
 ///
 /// # Examples
 /// ```
-/// use actix_persistence_core::query::slice_for_persistence_id;
+/// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::query::slice_for_persistence_id;
 ///
 /// assert_eq!(slice_for_persistence_id("a"), 97);
 /// assert!(slice_for_persistence_id("Account|42") < 1024);
@@ -41,7 +42,8 @@ pub fn slice_for_persistence_id(persistence_id: &str) -> u16 {
 ///
 /// # Examples
 /// ```
-/// use actix_persistence_core::query::entity_type_of;
+/// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::query::entity_type_of;
 ///
 /// assert_eq!(entity_type_of("Account|42"), "Account");
 /// assert_eq!(entity_type_of("Account|42|x"), "Account");
@@ -62,7 +64,8 @@ pub fn entity_type_of(persistence_id: &str) -> &str {
 ///
 /// # Examples
 /// ```
-/// use actix_persistence_core::query::slice_ranges;
+/// # use actix_persistence_core as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::query::slice_ranges;
 ///
 /// assert_eq!(slice_ranges(4), vec![0..=255, 256..=511, 512..=767, 768..=1023]);
 /// ```
