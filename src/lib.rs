@@ -77,6 +77,13 @@
 //! `snapshot-store.plugin` says otherwise; a shared PostgreSQL journal with a process-local
 //! snapshot store is refused at startup.
 //!
+//! # Queries
+//! [`Persistence::query`] reads the journal back ([`ReadJournal`]): the events of a
+//! persistence id, of an entity type's slices or of a tag ([`EventSourced::tags`]), each
+//! current or live, as streams of [`EventEnvelope`]s (decoded with
+//! [`EnvelopeStreamExt::decode_json`]). Read them with the re-exported [`futures`]'
+//! `StreamExt` (see its example); a [`projection`] runs one with a stored offset.
+//!
 //! # When an actor fails
 //! A failed recovery or write stops the actor. Start it with
 //! [`PersistentActor::start_persistent`]: its [`PersistentAddr`] answers commands to a stopped
@@ -156,6 +163,33 @@ pub mod actix {
     }
 }
 pub use persistence::{Persistence, StartError};
+
+/// [futures](https://docs.rs/futures), re-exported: the queries of [`query`] are
+/// [`futures::Stream`]s, read with `actix_persistence::futures::StreamExt` (`next`) or
+/// `TryStreamExt` (`try_next`, `try_collect`), so no `futures` dependency of your own is needed.
+///
+/// ```no_run
+/// use actix_persistence::futures::StreamExt;
+/// use actix_persistence::query::Offset;
+/// use actix_persistence::{EnvelopeStreamExt, Persistence};
+///
+/// # #[derive(serde::Deserialize, Debug)]
+/// # struct AccountEvent;
+/// # async fn example(persistence: &Persistence) -> Result<(), Box<dyn std::error::Error>> {
+/// // Every event tagged "withdrawal", then each new one as it is stored.
+/// let mut withdrawals = persistence
+///     .query()?
+///     .events_by_tag("withdrawal", Offset::NoOffset)
+///     .decode_json::<AccountEvent>();
+/// while let Some(envelope) = withdrawals.next().await {
+///     let envelope = envelope?;
+///     println!("{} #{}: {:?}", envelope.persistence_id, envelope.seq_nr, envelope.event);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[doc(no_inline)]
+pub use futures;
 
 #[doc(inline)]
 pub use actix_persistence_config as config;

@@ -199,7 +199,9 @@ impl<A: Actor> PersistentAddr<A> {
     }
 
     /// Sends a command whose handler persists (its result is a [`PersistResult`]) and waits
-    /// for the continuation's value.
+    /// for the continuation's value. A message whose result is no `PersistResult` (a query of
+    /// the state, replying `MessageResult<M>`) goes through [`send`](Self::send) instead: given
+    /// to `ask`, the compiler expects its result to be `Result<_, PersistError>`.
     ///
     /// # Errors
     /// [`CommandError::ActorStopped`] with the actor's [`ActorFailure`] when the actor is gone
