@@ -227,6 +227,11 @@ pub use actix_persistence_derive::{main, Message, MessageResponse, PersistentAct
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+// So are docs/projections.md's (those marked `ignore` are fragments).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/projections.md")]
+pub struct ProjectionsDoctests;
+
 #[doc(inline)]
 pub use actix_persistence_projection as projection;
 #[doc(inline)]
