@@ -14,20 +14,20 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use actix_persistence::actix::{Context, Handler, Message, MessageResponse};
+use actix_persistence::futures::future::join_all;
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
+// The sqlx and #[async_trait] of the projection crate: no dependencies of this crate's own.
+use actix_persistence::projection::sqlx::{self, Sqlite, Transaction};
 use actix_persistence::projection::{
-    HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
-    TransactionalHandler,
+    async_trait, HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource,
+    SqliteOffsetStore, TransactionalHandler,
 };
 use actix_persistence::SqliteJournal;
 use actix_persistence::{
     CommandError, EventSourced, PersistReply, PersistResult, Persistence, PersistenceState,
     PersistentActor, PersistentAddr,
 };
-use async_trait::async_trait;
-use futures::future::join_all;
 use serde::{Deserialize, Serialize};
-use sqlx::{Sqlite, Transaction};
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::EnvFilter;
 

@@ -30,18 +30,18 @@ use std::time::Duration;
 
 use actix_persistence::actix::{Context, Handler, Message};
 use actix_persistence::projection::query::{EventEnvelope, Offset, QuerySettings, ReadJournal};
+// The sqlx and #[async_trait] of the projection crate: no dependencies of this crate's own.
+use actix_persistence::projection::sqlx::{self, Sqlite, SqlitePool, Transaction};
 use actix_persistence::projection::{
-    HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource, SqliteOffsetStore,
-    TransactionalHandler,
+    async_trait, HandlerError, Projection, ProjectionHandle, ProjectionId, QuerySource,
+    SqliteOffsetStore, TransactionalHandler,
 };
 use actix_persistence::{
     EventSourced, PersistReply, PersistResult, Persistence, PersistenceState, PersistentActor,
     PersistentAddr,
 };
 use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sqlx::{Sqlite, SqlitePool, Transaction};
 use tracing_subscriber::EnvFilter;
 
 /// What happened to an account.
