@@ -44,7 +44,12 @@ use crate::{
 /// # Examples
 ///
 /// ```
-/// use actix_persistence_config::{JournalPlugin, Settings};
+/// # mod actix_persistence { // the facade's paths
+/// #     pub mod config { pub use actix_persistence_config::*; }
+/// #     pub use actix_persistence_config::Settings;
+/// # }
+/// use actix_persistence::config::JournalPlugin;
+/// use actix_persistence::Settings;
 ///
 /// let settings = Settings::loader()
 ///     .toml_str("defaults of my app", "[journal]\nwrite-reply-ordering-groups = 4")

@@ -129,7 +129,8 @@ fn statement_chunks(events: &[PersistentRepr]) -> impl Iterator<Item = &[Persist
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use actix_persistence_sql::PostgresJournalOptions;
+/// # use actix_persistence_sql as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::PostgresJournalOptions;
 ///
 /// let options = PostgresJournalOptions {
 ///     max_connections: 20,
@@ -576,7 +577,8 @@ impl PostgresJournal {
     /// # Examples
     /// ```no_run
     /// # async fn example() -> Result<(), actix_persistence_sql::SqlStoreError> {
-    /// use actix_persistence_sql::{PostgresJournal, PostgresJournalOptions};
+    /// # use actix_persistence_sql as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::{PostgresJournal, PostgresJournalOptions};
     ///
     /// let url = std::env::var("DATABASE_URL").unwrap_or_default();
     /// let journal = PostgresJournal::connect(&PostgresJournalOptions::new(url)).await?;

@@ -43,7 +43,8 @@ impl PostgresSnapshotStore {
     /// # Examples
     /// ```no_run
     /// # async fn example() -> Result<(), actix_persistence_sql::SqlStoreError> {
-    /// use actix_persistence_sql::{PostgresJournalOptions, PostgresSnapshotStore};
+    /// # use actix_persistence_sql as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::{PostgresJournalOptions, PostgresSnapshotStore};
     ///
     /// let options = PostgresJournalOptions::new("postgres://app@db.internal/events");
     /// let snapshots = PostgresSnapshotStore::connect(&options).await?;

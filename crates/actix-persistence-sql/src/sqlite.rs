@@ -96,7 +96,8 @@ pub const DEFAULT_SQLITE_URL: &str = "sqlite:actix-persistence.db";
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use actix_persistence_sql::SqliteJournalOptions;
+/// # use actix_persistence_sql as actix_persistence; // the paths of the facade, `actix-persistence`
+/// use actix_persistence::SqliteJournalOptions;
 ///
 /// let options = SqliteJournalOptions {
 ///     url: "sqlite:/var/lib/my-app/journal.db".to_owned(),
@@ -492,7 +493,8 @@ impl SqliteJournal {
     /// # Examples
     /// ```no_run
     /// # async fn example() -> Result<(), actix_persistence_sql::SqlStoreError> {
-    /// use actix_persistence_sql::{SqliteJournal, SqliteJournalOptions};
+    /// # use actix_persistence_sql as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::{SqliteJournal, SqliteJournalOptions};
     ///
     /// let journal = SqliteJournal::connect(&SqliteJournalOptions::new("sqlite:journal.db")).await?;
     /// # Ok(())

@@ -43,7 +43,8 @@ impl SqliteSnapshotStore {
     /// # Examples
     /// ```no_run
     /// # async fn example() -> Result<(), actix_persistence_sql::SqlStoreError> {
-    /// use actix_persistence_sql::{SqliteJournalOptions, SqliteSnapshotStore};
+    /// # use actix_persistence_sql as actix_persistence; // the paths of the facade, `actix-persistence`
+    /// use actix_persistence::{SqliteJournalOptions, SqliteSnapshotStore};
     ///
     /// let snapshots =
     ///     SqliteSnapshotStore::connect(&SqliteJournalOptions::new("sqlite:journal.db")).await?;
