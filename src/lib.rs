@@ -134,8 +134,9 @@
 //! - `actix-persistence-config`: settings from `reference.toml`, a file and env vars;
 //! - `actix-persistence-sql`: the SQLite (feature `sqlite`) and PostgreSQL (feature
 //!   `postgres`) journals and snapshot stores, both on by default;
-//! - `actix-persistence-derive`: `#[derive(PersistentActor)]`, `#[derive(Message)]` and
-//!   `#[actix_persistence::main]`;
+//! - `actix-persistence-derive`: `#[derive(PersistentActor)]`, `#[derive(Message)]`,
+//!   `#[actix_persistence::main]` and `#[actix_persistence::test]` (an async test in an Actix
+//!   system);
 //! - `actix-persistence-projection`: projections ([`projection`]): a query applied to a read
 //!   model or another service, with a stored offset, exactly-once or at-least-once;
 //! - `actix-persistence-testkit`: a controlled store for deterministic tests.
@@ -220,7 +221,9 @@ pub use actix_persistence_core::{
 };
 // The derives and `main` carry their docs from the derive crate (a doc comment here would be
 // shown after them, a second time).
-pub use actix_persistence_derive::{main, Message, MessageResponse, PersistentActor};
+// `test` beside `main`, as actix has them: a user who found `#[actix_persistence::main]` writes
+// `#[actix_persistence::test]`.
+pub use actix_persistence_derive::{main, test, Message, MessageResponse, PersistentActor};
 
 // The README's examples compile as doctests of this crate.
 #[cfg(doctest)]

@@ -221,4 +221,24 @@ async fn derived_actor_runs_its_started_and_stopped_hooks_around_recovery() {
             "stopped at 7"
         ]
     );
+
+/// `#[actix_persistence::test]` sits beside `#[actix_persistence::main]` at the facade's root
+/// (it was only `actix_persistence::actix::test`): a test of an actor in a crate that depends on
+/// the facade alone, in an Actix system.
+#[actix_persistence::test]
+async fn the_facade_root_test_attribute_runs_a_persistent_actor() {
+    assert!(actix_persistence::actix::System::try_current().is_some());
+    let journal =
+        JournalActor::start_with(Arc::new(InMemoryJournal::new()), JournalConfig::default());
+    let tally = Tally {
+        total: 0,
+        journaling: PersistenceState::new(journal, "tally-root-test").expect("valid id"),
+    }
+    .start();
+    let total = tally
+        .send(Count(3))
+        .await
+        .expect("mailbox")
+        .expect("stored");
+    assert_eq!(total, 3);
 }

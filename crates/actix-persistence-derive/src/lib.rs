@@ -208,8 +208,9 @@ pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
     in_system(args.into(), item.into(), "#[actix_persistence::main]", None).into()
 }
 
-/// Runs an `async fn` test in an Actix system, as `#[actix::test]` does, through the facade.
-/// `#[actix_persistence::actix::test(crate = "path")]` names the facade when it is renamed or
+/// Runs an `async fn` test in an Actix system, as `#[actix::test]` does, through the facade:
+/// `#[actix_persistence::test]` (also `actix_persistence::actix::test`).
+/// `#[actix_persistence::test(crate = "path")]` names the facade when it is renamed or
 /// re-exported.
 #[proc_macro_attribute]
 pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
