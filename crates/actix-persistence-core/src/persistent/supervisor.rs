@@ -80,6 +80,11 @@ type Forward<A> = Box<dyn FnOnce(&Addr<A>)>;
 /// [`PersistResult`] to the current child, and keeps them (up to
 /// [`MAX_BUFFERED_COMMANDS`], in order) while the child is down. A command the child received
 /// but never answered because it stopped gets [`PersistError::ActorStopped`].
+/// A query of the state goes through the supervisor the same way: give it the result
+/// `PersistResult<T>` (`#[rtype(result = "PersistResult<u64>")]`) and answer it with
+/// `PersistReply::ready(self.balance)`, which persists nothing. A message of another result
+/// (`MessageResult<M>`) is refused at compile time, the compiler expecting its result to be
+/// `Result<_, PersistError>`.
 pub struct BackoffSupervisor<A: PersistentActor> {
     factory: Box<dyn FnMut() -> A>,
     backoff: Backoff,
