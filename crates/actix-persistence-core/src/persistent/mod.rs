@@ -183,8 +183,14 @@ pub enum RecoveryError {
         reason: String,
     },
     /// A stored event could not be turned back into the actor's event type. Recovery stops
-    /// there: events are never skipped silently.
-    #[error("recovery of {persistence_id:?} failed: {source}")]
+    /// there: events are never skipped silently. The message says how to read it again (the
+    /// usual cause is an event type changed after events of its old form were stored).
+    #[error(
+        "recovery of {persistence_id:?} failed: {source} (a stored event must stay readable as \
+         the actor's Event type: keep its old variants and fields, rename them with \
+         #[serde(alias = \"old\")], add new fields with #[serde(default)], or read old forms in \
+         EventSourced::deserialize_event)"
+    )]
     Deserialize {
         /// Whose recovery.
         persistence_id: String,
@@ -540,4 +546,28 @@ fn serialize_caught<A: EventSourced>(
 /// actor handles no command until recovery completed.
 pub fn start_recovery<A: PersistentActor>(actor: &mut A, ctx: &mut Context<A>) {
     driver::start_recovery(actor, ctx);
+}
+
+#[cfg(test)]
+mod recovery_error_tests {
+    use super::*;
+
+    /// A new user who renamed an event variant sees which event and how to read it again.
+    #[test]
+    fn a_deserialize_failure_says_how_to_keep_old_events_readable() {
+        let error = RecoveryError::Deserialize {
+            persistence_id: "Account|alice".to_owned(),
+            source: SerializationError::Deserialize {
+                seq_nr: 16,
+                reason: "unknown variant `Withdrawn`".to_owned(),
+            },
+        };
+        let message = error.to_string();
+        assert!(message.starts_with("recovery of \"Account|alice\" failed: event at sequence number 16 could not be deserialized: unknown variant `Withdrawn`"), "{message}");
+        assert!(message.contains("#[serde(alias = \"old\")]"), "{message}");
+        assert!(
+            message.contains("EventSourced::deserialize_event"),
+            "{message}"
+        );
+    }
 }
