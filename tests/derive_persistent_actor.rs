@@ -221,6 +221,7 @@ async fn derived_actor_runs_its_started_and_stopped_hooks_around_recovery() {
             "stopped at 7"
         ]
     );
+}
 
 /// `#[actix_persistence::test]` sits beside `#[actix_persistence::main]` at the facade's root
 /// (it was only `actix_persistence::actix::test`): a test of an actor in a crate that depends on
