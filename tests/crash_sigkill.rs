@@ -576,7 +576,7 @@ fn start_projections(
             start_with!(SqliteOffsetStore::new(journal.writer_pool().clone()))
         }
         SqlJournal::Postgres(journal) => {
-            start_with!(PostgresOffsetStore::new(journal.pool().clone()))
+            start_with!(PostgresOffsetStore::of_journal(journal))
         }
     }
 }

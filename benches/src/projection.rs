@@ -125,7 +125,7 @@ pub fn run(options: &ProjectionOptions, progress: &Progress) -> Vec<Row> {
             ))
             .await
             .expect("the PostgreSQL journal connects");
-            let store = PostgresOffsetStore::new(journal.pool().clone());
+            let store = PostgresOffsetStore::of_journal(&journal);
             let rows = run_on(
                 "postgres",
                 Arc::new(journal.clone()),

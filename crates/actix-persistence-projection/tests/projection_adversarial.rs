@@ -1379,7 +1379,7 @@ mod sql {
     }
 
     pub fn postgres_store(journal: &PostgresJournal) -> PostgresOffsetStore {
-        PostgresOffsetStore::new(journal.pool().clone())
+        PostgresOffsetStore::of_journal(journal)
     }
 }
 

@@ -42,7 +42,7 @@ async fn open() -> Option<Db> {
 
 impl Db {
     fn store(&self) -> PostgresOffsetStore {
-        PostgresOffsetStore::new(self.journal.pool().clone())
+        PostgresOffsetStore::of_journal(&self.journal)
     }
 
     /// A current source over every slice of `entity_type`.
@@ -858,5 +858,68 @@ async fn an_offset_store_pool_above_the_ceiling_is_refused() {
             Err(other) => panic!("{max_connections}: expected an invalid option, got {other}"),
             Ok(_) => panic!("{max_connections}: expected an invalid option, got a store"),
         }
+    }
+}
+
+/// The offset store's reads from another Tokio runtime (a projection on an Actix arbiter)
+/// leave no connection tied to that runtime in the journal's pool: while that runtime sits
+/// idle (its I/O driver not polled) and after it shut down, the reads on the journal's own
+/// runtime answer. `of_journal` acquires the store's connections on the journal's
+/// `HomeRuntime`; a connection opened on the other runtime waited there until the pool's
+/// acquire timeout.
+#[tokio::test]
+async fn offset_reads_from_another_runtime_leave_no_connection_tied_to_it() {
+    let Some(db) = open().await else { return };
+    let store = db.store();
+    let id = ProjectionId::new("tied", "0");
+    let epoch = store.take_ownership(&id, None).await.unwrap();
+    store.save_offset(&id, epoch, "\"7\"", &[]).await.unwrap();
+    let read_all = {
+        let store = store.clone();
+        move || {
+            let (store, id) = (store.clone(), ProjectionId::new("tied", "0"));
+            async move {
+                let (offset, seen, owners, progress, tx) = futures::join!(
+                    store.read_offset(&id),
+                    store.read_seen(&id),
+                    store.read_owners("tied"),
+                    store.read_progress("tied"),
+                    store.begin(&id),
+                );
+                tx.unwrap().rollback().await.unwrap();
+                (
+                    offset.unwrap(),
+                    seen.unwrap().len(),
+                    owners.unwrap().len(),
+                    progress.unwrap().len(),
+                )
+            }
+        }
+    };
+    let expected = (Some("\"7\"".to_owned()), 0, 1, 1);
+    let (done, results) = tokio::sync::oneshot::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let on_another_runtime = read_all.clone();
+    let other = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = done.send(runtime.block_on(on_another_runtime()));
+        let _ = released.recv();
+    });
+    assert_eq!(results.await.unwrap(), expected);
+    let within = |reads| async move {
+        tokio::time::timeout(Duration::from_secs(20), reads)
+            .await
+            .expect("no read waits on the other runtime's I/O driver")
+    };
+    for round in 0..3 {
+        assert_eq!(within(read_all()).await, expected, "idle, round {round}");
+    }
+    release.send(()).unwrap();
+    other.await.unwrap();
+    for round in 0..3 {
+        assert_eq!(within(read_all()).await, expected, "gone, round {round}");
     }
 }

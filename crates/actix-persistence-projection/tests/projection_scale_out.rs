@@ -76,7 +76,7 @@ fn worker_process() {
         let handle = Projection::exactly_once(
             ProjectionId::for_slices("scale-out", min, max),
             source,
-            PostgresOffsetStore::new(journal.pool().clone()),
+            PostgresOffsetStore::of_journal(&journal),
             Record {
                 range: range as i32,
             },

@@ -46,6 +46,7 @@ pub(crate) fn in_use<DB: Database>(pool: &Pool<DB>) -> u32 {
 
 use crate::error::SqlStoreError;
 use crate::group_commit::{fail_all, settle, Backend, BatchOutcome, InsertTurn, WriteCounters};
+use crate::home_runtime::HomeRuntime;
 use crate::page_row::{self, PageArg, PageRow, RawPage};
 
 /// What differs between the SQL databases, for the code both journals (and both snapshot
@@ -624,6 +625,8 @@ pub(crate) struct JournalTables<'a, D: Dialect> {
     pub(crate) writer: &'a Pool<D::Db>,
     /// How many events a replay reads per query.
     pub(crate) page_size: u32,
+    /// Where a replay's page reads run ([`HomeRuntime`]).
+    pub(crate) home: &'a HomeRuntime,
 }
 
 /// The columns of the replay query, in its `SELECT` order (not the persistence id: the
@@ -792,6 +795,8 @@ struct ReadAhead {
     /// Starts the read of a window ahead; `None` when the replay is not read ahead beyond the
     /// next page (a `max` that may end it inside the history).
     speculation: Option<Speculation>,
+    /// Where the page reads run.
+    home: HomeRuntime,
 }
 
 /// A page's read, started.
@@ -814,9 +819,6 @@ impl ReadAhead {
         let Some(speculation) = &self.speculation else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         while self.ahead.len() < PAGES_AHEAD {
             let Some(last) = self.ahead.back() else {
                 return;
@@ -825,8 +827,13 @@ impl ReadAhead {
             if last.window.size != speculation.page_size || window.from > speculation.to {
                 return;
             }
-            let reading = Reading::Task(runtime.spawn((speculation.read)(window)));
-            self.ahead.push_back(Ahead { window, reading });
+            let Ok(task) = self.home.spawn((speculation.read)(window)) else {
+                return;
+            };
+            self.ahead.push_back(Ahead {
+                window,
+                reading: Reading::Task(task),
+            });
         }
     }
 
@@ -840,7 +847,7 @@ impl ReadAhead {
                 self.ahead.clear();
                 self.ahead.push_back(Ahead {
                     window,
-                    reading: Reading::start(read),
+                    reading: Reading::start(&self.home, read),
                 });
             }
             None => {
@@ -854,17 +861,18 @@ impl ReadAhead {
 
 /// The query of a page, running.
 enum Reading {
-    /// A task of its own, on the runtime the replay is polled on.
+    /// A task of its own, on the store's [`HomeRuntime`] (or the runtime the replay is polled
+    /// on).
     Task(tokio::task::JoinHandle<Page>),
     /// Polled by the stream itself (no runtime to spawn on).
     Inline(BoxFuture<'static, Page>),
 }
 
 impl Reading {
-    fn start(page: BoxFuture<'static, Page>) -> Self {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => Reading::Task(runtime.spawn(page)),
-            Err(_) => Reading::Inline(page),
+    fn start(home: &HomeRuntime, page: BoxFuture<'static, Page>) -> Self {
+        match home.spawn(page) {
+            Ok(task) => Reading::Task(task),
+            Err(page) => Reading::Inline(page),
         }
     }
 
@@ -1003,9 +1011,10 @@ where
                 window: first,
                 // A task of its own, as the pages after it: a consumer that stops pulling
                 // in the middle of the query does not keep its connection checked out.
-                reading: Reading::start(Self::next_page(cursor)),
+                reading: Reading::start(self.home, Self::next_page(cursor)),
             }]),
             speculation,
+            home: self.home.clone(),
         })
     }
 

@@ -74,6 +74,7 @@
 
 mod error;
 mod group_commit;
+mod home_runtime;
 mod journal_common;
 mod migrate;
 mod page_row;
@@ -102,6 +103,7 @@ pub mod test_util;
 
 pub use error::{ConnectFailure, SqlStoreError};
 pub use group_commit::{WriteStats, DEFAULT_MAX_BATCH_SIZE};
+pub use home_runtime::{HomeRuntime, HomeRuntimeGone};
 pub use journal_common::ConnectionsInUse;
 pub use migrate::MIGRATIONS_TABLE;
 #[cfg(feature = "postgres")]

@@ -22,6 +22,7 @@ use sqlx::{Connection, Executor, Postgres, Transaction};
 
 use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
+use crate::home_runtime::HomeRuntime;
 use crate::journal_common::{
     all_distinct, check_batch_sizes, check_max_connections, clamp_seq_nr, in_use,
     ownership_from_row, ownerships_in_order, token_to_sql, ConnectionsInUse, Dialect,
@@ -551,6 +552,9 @@ pub struct PostgresJournal {
     /// When queries last checked the planner statistics of the query tables (wall clock,
     /// microseconds since the Unix epoch; 0: never), see [`QUERY_STATISTICS_INTERVAL`].
     statistics_checked: Arc<AtomicI64>,
+    /// The runtime `connect` ran on: reads, deletes and queries run there, so that the pools
+    /// open every connection on it ([`HomeRuntime`]).
+    home: HomeRuntime,
 }
 
 /// How often (at most) a query round checks that the planner statistics of `journal` and
@@ -610,6 +614,7 @@ impl PostgresJournal {
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),
             statistics_checked: Arc::new(AtomicI64::new(0)),
+            home: HomeRuntime::current(),
         };
         journal
             .tables()
@@ -652,7 +657,29 @@ impl PostgresJournal {
     /// A snapshot store in the same database, sharing this journal's reader pool (snapshots
     /// are read while recovering; they never take a connection of the writes' budget).
     pub fn snapshot_store(&self) -> PostgresSnapshotStore {
-        PostgresSnapshotStore::from_pool(self.readers.clone())
+        PostgresSnapshotStore::from_pool(self.readers.clone(), self.home.clone())
+    }
+
+    /// The runtime this journal runs its database work on ([`HomeRuntime`]): the one
+    /// [`connect`](Self::connect) ran on.
+    pub fn home_runtime(&self) -> &HomeRuntime {
+        &self.home
+    }
+
+    /// Runs `work` over a clone of this journal on its [`HomeRuntime`].
+    async fn at_home<T, W>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(PostgresJournal) -> W,
+    ) -> Result<T, JournalError>
+    where
+        W: Future<Output = Result<T, JournalError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.home
+            .run(work(self.clone()))
+            .await
+            .map_err(|gone| JournalError::storage(operation, gone))?
     }
 
     /// Starts `ANALYZE` of the query tables whose planner statistics are stale (the table grew
@@ -668,7 +695,7 @@ impl PostgresJournal {
     /// page's `LIMIT`: 200-300 ms instead of 0.3-0.5 ms per page of 1,000 events in 1,000,000
     /// (measured with `EXPLAIN ANALYZE`, docs/benchmarks.md, issue 8). Failures (no privilege
     /// to analyze, statistics views hidden) are logged and ignored: the queries stay correct,
-    /// only slower.
+    /// only slower. The task runs on the journal's [`HomeRuntime`].
     fn refresh_query_statistics(&self) {
         let now = wall_clock_micros();
         let last = self.statistics_checked.load(AtomicOrdering::Relaxed);
@@ -680,17 +707,15 @@ impl PostgresJournal {
         {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (readers, pool) = (self.readers.clone(), self.pool.clone());
-        runtime.spawn(async move {
+        // Outside any runtime (the home's is always one) nothing is started.
+        let _started = self.home.spawn(Box::pin(async move {
             for table in QUERY_TABLES {
                 if let Err(error) = analyze_if_stale(&readers, &pool, table).await {
                     tracing::warn!(table, %error, "could not refresh the planner statistics");
                 }
             }
-        });
+        }));
     }
 
     /// The journal tables, read through the reader pool and deleted from through the writer.
@@ -700,6 +725,7 @@ impl PostgresJournal {
             page_readers: &(),
             writer: &self.pool,
             page_size: self.replay_batch_size,
+            home: &self.home,
         }
     }
 }
@@ -1232,7 +1258,11 @@ impl JournalStore for PostgresJournal {
     /// Reads the highest sequence number from `journal_highest` (0 for an id that never
     /// wrote); `from` is not needed.
     async fn read_highest_sequence_nr(&self, pid: &str, _from: u64) -> Result<u64, JournalError> {
-        self.tables().read_highest(pid).await
+        let pid = pid.to_owned();
+        self.at_home("read highest sequence number", |journal| async move {
+            journal.tables().read_highest(&pid).await
+        })
+        .await
     }
 
     /// Deletes the events with `seq_nr <= to` (all of them for `u64::MAX`) in one transaction
@@ -1245,7 +1275,11 @@ impl JournalStore for PostgresJournal {
         to: u64,
         fencing_token: FencingToken,
     ) -> Result<(), JournalError> {
-        self.tables().delete_to(pid, to, fencing_token).await
+        let pid = pid.to_owned();
+        self.at_home("delete", |journal| async move {
+            journal.tables().delete_to(&pid, to, fencing_token).await
+        })
+        .await
     }
 
     /// Raises the id's owner epoch in `journal_highest` and reads its highest sequence number
@@ -1258,7 +1292,11 @@ impl JournalStore for PostgresJournal {
 
     /// Reads how far the events were deleted from `journal_highest` (0 when never).
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
-        self.tables().read_deleted_to(pid).await.map(Some)
+        let pid = pid.to_owned();
+        self.at_home("read deleted to", |journal| async move {
+            journal.tables().read_deleted_to(&pid).await.map(Some)
+        })
+        .await
     }
 }
 
@@ -1274,14 +1312,33 @@ impl QueryStore for PostgresJournal {
     /// starts here.
     async fn current_timestamp(&self) -> Result<i64, JournalError> {
         self.refresh_query_statistics();
-        self.tables().current_timestamp().await
+        self.at_home("read current timestamp", |journal| async move {
+            journal.tables().current_timestamp().await
+        })
+        .await
     }
 
     async fn read_events(
         &self,
         request: EventsRequest<'_>,
     ) -> Result<Vec<StoredEvent>, JournalError> {
-        self.tables().read_events(request).await
+        let (filter, after) = (request.filter.clone(), request.after.clone());
+        let (before_timestamp, limit, with_previous_timestamp) = (
+            request.before_timestamp,
+            request.limit,
+            request.with_previous_timestamp,
+        );
+        self.at_home("query", |journal| async move {
+            let request = EventsRequest {
+                filter: &filter,
+                after: &after,
+                before_timestamp,
+                limit,
+                with_previous_timestamp,
+            };
+            journal.tables().read_events(request).await
+        })
+        .await
     }
 
     async fn read_persistence_ids(
@@ -1289,7 +1346,14 @@ impl QueryStore for PostgresJournal {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<String>, JournalError> {
-        self.tables().read_persistence_ids(after, limit).await
+        let after = after.map(str::to_owned);
+        self.at_home("query persistence ids", |journal| async move {
+            journal
+                .tables()
+                .read_persistence_ids(after.as_deref(), limit)
+                .await
+        })
+        .await
     }
 
     /// Commits of this journal (and its clones) in this process wake live queries at once.

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use sqlx::postgres::PgPool;
 
 use crate::error::SqlStoreError;
+use crate::home_runtime::HomeRuntime;
 use crate::postgres::{open_pool, PostgresDialect, PostgresJournalOptions};
 use crate::snapshot_sql::SnapshotTable;
 
@@ -33,6 +34,8 @@ use crate::snapshot_sql::SnapshotTable;
 #[derive(Debug, Clone)]
 pub struct PostgresSnapshotStore {
     pool: PgPool,
+    /// Where loads, saves and deletes run, so that the pool opens its connections there.
+    home: HomeRuntime,
 }
 
 impl PostgresSnapshotStore {
@@ -58,11 +61,30 @@ impl PostgresSnapshotStore {
     ///
     /// [`PostgresJournal::connect`]: crate::PostgresJournal::connect
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
-        Ok(Self::from_pool(open_pool(options).await?))
+        Ok(Self::from_pool(
+            open_pool(options).await?,
+            HomeRuntime::current(),
+        ))
     }
 
-    pub(crate) fn from_pool(pool: PgPool) -> Self {
-        PostgresSnapshotStore { pool }
+    pub(crate) fn from_pool(pool: PgPool, home: HomeRuntime) -> Self {
+        PostgresSnapshotStore { pool, home }
+    }
+
+    /// Runs `work` over a clone of this store on its [`HomeRuntime`].
+    async fn at_home<T, W>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(PostgresSnapshotStore) -> W,
+    ) -> Result<T, SnapshotError>
+    where
+        W: std::future::Future<Output = Result<T, SnapshotError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.home
+            .run(work(self.clone()))
+            .await
+            .map_err(|gone| SnapshotError::storage(operation, gone))?
     }
 
     /// Closes the pool, waiting for the connections in use to be returned. A pool shared with
@@ -88,7 +110,11 @@ impl SnapshotStore for PostgresSnapshotStore {
         pid: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
-        self.table().load(pid, criteria).await
+        let pid = pid.to_owned();
+        self.at_home("load", |store| async move {
+            store.table().load(&pid, criteria).await
+        })
+        .await
     }
 
     /// One upsert.
@@ -101,11 +127,18 @@ impl SnapshotStore for PostgresSnapshotStore {
         metadata: SnapshotMetadata,
         snapshot: SerializedSnapshot,
     ) -> Result<(), SnapshotError> {
-        self.table().save(metadata, snapshot).await
+        self.at_home("save", |store| async move {
+            store.table().save(metadata, snapshot).await
+        })
+        .await
     }
 
     async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
-        self.table().delete(metadata).await
+        let metadata = metadata.clone();
+        self.at_home("delete", |store| async move {
+            store.table().delete(&metadata).await
+        })
+        .await
     }
 
     async fn delete_matching(
@@ -113,6 +146,10 @@ impl SnapshotStore for PostgresSnapshotStore {
         pid: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError> {
-        self.table().delete_matching(pid, criteria).await
+        let pid = pid.to_owned();
+        self.at_home("delete", |store| async move {
+            store.table().delete_matching(&pid, criteria).await
+        })
+        .await
     }
 }

@@ -24,6 +24,7 @@ use sqlx::{Connection, Sqlite, Transaction};
 
 use crate::error::{ConnectFailure, SqlStoreError};
 use crate::group_commit::{WriteStats, Writer, DEFAULT_MAX_BATCH_SIZE};
+use crate::home_runtime::CALLER;
 use crate::journal_common::{
     all_distinct, check_batch_sizes, check_max_connections, clamp_seq_nr, in_use,
     ownership_from_row, ownerships_in_order, rejection, token_to_sql, ConnectionsInUse, Dialect,
@@ -597,6 +598,8 @@ impl SqliteJournal {
             page_readers: &self.pools.page_readers,
             writer: &self.pools.writer,
             page_size: self.replay_batch_size,
+            // Its connections live on threads of their own, not in a runtime's I/O driver.
+            home: &CALLER,
         }
     }
 }

@@ -390,6 +390,111 @@ mod on_a_server {
         })
         .await;
     }
+
+    /// Reads asked from another Tokio runtime (an Actix arbiter's) leave no connection tied to
+    /// it in the pools: while that runtime sits idle (an arbiter busy in a handler does not
+    /// poll its I/O driver) and after it shut down, the replays, highest sequence numbers,
+    /// snapshot loads and queries that follow on the journal's own runtime all succeed. A
+    /// connection the pool opened there belonged to that runtime's I/O driver: drawn from the
+    /// shared pool, it waited for that driver (here until the pool's acquire timeout) or,
+    /// once the runtime was gone, failed; the journal now runs that work on the runtime it was
+    /// connected on (`HomeRuntime`).
+    #[tokio::test]
+    async fn reads_from_another_runtime_leave_no_connection_tied_to_it() {
+        use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
+        use actix_persistence_core::{SnapshotSelectionCriteria, SnapshotStore};
+        use futures::StreamExt;
+
+        common::run(|db: PostgresDb| async move {
+            // Three writer connections and three reader connections.
+            let options = PostgresJournalOptions {
+                max_connections: 6,
+                replay_batch_size: 2,
+                ..PostgresJournalOptions::new(db.url())
+            };
+            let journal = PostgresJournal::connect(&options).await.unwrap();
+            write_all_ok(&journal, vec![atomic("Home|1", 1..=7)]).await;
+            let snapshots = journal.snapshot_store();
+            let query = ReadJournal::from_arc(
+                std::sync::Arc::new(journal.clone()),
+                QuerySettings::default(),
+            );
+            let read_everything = {
+                let (journal, snapshots, query) =
+                    (journal.clone(), snapshots.clone(), query.clone());
+                move || {
+                    let (journal, snapshots, query) =
+                        (journal.clone(), snapshots.clone(), query.clone());
+                    async move {
+                        let replay = journal
+                            .replay_messages("Home|1", 1, MAX, MAX)
+                            .map(|e| e.map(|e| e.seq_nr))
+                            .collect::<Vec<_>>();
+                        let by_slices = query
+                            .current_events_by_slices("Home", 0, 1023, Offset::NoOffset)
+                            .map(|e| e.map(|e| e.seq_nr))
+                            .collect::<Vec<_>>();
+                        let (replay, highest, snapshot, deleted_to, by_slices) = futures::join!(
+                            replay,
+                            journal.read_highest_sequence_nr("Home|1", 0),
+                            snapshots.load("Home|1", SnapshotSelectionCriteria::latest()),
+                            journal.read_deleted_to("Home|1"),
+                            by_slices,
+                        );
+                        let replay: Result<Vec<u64>, _> = replay.into_iter().collect();
+                        let by_slices: Result<Vec<u64>, _> = by_slices.into_iter().collect();
+                        (
+                            replay.map_err(|e| e.to_string()),
+                            highest.map_err(|e| e.to_string()),
+                            snapshot.map(|s| s.is_some()).map_err(|e| e.to_string()),
+                            deleted_to.map_err(|e| e.to_string()),
+                            by_slices.map_err(|e| e.to_string()),
+                        )
+                    }
+                }
+            };
+            let all: Vec<u64> = (1..=7).collect();
+            let expected = (Ok(all.clone()), Ok(7), Ok(false), Ok(Some(0)), Ok(all));
+            let on_another_runtime = read_everything.clone();
+            // On a thread of its own, while this runtime goes on running (the journal's work
+            // runs here). The other runtime then stays idle (an arbiter busy in a handler: its
+            // I/O driver is not polled) until `release`, then shuts down.
+            let (done, results) = tokio::sync::oneshot::channel();
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let other = tokio::task::spawn_blocking(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let _ = done.send(runtime.block_on(on_another_runtime()));
+                let _ = released.recv();
+                // The runtime shuts down here, and its I/O driver with it.
+            });
+            assert_eq!(results.await.unwrap(), expected);
+            let within = |reads| async move {
+                tokio::time::timeout(Duration::from_secs(10), reads)
+                    .await
+                    .expect("no read waits on the other runtime's I/O driver")
+            };
+            for round in 0..3 {
+                assert_eq!(
+                    within(read_everything()).await,
+                    expected,
+                    "idle, round {round}"
+                );
+            }
+            release.send(()).unwrap();
+            other.await.unwrap();
+            for round in 0..3 {
+                assert_eq!(
+                    within(read_everything()).await,
+                    expected,
+                    "gone, round {round}"
+                );
+            }
+        })
+        .await;
+    }
 }
 
 #[tokio::test]

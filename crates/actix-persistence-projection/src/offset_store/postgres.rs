@@ -1,6 +1,8 @@
 //! The PostgreSQL offset store.
 
+use actix_persistence_sql::HomeRuntime;
 use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row, Transaction};
 
@@ -15,7 +17,7 @@ use crate::ProjectionId;
 /// `projection_seen`, migration 0005 of `actix-persistence-sql`).
 ///
 /// Exactly-once handlers receive a `sqlx::Transaction<'static, Postgres>` (read committed).
-/// Give it the journal's pool ([`PostgresJournal::pool`](actix_persistence_sql::PostgresJournal::pool),
+/// Give it the journal's pool ([`of_journal`](Self::of_journal) of
 /// `persistence.postgres_journal()` in an app started with `Persistence`: its connections have
 /// the journal's `schema` on their search path) or a pool of its own ([`connect`](Self::connect)).
 /// Several processes may share the tables: each projection instance (name and key) has rows of
@@ -23,12 +25,67 @@ use crate::ProjectionId;
 #[derive(Debug, Clone)]
 pub struct PostgresOffsetStore {
     pool: PgPool,
+    /// Where connections are acquired, so that the pool opens them there ([`HomeRuntime`]).
+    home: HomeRuntime,
 }
 
 impl PostgresOffsetStore {
     /// A store over `pool`, whose database already has the schema (a journal connected to it).
+    ///
+    /// Its connections are acquired (and opened, when the pool opens one) on the Tokio runtime
+    /// this is called on, whatever runtime the projection runs on ([`HomeRuntime`]): call it
+    /// on the runtime the pool was made on (the Actix system's), or give the journal's with
+    /// [`with_home_runtime`](Self::with_home_runtime).
     pub fn new(pool: PgPool) -> Self {
-        PostgresOffsetStore { pool }
+        PostgresOffsetStore {
+            pool,
+            home: HomeRuntime::current(),
+        }
+    }
+
+    /// A store over the journal's pool, acquiring its connections on the journal's
+    /// [`HomeRuntime`]: the way to keep a projection's offsets (and an exactly-once handler's
+    /// read model) in the journal's database and schema.
+    pub fn of_journal(journal: &actix_persistence_sql::PostgresJournal) -> Self {
+        Self::new(journal.pool().clone()).with_home_runtime(journal.home_runtime().clone())
+    }
+
+    /// This store, acquiring its connections on `home`, e.g. the journal's
+    /// ([`PostgresJournal::home_runtime`](actix_persistence_sql::PostgresJournal::home_runtime))
+    /// for a store over the journal's pool.
+    pub fn with_home_runtime(mut self, home: HomeRuntime) -> Self {
+        self.home = home;
+        self
+    }
+
+    /// A connection of the pool, acquired on the home runtime: a connection the pool opens for
+    /// it belongs to that runtime's I/O driver, not to a projection's arbiter that may stop
+    /// before the pool.
+    async fn connection(
+        &self,
+        id: &ProjectionId,
+    ) -> Result<PoolConnection<Postgres>, OffsetStoreError> {
+        let pool = self.pool.clone();
+        self.home
+            .run(async move { pool.acquire().await })
+            .await
+            .map_err(home_gone)
+            .and_then(|acquired| acquired)
+            .map_err(db(id))
+    }
+
+    /// A transaction on a connection acquired as by [`connection`](Self::connection).
+    async fn transaction(
+        &self,
+        id: &ProjectionId,
+    ) -> Result<Transaction<'static, Postgres>, OffsetStoreError> {
+        let pool = self.pool.clone();
+        self.home
+            .run(async move { pool.begin().await })
+            .await
+            .map_err(home_gone)
+            .and_then(|begun| begun)
+            .map_err(db(id))
     }
 
     /// Opens a pool of its own (at most `max_connections`) on the database at `url` and brings
@@ -93,6 +150,11 @@ impl PostgresOffsetStore {
 /// The `statement_timeout` of the connections [`PostgresOffsetStore::connect`] opens: 10 s,
 /// the journal's default (`journal.postgres.statement-timeout`).
 pub const OFFSET_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The home runtime could not run the acquire: the connection could not be had.
+fn home_gone(gone: actix_persistence_sql::HomeRuntimeGone) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::other(gone))
+}
 
 fn db(id: &ProjectionId) -> impl FnOnce(sqlx::Error) -> OffsetStoreError + '_ {
     move |source| OffsetStoreError::Database {
@@ -201,7 +263,7 @@ impl OffsetStore for PostgresOffsetStore {
         )
         .bind(&id.name)
         .bind(&id.key)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.connection(id).await?)
         .await
         .map_err(db(id))?
         .map(|row| row.try_get::<String, _>(0))
@@ -216,7 +278,7 @@ impl OffsetStore for PostgresOffsetStore {
         )
         .bind(&id.name)
         .bind(&id.key)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection(id).await?)
         .await
         .map_err(db(id))?;
         rows.into_iter()
@@ -237,7 +299,7 @@ impl OffsetStore for PostgresOffsetStore {
              WHERE projection_name = $1",
         )
         .bind(name)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection(&all).await?)
         .await
         .map_err(db(&all))?;
         let seen: Vec<(String, String, i64)> = sqlx::query_as(
@@ -245,20 +307,21 @@ impl OffsetStore for PostgresOffsetStore {
              WHERE projection_name = $1",
         )
         .bind(name)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection(&all).await?)
         .await
         .map_err(db(&all))?;
         Ok(progress_by_key(name, offsets, seen))
     }
 
     async fn read_owners(&self, name: &str) -> Result<Vec<ProjectionId>, OffsetStoreError> {
+        let all = ProjectionId::new(name, "*");
         let keys: Vec<String> = sqlx::query_scalar(
             "SELECT projection_key FROM projection_owner WHERE projection_name = $1",
         )
         .bind(name)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection(&all).await?)
         .await
-        .map_err(db(&ProjectionId::new(name, "*")))?;
+        .map_err(db(&all))?;
         Ok(keys
             .into_iter()
             .map(|key| ProjectionId::new(name, key))
@@ -279,7 +342,8 @@ impl OffsetStore for PostgresOffsetStore {
                 .bind(&id.key)
                 .bind(sql_epoch(epoch)),
         };
-        match query.fetch_optional(&self.pool).await.map_err(db(id))? {
+        let mut conn = self.connection(id).await?;
+        match query.fetch_optional(&mut *conn).await.map_err(db(id))? {
             Some(epoch) => Ok(u64::try_from(epoch).unwrap_or(0)),
             None => Err(fenced(id, held.unwrap_or(0))),
         }
@@ -299,7 +363,8 @@ impl OffsetStore for PostgresOffsetStore {
             .bind(now_ms())
             .bind(sql_epoch(epoch));
         if covered.is_empty() {
-            let saved = upsert.execute(&self.pool).await.map_err(db(id))?;
+            let mut conn = self.connection(id).await?;
+            let saved = upsert.execute(&mut *conn).await.map_err(db(id))?;
             if saved.rows_affected() == 0 {
                 return Err(fenced(id, epoch));
             }
@@ -312,7 +377,7 @@ impl OffsetStore for PostgresOffsetStore {
             pids.push(pid.as_str());
         }
         // The offset and the deletes in one transaction: both or neither are stored.
-        let mut tx = self.pool.begin().await.map_err(db(id))?;
+        let mut tx = self.transaction(id).await?;
         let saved = upsert.execute(&mut *tx).await.map_err(db(id))?;
         if saved.rows_affected() == 0 {
             tx.rollback().await.map_err(db(id))?;
@@ -330,7 +395,7 @@ impl OffsetStore for PostgresOffsetStore {
     }
 
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
-        let mut tx = self.pool.begin().await.map_err(db(id))?;
+        let mut tx = self.transaction(id).await?;
         for table in ["projection_offset", "projection_seen"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE projection_name = $1 AND projection_key = $2"
@@ -350,7 +415,7 @@ impl OffsetStore for PostgresOffsetStore {
         to: &ProjectionId,
         to_offset: Option<&str>,
     ) -> Result<(), OffsetStoreError> {
-        let mut tx = self.pool.begin().await.map_err(db(to))?;
+        let mut tx = self.transaction(to).await?;
         // The seen numbers first, while `to`'s offset is still `to_offset` and `from` has one;
         // then the offset.
         for statement in [HAND_OVER_SEEN, HAND_OVER_OFFSET, HAND_OVER_OVER_OFFSET] {
@@ -372,7 +437,7 @@ impl TransactionalOffsetStore for PostgresOffsetStore {
     type Transaction = Transaction<'static, Postgres>;
 
     async fn begin(&self, id: &ProjectionId) -> Result<Self::Transaction, OffsetStoreError> {
-        self.pool.begin().await.map_err(db(id))
+        self.transaction(id).await
     }
 
     async fn save_in(
