@@ -546,6 +546,9 @@ pub struct PostgresJournal {
     /// connection).
     readers: PgPool,
     writer: Writer<SqlBackend<PostgresDialect>>,
+    /// Whether writes go through group commit's writer task (`max_batch_size` above 1), which
+    /// runs on the home runtime; without, each call runs its transactions there itself.
+    group_commit: bool,
     replay_batch_size: u32,
     /// Wakes the live queries of this process after each commit.
     notifier: WriteNotifier,
@@ -611,6 +614,7 @@ impl PostgresJournal {
                 concurrent_transactions(options.max_connections),
             ),
             pool,
+            group_commit: options.max_batch_size > 1,
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),
             statistics_checked: Arc::new(AtomicI64::new(0)),
@@ -1222,14 +1226,32 @@ impl JournalStore for PostgresJournal {
     ///
     /// Cancel safety: the writes are queued when the future is first polled. Dropping it
     /// before the writer task took them stores none of them; afterwards they may still be
-    /// stored. Without group commit (`max_batch_size` 1), dropping it rolls back the atomic
-    /// write in progress; the writes before it stay committed, the ones after it are not
-    /// attempted.
+    /// stored. Without group commit (`max_batch_size` 1) the call's transactions run as a task
+    /// on the journal's [`HomeRuntime`], which dropping the future does not stop: every write
+    /// of the call may still be stored.
     async fn write_messages(
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        let results = self.writer.write(writes).await;
+        let results = if self.group_commit {
+            self.writer.write(writes).await
+        } else {
+            let count = writes.len();
+            match self
+                .home
+                .run({
+                    let writer = self.writer.clone();
+                    async move { writer.write(writes).await }
+                })
+                .await
+            {
+                Ok(results) => results,
+                Err(gone) => {
+                    let error = JournalError::storage("write", gone);
+                    return Ok((0..count).map(|_| Err(error.clone().into())).collect());
+                }
+            }
+        };
         if results.iter().any(Result::is_ok) {
             // Concurrent transactions can commit out of timestamp order: live queries look
             // back by the longest one's duration.
@@ -1287,7 +1309,14 @@ impl JournalStore for PostgresJournal {
     /// ownership takes queued with it (group commit; the writes first). Durable when it
     /// returns.
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
-        self.writer.take_ownership(pid).await
+        if self.group_commit {
+            return self.writer.take_ownership(pid).await;
+        }
+        let pid = pid.to_owned();
+        self.at_home("take ownership", |journal| async move {
+            journal.writer.take_ownership(&pid).await
+        })
+        .await
     }
 
     /// Reads how far the events were deleted from `journal_highest` (0 when never).

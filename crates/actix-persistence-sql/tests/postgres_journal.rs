@@ -495,6 +495,95 @@ mod on_a_server {
         })
         .await;
     }
+
+    /// As above for writes and ownership takes without group commit (`max_batch_size` 1, where
+    /// each call runs its own transactions): the writer connection the pool opens for calls
+    /// from another runtime is not tied to it, and the writes that follow on the journal's own
+    /// runtime, while that runtime idles and after it shut down, are stored at once.
+    #[tokio::test]
+    async fn writes_without_group_commit_from_another_runtime_leave_no_connection_tied_to_it() {
+        common::run(|db: PostgresDb| async move {
+            // One writer connection and one reader connection; no group commit.
+            let options = PostgresJournalOptions {
+                max_connections: 2,
+                max_batch_size: 1,
+                ..PostgresJournalOptions::new(db.url())
+            };
+            let journal = PostgresJournal::connect(&options).await.unwrap();
+            // The connections `connect` opened end (as after a server restart), so that the
+            // pools open new ones for the calls below.
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .execute(&mut db.connection().await)
+            .await
+            .unwrap();
+            let write_three = {
+                let journal = journal.clone();
+                move |round: u64| {
+                    let journal = journal.clone();
+                    async move {
+                        let writes = (0..3).map(|i| {
+                            let journal = journal.clone();
+                            async move {
+                                let pid = format!("Home|{i}");
+                                let written = journal
+                                    .write_messages(vec![atomic(&pid, round..=round)])
+                                    .await
+                                    .map(|results| results.into_iter().all(|r| r.is_ok()));
+                                let owned = journal.take_ownership(&format!("Owned|{i}")).await;
+                                (written.map_err(|e| e.to_string()), owned.is_ok())
+                            }
+                        });
+                        futures::future::join_all(writes).await
+                    }
+                }
+            };
+            let expected = vec![(Ok(true), true); 3];
+            let (done, results) = tokio::sync::oneshot::channel();
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let on_another_runtime = write_three.clone();
+            let other = tokio::task::spawn_blocking(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let _ = done.send(runtime.block_on(on_another_runtime(1)));
+                let _ = released.recv();
+            });
+            assert_eq!(results.await.unwrap(), expected);
+            let within = |writes| async move {
+                tokio::time::timeout(Duration::from_secs(10), writes)
+                    .await
+                    .expect("no write waits on the other runtime's I/O driver")
+            };
+            for round in 2..5 {
+                assert_eq!(
+                    within(write_three(round)).await,
+                    expected,
+                    "idle, round {round}"
+                );
+            }
+            release.send(()).unwrap();
+            other.await.unwrap();
+            for round in 5..8 {
+                assert_eq!(
+                    within(write_three(round)).await,
+                    expected,
+                    "gone, round {round}"
+                );
+            }
+            for i in 0..3 {
+                let highest = journal
+                    .read_highest_sequence_nr(&format!("Home|{i}"), 0)
+                    .await
+                    .unwrap();
+                assert_eq!(highest, 7, "Home|{i}");
+            }
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
