@@ -216,8 +216,8 @@ pub use actix_persistence_core::query::{
 pub use actix_persistence_core::{
     journal, limits, metrics, persistent, serialization, snapshot, store, AtomicWrite,
     AtomicWriteError, AtomicWriteResult, FencingToken, InMemoryJournal, InvalidPersistenceId,
-    JournalError, JournalStore, Ownership, PersistentRepr, ReplayStream, WriteRejection,
-    MAX_SEQ_NR,
+    JournalError, JournalStore, Ownership, PersistentRepr, ReplayBounds, ReplayStream,
+    WriteRejection, MAX_SEQ_NR,
 };
 // The derives and `main` carry their docs from the derive crate (a doc comment here would be
 // shown after them, a second time).

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayStream,
+    AtomicWrite, AtomicWriteResult, JournalError, JournalStore, ReplayBounds, ReplayStream,
 };
 use actix_persistence_testkit::FaultyJournal;
 use async_trait::async_trait;
@@ -118,5 +118,9 @@ impl<S: JournalStore> JournalStore for TimedStore<S> {
 
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
         self.inner.read_deleted_to(pid).await
+    }
+
+    async fn read_replay_bounds(&self, pid: &str, from: u64) -> Result<ReplayBounds, JournalError> {
+        self.inner.read_replay_bounds(pid, from).await
     }
 }

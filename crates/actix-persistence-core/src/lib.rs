@@ -37,5 +37,6 @@ pub use snapshot::{
 };
 pub use store::{
     AtomicWrite, AtomicWriteResult, CheckedBatch, FailedIds, FencingToken, JournalStore, Ownership,
-    PersistentRepr, ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults, MAX_SEQ_NR,
+    PersistentRepr, ReplayBounds, ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults,
+    MAX_SEQ_NR,
 };

@@ -136,6 +136,18 @@ pub struct Ownership {
     pub highest_seq_nr: u64,
 }
 
+/// What [`JournalStore::read_replay_bounds`] answers: where a replay of an id ends and how far
+/// its events were deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayBounds {
+    /// The highest sequence number, as
+    /// [`read_highest_sequence_nr`](JournalStore::read_highest_sequence_nr) answers it.
+    pub highest_seq_nr: u64,
+    /// How far events were deleted, as [`read_deleted_to`](JournalStore::read_deleted_to)
+    /// answers it (`None`: the store does not keep it).
+    pub deleted_to: Option<u64>,
+}
+
 /// Events that are stored all together or not at all (as Akka's `AtomicWrite`): one `persist`
 /// gives an atomic write of one event, one `persist_all` an atomic write of all its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -656,6 +668,28 @@ pub trait JournalStore: Send + Sync + 'static {
         let _ = persistence_id;
         Ok(None)
     }
+
+    /// The highest sequence number (from `from_seq_nr`, as
+    /// [`read_highest_sequence_nr`](Self::read_highest_sequence_nr)) and how far events were
+    /// deleted ([`read_deleted_to`](Self::read_deleted_to)) of `persistence_id`, which every
+    /// replay (a recovery's, a query's by id) reads before its events. The default reads them
+    /// one after the other; a store that can read both in one round trip overrides it (the
+    /// SQL journals: one statement, one round trip fewer per recovery).
+    ///
+    /// # Errors
+    /// [`JournalError`] when the store cannot be read.
+    async fn read_replay_bounds(
+        &self,
+        persistence_id: &str,
+        from_seq_nr: u64,
+    ) -> Result<ReplayBounds, JournalError> {
+        Ok(ReplayBounds {
+            highest_seq_nr: self
+                .read_highest_sequence_nr(persistence_id, from_seq_nr)
+                .await?,
+            deleted_to: self.read_deleted_to(persistence_id).await?,
+        })
+    }
 }
 
 #[async_trait]
@@ -702,5 +736,9 @@ impl<S: JournalStore + ?Sized> JournalStore for std::sync::Arc<S> {
 
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
         (**self).read_deleted_to(pid).await
+    }
+
+    async fn read_replay_bounds(&self, pid: &str, from: u64) -> Result<ReplayBounds, JournalError> {
+        (**self).read_replay_bounds(pid, from).await
     }
 }

@@ -45,6 +45,7 @@ use actix_persistence_core::{
 use tokio::sync::{mpsc, oneshot, Mutex, OwnedMutexGuard};
 
 use crate::error::SqlStoreError;
+use crate::home_runtime::HomeRuntime;
 
 /// Default of `max_batch_size` of both SQL journals, and of `journal.max-batch-size`.
 ///
@@ -266,6 +267,9 @@ pub(crate) struct Writer<B: Backend> {
     counters: Arc<WriteCounters>,
     /// The insert turns (see the module documentation), shared with the writer tasks.
     turns: Arc<IdTurns>,
+    /// Where the transactions of a call run without group commit ([`HomeRuntime`]; the
+    /// caller's task by default).
+    home: HomeRuntime,
 }
 
 impl<B: Backend> Clone for Writer<B> {
@@ -275,6 +279,7 @@ impl<B: Backend> Clone for Writer<B> {
             queue: self.queue.clone(),
             counters: Arc::clone(&self.counters),
             turns: Arc::clone(&self.turns),
+            home: self.home.clone(),
         }
     }
 }
@@ -319,7 +324,18 @@ impl<B: Backend> Writer<B> {
             queue,
             counters,
             turns,
+            home: HomeRuntime::caller(),
         }
+    }
+
+    /// Without group commit, runs each call's transactions as a task on `home` once the call's
+    /// turn came (the turn is taken in the caller's task, in the order the calls were first
+    /// polled, and held by the task until its last commit), so that the connections the pool
+    /// opens for them belong to `home`. With group commit the writer tasks run on the runtime
+    /// `start` ran on.
+    pub(crate) fn on_home(mut self, home: HomeRuntime) -> Self {
+        self.home = home;
+        self
     }
 
     /// The counters so far.
@@ -360,20 +376,32 @@ impl<B: Backend> Writer<B> {
                 None => {
                     // The ids' turns, in the order the calls were first polled, kept until
                     // the last transaction of this call has committed.
-                    let _turn = self.turns.take(ids).await;
-                    let mut stored = Vec::with_capacity(prepared.len());
-                    // A later write of an id whose write failed is not attempted.
-                    let mut failed = FailedIds::default();
-                    for write in &prepared {
-                        let one = std::slice::from_ref(write);
-                        let (results, _) = self
-                            .backend
-                            .commit_batch(one, &[], &self.counters, InsertTurn::none(), &failed)
-                            .await;
-                        note_failures::<B>(&mut failed, one, &results);
-                        stored.extend(results);
+                    let turn = self.turns.take(ids).await;
+                    let count = prepared.len();
+                    let (backend, counters) =
+                        (Arc::clone(&self.backend), Arc::clone(&self.counters));
+                    let commit_each = async move {
+                        let _turn = turn;
+                        let mut stored = Vec::with_capacity(prepared.len());
+                        // A later write of an id whose write failed is not attempted.
+                        let mut failed = FailedIds::default();
+                        for write in &prepared {
+                            let one = std::slice::from_ref(write);
+                            let (results, _) = backend
+                                .commit_batch(one, &[], &counters, InsertTurn::none(), &failed)
+                                .await;
+                            note_failures::<B>(&mut failed, one, &results);
+                            stored.extend(results);
+                        }
+                        stored
+                    };
+                    match self.home.run(commit_each).await {
+                        Ok(stored) => stored,
+                        Err(gone) => {
+                            let error = JournalError::storage("write", gone);
+                            (0..count).map(|_| Err(error.clone().into())).collect()
+                        }
                     }
-                    stored
                 }
                 Some(queue) => {
                     let count = prepared.len();
@@ -409,17 +437,23 @@ impl<B: Backend> Writer<B> {
         let owners = [persistence_id.to_owned()];
         match &self.queue {
             None => {
-                let (_, mut owned) = self
-                    .backend
-                    .commit_batch(
-                        &[],
-                        &owners,
-                        &self.counters,
-                        InsertTurn::none(),
-                        &FailedIds::default(),
-                    )
-                    .await;
-                owned.pop().unwrap_or_else(|| Err(stopped_error()))
+                let (backend, counters) = (Arc::clone(&self.backend), Arc::clone(&self.counters));
+                let take = async move {
+                    let (_, mut owned) = backend
+                        .commit_batch(
+                            &[],
+                            &owners,
+                            &counters,
+                            InsertTurn::none(),
+                            &FailedIds::default(),
+                        )
+                        .await;
+                    owned.pop().unwrap_or_else(|| Err(stopped_error()))
+                };
+                self.home
+                    .run(take)
+                    .await
+                    .unwrap_or_else(|gone| Err(JournalError::storage("take ownership", gone)))
             }
             Some(queue) => {
                 let [persistence_id] = owners;

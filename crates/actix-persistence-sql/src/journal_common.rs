@@ -16,8 +16,8 @@ use actix_persistence_core::query::{
     StoredEvent, NUMBER_OF_SLICES,
 };
 use actix_persistence_core::{
-    AtomicWrite, FailedIds, FencingToken, JournalError, Ownership, PersistentRepr, ReplayStream,
-    RunInterner, WriteRejection,
+    AtomicWrite, FailedIds, FencingToken, JournalError, Ownership, PersistentRepr, ReplayBounds,
+    ReplayStream, RunInterner, WriteRejection,
 };
 use futures::future::BoxFuture;
 use futures::stream;
@@ -642,6 +642,26 @@ enum ReplayColumn {
     Tags = 6,
 }
 
+/// The highest sequence number of `pid` from the maximum read (`None`: nothing stored, 0).
+///
+/// # Errors
+/// [`JournalError::Storage`] with [`SqlStoreError::CorruptRow`] when it is negative.
+fn highest_from(pid: &str, highest: Option<i64>) -> Result<u64, JournalError> {
+    match highest {
+        None => Ok(0),
+        Some(highest) => u64::try_from(highest).map_err(|_| {
+            JournalError::storage(
+                "read highest sequence number",
+                SqlStoreError::CorruptRow {
+                    persistence_id: pid.to_owned(),
+                    seq_nr: highest,
+                    reason: "negative highest sequence number".to_owned(),
+                },
+            )
+        }),
+    }
+}
+
 /// The error of a stored event that does not read back (a row this crate never writes).
 fn corrupt_row(
     operation: &'static str,
@@ -932,6 +952,7 @@ where
     for<'r> (i64,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> (String,): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> (Option<i64>,): FromRow<'r, <D::Db as Database>::Row>,
+    for<'r> (Option<i64>, Option<i64>): FromRow<'r, <D::Db as Database>::Row>,
     for<'r> Option<i64>: Decode<'r, D::Db>,
 {
     /// The events of `pid` from `from` to `to`, at most `max`, page by page (`page_size` per
@@ -1641,6 +1662,40 @@ where
         .map_err(|e| JournalError::storage("read how far events were deleted", e))?;
         Ok(deleted_to.map_or(0, |d| u64::try_from(d).unwrap_or(0)))
     }
+    /// The highest sequence number of `pid` (as [`read_highest`](Self::read_highest)) and how
+    /// far its events were deleted (as [`read_deleted_to`](Self::read_deleted_to)), in one
+    /// statement: one round trip for what every replay reads first.
+    ///
+    /// # Errors
+    /// As `read_highest` and `read_deleted_to`.
+    pub(crate) async fn read_replay_bounds(&self, pid: &str) -> Result<ReplayBounds, JournalError> {
+        if !D::stores_text(pid) {
+            return Ok(ReplayBounds {
+                highest_seq_nr: 0,
+                deleted_to: Some(0),
+            });
+        }
+        let failed = |e| JournalError::storage("read the replay's bounds", e);
+        let mut conn = self.readers.acquire().await.map_err(failed)?;
+        let row = sqlx::query_as::<D::Db, (Option<i64>, Option<i64>)>(
+            "SELECT (SELECT max(highest) FROM ( \
+                 SELECT highest_seq_nr AS highest FROM journal_highest \
+                 WHERE persistence_id = $1 \
+                 UNION ALL \
+                 SELECT max(seq_nr) FROM journal WHERE persistence_id = $1) AS stored), \
+             (SELECT deleted_to FROM journal_highest WHERE persistence_id = $1)",
+        )
+        .bind(pid)
+        .fetch_one(&mut *conn)
+        .await;
+        conn.return_to_pool().await;
+        let (highest, deleted_to) = row.map_err(failed)?;
+        Ok(ReplayBounds {
+            highest_seq_nr: highest_from(pid, highest)?,
+            deleted_to: Some(deleted_to.map_or(0, |d| u64::try_from(d).unwrap_or(0))),
+        })
+    }
+
     /// Reads the highest sequence number of `pid` on `readers` (0 for an id that never wrote):
     /// `journal_highest`'s, or the highest stored event's when that is above it.
     ///
@@ -1670,19 +1725,7 @@ where
         )
         .await
         .map_err(|e| JournalError::storage("read highest sequence number", e))?;
-        match highest {
-            None => Ok(0),
-            Some(highest) => u64::try_from(highest).map_err(|_| {
-                JournalError::storage(
-                    "read highest sequence number",
-                    SqlStoreError::CorruptRow {
-                        persistence_id: pid.to_owned(),
-                        seq_nr: highest,
-                        reason: "negative highest sequence number".to_owned(),
-                    },
-                )
-            }),
-        }
+        highest_from(pid, highest)
     }
 
     /// The integer `sql` selects for `pid` (`$1`), if a row matched, read on a connection of

@@ -12,7 +12,7 @@ use actix_persistence_core::query::{
 };
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalError, JournalStore, Ownership,
-    PersistentRepr, ReplayStream, WriteRejection,
+    PersistentRepr, ReplayBounds, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -546,9 +546,6 @@ pub struct PostgresJournal {
     /// connection).
     readers: PgPool,
     writer: Writer<SqlBackend<PostgresDialect>>,
-    /// Whether writes go through group commit's writer task (`max_batch_size` above 1), which
-    /// runs on the home runtime; without, each call runs its transactions there itself.
-    group_commit: bool,
     replay_batch_size: u32,
     /// Wakes the live queries of this process after each commit.
     notifier: WriteNotifier,
@@ -606,19 +603,20 @@ impl PostgresJournal {
     pub async fn connect(options: &PostgresJournalOptions) -> Result<Self, SqlStoreError> {
         check_batch_sizes(options.replay_batch_size, options.max_batch_size)?;
         let (pool, readers) = open_pools(options).await?;
+        let home = HomeRuntime::current();
         let journal = PostgresJournal {
             readers,
             writer: Writer::start(
                 SqlBackend::new(pool.clone()),
                 options.max_batch_size,
                 concurrent_transactions(options.max_connections),
-            ),
+            )
+            .on_home(home.clone()),
             pool,
-            group_commit: options.max_batch_size > 1,
             replay_batch_size: options.replay_batch_size,
             notifier: WriteNotifier::new(),
             statistics_checked: Arc::new(AtomicI64::new(0)),
-            home: HomeRuntime::current(),
+            home,
         };
         journal
             .tables()
@@ -1227,31 +1225,13 @@ impl JournalStore for PostgresJournal {
     /// Cancel safety: the writes are queued when the future is first polled. Dropping it
     /// before the writer task took them stores none of them; afterwards they may still be
     /// stored. Without group commit (`max_batch_size` 1) the call's transactions run as a task
-    /// on the journal's [`HomeRuntime`], which dropping the future does not stop: every write
-    /// of the call may still be stored.
+    /// on the journal's [`HomeRuntime`] once the call's turn came, which dropping the future
+    /// does not stop: every write of the call may still be stored.
     async fn write_messages(
         &self,
         writes: Vec<AtomicWrite>,
     ) -> Result<Vec<AtomicWriteResult>, JournalError> {
-        let results = if self.group_commit {
-            self.writer.write(writes).await
-        } else {
-            let count = writes.len();
-            match self
-                .home
-                .run({
-                    let writer = self.writer.clone();
-                    async move { writer.write(writes).await }
-                })
-                .await
-            {
-                Ok(results) => results,
-                Err(gone) => {
-                    let error = JournalError::storage("write", gone);
-                    return Ok((0..count).map(|_| Err(error.clone().into())).collect());
-                }
-            }
-        };
+        let results = self.writer.write(writes).await;
         if results.iter().any(Result::is_ok) {
             // Concurrent transactions can commit out of timestamp order: live queries look
             // back by the longest one's duration.
@@ -1309,14 +1289,7 @@ impl JournalStore for PostgresJournal {
     /// ownership takes queued with it (group commit; the writes first). Durable when it
     /// returns.
     async fn take_ownership(&self, pid: &str) -> Result<Ownership, JournalError> {
-        if self.group_commit {
-            return self.writer.take_ownership(pid).await;
-        }
-        let pid = pid.to_owned();
-        self.at_home("take ownership", |journal| async move {
-            journal.writer.take_ownership(&pid).await
-        })
-        .await
+        self.writer.take_ownership(pid).await
     }
 
     /// Reads how far the events were deleted from `journal_highest` (0 when never).
@@ -1324,6 +1297,19 @@ impl JournalStore for PostgresJournal {
         let pid = pid.to_owned();
         self.at_home("read deleted to", |journal| async move {
             journal.tables().read_deleted_to(&pid).await.map(Some)
+        })
+        .await
+    }
+
+    /// Both in one statement on the reader pool: one round trip for what a replay reads first.
+    async fn read_replay_bounds(
+        &self,
+        pid: &str,
+        _from: u64,
+    ) -> Result<ReplayBounds, JournalError> {
+        let pid = pid.to_owned();
+        self.at_home("read the replay's bounds", |journal| async move {
+            journal.tables().read_replay_bounds(&pid).await
         })
         .await
     }

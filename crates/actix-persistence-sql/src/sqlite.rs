@@ -12,7 +12,7 @@ use actix_persistence_core::query::{
 };
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalError, JournalStore, Ownership,
-    PersistentRepr, ReplayStream, WriteRejection,
+    PersistentRepr, ReplayBounds, ReplayStream, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -1286,6 +1286,15 @@ impl JournalStore for SqliteJournal {
     /// Reads how far the events were deleted from `journal_highest` (0 when never).
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
         self.tables().read_deleted_to(pid).await.map(Some)
+    }
+
+    /// Both in one statement on the reader pool: one round trip for what a replay reads first.
+    async fn read_replay_bounds(
+        &self,
+        pid: &str,
+        _from: u64,
+    ) -> Result<ReplayBounds, JournalError> {
+        self.tables().read_replay_bounds(pid).await
     }
 }
 

@@ -3,8 +3,8 @@
 
 use actix_persistence_core::query::{EventsRequest, QueryStore, StoredEvent, WriteNotifications};
 use actix_persistence_core::{
-    AtomicWrite, AtomicWriteResult, CheckedBatch, JournalError, JournalStore, ReplayStream,
-    SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
+    AtomicWrite, AtomicWriteResult, CheckedBatch, JournalError, JournalStore, ReplayBounds,
+    ReplayStream, SelectedSnapshot, SerializedSnapshot, SnapshotError, SnapshotMetadata,
     SnapshotSelectionCriteria, SnapshotStore, WriteBatch, WriteNow,
 };
 use async_trait::async_trait;
@@ -100,6 +100,10 @@ impl<S: JournalStore, G: Send + Sync + 'static> JournalStore for WithGuard<S, G>
 
     async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
         self.store.read_deleted_to(pid).await
+    }
+
+    async fn read_replay_bounds(&self, pid: &str, from: u64) -> Result<ReplayBounds, JournalError> {
+        self.store.read_replay_bounds(pid, from).await
     }
 }
 

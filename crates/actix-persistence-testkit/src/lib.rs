@@ -1,6 +1,6 @@
 //! Test helpers for actix-persistence and its store plugins.
 //!
-//! - [`conformance`]: the suites every journal store (J1-J27 of `conformance/journal.md`, fencing F1-F5, plus
+//! - [`conformance`]: the suites every journal store (J1-J27 of `conformance/journal.md` and J28-J30 of its own, fencing F1-F5, plus
 //!   a proptest model check) and every snapshot store (S1-S13) must pass. A plugin runs them
 //!   with one macro call per store, [`journal_conformance_tests!`] and
 //!   [`snapshot_store_conformance_tests!`], which expand into one `#[test]` per case.

@@ -44,6 +44,8 @@ enum Mutation {
     DeletesWithStaleTokens,
     /// Answers a write over the limits with a storage failure instead of a rejection.
     FailsWritesOverTheLimits,
+    /// Reads the replay's bounds with no deletes in them (one statement that forgot them).
+    BoundsWithoutDeletes,
 }
 
 struct Mutant {
@@ -182,6 +184,25 @@ impl JournalStore for Mutant {
             });
         }
         self.inner.take_ownership(&pid).await
+    }
+
+    async fn read_deleted_to(&self, pid: &str) -> Result<Option<u64>, JournalError> {
+        self.inner.read_deleted_to(&self.pid(pid)).await
+    }
+
+    async fn read_replay_bounds(
+        &self,
+        pid: &str,
+        from: u64,
+    ) -> Result<actix_persistence_core::ReplayBounds, JournalError> {
+        let deleted_to = match self.mutation {
+            Mutation::BoundsWithoutDeletes => Some(0),
+            _ => self.read_deleted_to(pid).await?,
+        };
+        Ok(actix_persistence_core::ReplayBounds {
+            highest_seq_nr: self.read_highest_sequence_nr(pid, from).await?,
+            deleted_to,
+        })
     }
 }
 
@@ -343,6 +364,16 @@ async fn suite_catches_a_store_that_fails_writes_over_the_limits_instead_of_reje
     )
     .await;
     assert_mentions(&message, &["J27", "must be rejected"]);
+}
+
+#[actix::test]
+async fn j30_catches_replay_bounds_that_forget_the_deletes() {
+    let message = journal_failure(
+        "j30_replay_bounds_agree_with_their_reads",
+        Mutation::BoundsWithoutDeletes,
+    )
+    .await;
+    assert_mentions(&message, &["J30", "after a delete up to 3"]);
 }
 
 #[actix::test]

@@ -585,17 +585,11 @@ impl JournalActor {
         let breaker = Arc::clone(&self.breaker);
         let timeout = self.call_timeout();
         Box::pin(async move {
-            let highest = with_timeout(&breaker, "read highest sequence number", timeout, || {
-                store.read_highest_sequence_nr(&msg.persistence_id, msg.from_seq_nr)
+            let bounds = with_timeout(&breaker, "read the replay's bounds", timeout, || {
+                store.read_replay_bounds(&msg.persistence_id, msg.from_seq_nr)
             })
             .await?;
-            let deleted_to = with_timeout(
-                &breaker,
-                "read how far events were deleted",
-                timeout,
-                || store.read_deleted_to(&msg.persistence_id),
-            )
-            .await?;
+            let (highest, deleted_to) = (bounds.highest_seq_nr, bounds.deleted_to);
             let to = msg.to_seq_nr.min(highest);
             let (pid, from, max) = (&msg.persistence_id, msg.from_seq_nr, msg.max);
             let replay = || {

@@ -1,4 +1,4 @@
-//! The journal conformance cases J1-J29 (J1-J27 of `conformance/journal.md`, J28 and J29 this suite's own), the fencing cases F1-F5, and the model check.
+//! The journal conformance cases J1-J30 (J1-J27 of `conformance/journal.md`, J28-J30 this suite's own), the fencing cases F1-F5, and the model check.
 //!
 //! Every case drives the store through the real [`JournalActor`]: writes as
 //! [`WriteMessages`] (checking the batch-level answer and one result per atomic write, routed
@@ -994,6 +994,55 @@ pub async fn j28_no_write_of_an_id_after_its_failed_one(store: Arc<dyn JournalSt
     );
 }
 
+/// J30: [`JournalStore::read_replay_bounds`], which every replay reads first, answers what
+/// `read_highest_sequence_nr` and `read_deleted_to` answer: before a delete, after a delete
+/// up to 3 and for an id that never wrote. A store that reads both in one round trip must not
+/// read something else.
+pub async fn j30_replay_bounds_agree_with_their_reads(store: Arc<dyn JournalStore>) {
+    let f = setup(store).await;
+    let unknown = format!("{}-never-wrote", f.pid());
+    let check = |stage: &'static str| {
+        let (store, pid, unknown) = (
+            Arc::clone(&f.journal.store),
+            f.pid().to_owned(),
+            unknown.clone(),
+        );
+        async move {
+            for id in [pid.as_str(), unknown.as_str()] {
+                let what = format!("J30 {stage}: bounds of {id:?}");
+                let bounds = within(&what, store.read_replay_bounds(id, 0))
+                    .await
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let highest = within(&what, store.read_highest_sequence_nr(id, 0))
+                    .await
+                    .unwrap_or_else(|e| panic!("{what}: highest: {e}"));
+                let deleted_to = within(&what, store.read_deleted_to(id))
+                    .await
+                    .unwrap_or_else(|e| panic!("{what}: deleted to: {e}"));
+                assert_eq!(
+                    (bounds.highest_seq_nr, bounds.deleted_to),
+                    (highest, deleted_to),
+                    "{what}: read_replay_bounds must answer (read_highest_sequence_nr, \
+                     read_deleted_to)"
+                );
+            }
+        }
+    };
+    check("before a delete").await;
+    f.journal.delete(f.pid(), 3).await;
+    check("after a delete up to 3").await;
+    let bounds = within("J30 bounds", f.journal.store.read_replay_bounds(f.pid(), 0))
+        .await
+        .unwrap_or_else(|e| panic!("J30 bounds: {e}"));
+    assert_eq!(
+        bounds.highest_seq_nr, 5,
+        "J30: the highest stays 5 after the delete"
+    );
+    if let Some(deleted_to) = bounds.deleted_to {
+        assert_eq!(deleted_to, 3, "J30: deleted up to 3");
+    }
+}
+
 /// J29: a sequence number once deleted stays used: after a delete up to 3, a write of 2..3,
 /// a lone write of 1 and a write of 3 in a batch fail with [`JournalError::ConcurrentWrite`]
 /// and store nothing, while the write of another id in the batch and the next number (6) are
@@ -1597,7 +1646,7 @@ fn shared<S: JournalStore>(store: S) -> Arc<dyn JournalStore> {
 }
 
 crate::__journal_cases! {
-    __case_table { JournalCase, "Every journal conformance case, in order: J1-J26, F1-F4, then the model check." }
+    __case_table { JournalCase, "Every journal conformance case, in order: J1-J30, F1-F5, then the model check." }
 }
 
 /// The journal case called `name` (as listed in [`CASES`]).
@@ -1634,7 +1683,7 @@ where
     super::run_named_case::<JournalCase, _, _>(name, || factory().map(|store| store.map(shared)));
 }
 
-/// Runs every journal conformance case (J1-J26, F1-F4 and the model check), each against a store
+/// Runs every journal conformance case (J1-J30, F1-F5 and the model check), each against a store
 /// fresh from `factory`, and reports all failures at once.
 ///
 /// Call it inside an Actix system (e.g. from an `#[actix::test]`). To see each case as a test

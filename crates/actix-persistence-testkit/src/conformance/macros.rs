@@ -2,7 +2,7 @@
 //! `__snapshot_cases!`: both the `CASES` tables and the test-generating macros are expanded
 //! from it, so a case can never be in one and missing from the other.
 
-/// Expands into one `#[test]` per journal conformance case (J1-J29 as `j01_replay_all` ..
+/// Expands into one `#[test]` per journal conformance case (J1-J30 as `j01_replay_all` ..
 /// `j29_a_deleted_sequence_number_is_not_written_again`, the fencing cases F1-F5 as
 /// `f01_ownership_raises_the_epoch` .. `f05_older_token_deletes_nothing`, and the model check as `journal_agrees_with_model`), each
 /// running in an Actix system of its own against a store fresh from the factory.
@@ -158,6 +158,7 @@ macro_rules! __journal_cases {
             j27_store_rejects_writes_over_the_limits: "J27 the store rejects writes over the limits, each alone; the rest of the batch is stored",
             j28_no_write_of_an_id_after_its_failed_one: "J28 no later write of an id in a batch is stored after its failed one",
             j29_a_deleted_sequence_number_is_not_written_again: "J29 a deleted sequence number is not written again; the rest of the batch and the next number are",
+            j30_replay_bounds_agree_with_their_reads: "J30 read_replay_bounds answers what read_highest_sequence_nr and read_deleted_to answer",
             f01_ownership_raises_the_epoch: "F1 taking ownership raises the owner epoch and reads the highest sequence number",
             f02_older_token_is_fenced_and_stores_nothing: "F2 a write with an older fencing token fails with Fenced and stores nothing",
             f03_write_before_takeover_is_replayed: "F3 a write committed before a takeover is replayed by the new owner; later ones are fenced",

@@ -1,6 +1,6 @@
 //! Conformance suites every journal store and snapshot store must pass.
 //!
-//! The cases are those of `conformance/journal.md` (J1-J26, the fencing cases F1-F4, plus a model check with generated
+//! The cases are those of `conformance/journal.md` (J1-J27, with J28-J30 of this suite, the fencing cases F1-F5, plus a model check with generated
 //! inputs) and `conformance/snapshot-store.md` (S1-S13), with their exact expected values.
 //! A store plugin runs them from its own tests with one macro call per store:
 //!
