@@ -897,18 +897,9 @@ async fn offset_reads_from_another_runtime_leave_no_connection_tied_to_it() {
         }
     };
     let expected = (Some("\"7\"".to_owned()), 0, 1, 1);
-    let (done, results) = tokio::sync::oneshot::channel();
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let on_another_runtime = read_all.clone();
-    let other = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let _ = done.send(runtime.block_on(on_another_runtime()));
-        let _ = released.recv();
-    });
-    assert_eq!(results.await.unwrap(), expected);
+    let (elsewhere, other) =
+        actix_persistence_sql::test_util::run_on_another_runtime(read_all()).await;
+    assert_eq!(elsewhere, expected);
     let within = |reads| async move {
         tokio::time::timeout(Duration::from_secs(20), reads)
             .await
@@ -917,8 +908,7 @@ async fn offset_reads_from_another_runtime_leave_no_connection_tied_to_it() {
     for round in 0..3 {
         assert_eq!(within(read_all()).await, expected, "idle, round {round}");
     }
-    release.send(()).unwrap();
-    other.await.unwrap();
+    other.shut_down().await;
     for round in 0..3 {
         assert_eq!(within(read_all()).await, expected, "gone, round {round}");
     }

@@ -28,8 +28,22 @@ use tokio::task::JoinHandle;
 /// synchronous wait for a store call inside a handler on the system's arbiter) holds up every
 /// store call, from every arbiter, until it returns.
 ///
-/// Each call costs one task spawn (about a microsecond on this crate's benchmark machine,
-/// against a database round trip of tens of microseconds).
+/// Each call costs one task spawn: nothing visible next to a database round trip in the
+/// benchmarks (`docs/benchmarks.md`, "Session 23").
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), actix_persistence_sql::HomeRuntimeGone> {
+/// use actix_persistence_sql::HomeRuntime;
+///
+/// // Where a store is opened: its database work will run on this runtime.
+/// let home = HomeRuntime::current();
+/// let answer = home.run(async { 6 * 7 }).await?;
+/// assert_eq!(answer, 42);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct HomeRuntime {
     /// `None`: the caller's runtime (or the caller's own polling outside any).

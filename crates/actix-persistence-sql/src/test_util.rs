@@ -135,3 +135,49 @@ pub fn sqlite_page_query_sql(
         with_previous_timestamp,
     )
 }
+
+/// A Tokio runtime on a thread of its own that ran a test's work and now sits idle: its I/O
+/// driver is not polled (as an Actix arbiter's, busy in a handler) until
+/// [`shut_down`](Self::shut_down) drops it. Made by [`run_on_another_runtime`].
+#[derive(Debug)]
+pub struct IdleRuntime {
+    release: std::sync::mpsc::Sender<()>,
+    thread: tokio::task::JoinHandle<()>,
+}
+
+impl IdleRuntime {
+    /// Drops the runtime (and its I/O driver) and waits until it is gone.
+    ///
+    /// # Panics
+    /// When the runtime's thread panicked.
+    pub async fn shut_down(self) {
+        let _ = self.release.send(());
+        self.thread.await.expect("the other runtime's thread ends");
+    }
+}
+
+/// Runs `work` to its end on a current-thread Tokio runtime of its own (on a blocking thread,
+/// so that the caller's runtime goes on running meanwhile), then leaves that runtime idle: the
+/// way to check that a store keeps no connection tied to a runtime other than its own.
+///
+/// # Panics
+/// When the runtime cannot be built or `work` panics.
+pub async fn run_on_another_runtime<T, W>(work: W) -> (T, IdleRuntime)
+where
+    W: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let (done, result) = tokio::sync::oneshot::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let thread = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let _ = done.send(runtime.block_on(work));
+        let _ = released.recv();
+        // The runtime shuts down here, and its I/O driver with it.
+    });
+    let result = result.await.expect("the work ran to its end");
+    (result, IdleRuntime { release, thread })
+}

@@ -455,22 +455,10 @@ mod on_a_server {
             };
             let all: Vec<u64> = (1..=7).collect();
             let expected = (Ok(all.clone()), Ok(7), Ok(false), Ok(Some(0)), Ok(all));
-            let on_another_runtime = read_everything.clone();
-            // On a thread of its own, while this runtime goes on running (the journal's work
-            // runs here). The other runtime then stays idle (an arbiter busy in a handler: its
-            // I/O driver is not polled) until `release`, then shuts down.
-            let (done, results) = tokio::sync::oneshot::channel();
-            let (release, released) = std::sync::mpsc::channel::<()>();
-            let other = tokio::task::spawn_blocking(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let _ = done.send(runtime.block_on(on_another_runtime()));
-                let _ = released.recv();
-                // The runtime shuts down here, and its I/O driver with it.
-            });
-            assert_eq!(results.await.unwrap(), expected);
+            // The journal's work runs here meanwhile (it is the journal's home runtime).
+            let (elsewhere, other) =
+                actix_persistence_sql::test_util::run_on_another_runtime(read_everything()).await;
+            assert_eq!(elsewhere, expected);
             let within = |reads| async move {
                 tokio::time::timeout(Duration::from_secs(10), reads)
                     .await
@@ -483,8 +471,7 @@ mod on_a_server {
                     "idle, round {round}"
                 );
             }
-            release.send(()).unwrap();
-            other.await.unwrap();
+            other.shut_down().await;
             for round in 0..3 {
                 assert_eq!(
                     within(read_everything()).await,
@@ -541,18 +528,9 @@ mod on_a_server {
                 }
             };
             let expected = vec![(Ok(true), true); 3];
-            let (done, results) = tokio::sync::oneshot::channel();
-            let (release, released) = std::sync::mpsc::channel::<()>();
-            let on_another_runtime = write_three.clone();
-            let other = tokio::task::spawn_blocking(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let _ = done.send(runtime.block_on(on_another_runtime(1)));
-                let _ = released.recv();
-            });
-            assert_eq!(results.await.unwrap(), expected);
+            let (elsewhere, other) =
+                actix_persistence_sql::test_util::run_on_another_runtime(write_three(1)).await;
+            assert_eq!(elsewhere, expected);
             let within = |writes| async move {
                 tokio::time::timeout(Duration::from_secs(10), writes)
                     .await
@@ -565,8 +543,7 @@ mod on_a_server {
                     "idle, round {round}"
                 );
             }
-            release.send(()).unwrap();
-            other.await.unwrap();
+            other.shut_down().await;
             for round in 5..8 {
                 assert_eq!(
                     within(write_three(round)).await,
