@@ -2,7 +2,6 @@
 
 use actix_persistence_sql::HomeRuntime;
 use async_trait::async_trait;
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row, Transaction};
 
@@ -25,8 +24,15 @@ use crate::ProjectionId;
 #[derive(Debug, Clone)]
 pub struct PostgresOffsetStore {
     pool: PgPool,
-    /// Where connections are acquired, so that the pool opens them there ([`HomeRuntime`]).
+    /// Where the store's work runs, so that the pool opens its connections there and gets
+    /// them back there ([`HomeRuntime`]).
     home: HomeRuntime,
+}
+
+/// The store's statements, run on its home runtime.
+#[derive(Debug, Clone)]
+struct OffsetTables {
+    pool: PgPool,
 }
 
 impl PostgresOffsetStore {
@@ -58,23 +64,32 @@ impl PostgresOffsetStore {
         self
     }
 
-    /// A connection of the pool, acquired on the home runtime: a connection the pool opens for
-    /// it belongs to that runtime's I/O driver, not to a projection's arbiter that may stop
-    /// before the pool.
-    async fn connection(
+    /// Runs `work` over the store's statements to its end on the home runtime: a connection
+    /// the pool opens for it belongs to that runtime's I/O driver, and goes back to the pool
+    /// there, whatever happens to the caller (a projection's arbiter that stops mid-query
+    /// dropped the connection where no runtime could take it back: sqlx panicked, and a second
+    /// such drop aborted the process, `tests/adversarial_home_runtime.rs`).
+    async fn at_home<T, W>(
         &self,
         id: &ProjectionId,
-    ) -> Result<PoolConnection<Postgres>, OffsetStoreError> {
-        let pool = self.pool.clone();
+        work: impl FnOnce(OffsetTables) -> W,
+    ) -> Result<T, OffsetStoreError>
+    where
+        W: std::future::Future<Output = Result<T, OffsetStoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let tables = OffsetTables {
+            pool: self.pool.clone(),
+        };
         self.home
-            .run(async move { pool.acquire().await })
+            .run(work(tables))
             .await
             .map_err(home_gone)
-            .and_then(|acquired| acquired)
-            .map_err(db(id))
+            .map_err(db(id))?
     }
 
-    /// A transaction on a connection acquired as by [`connection`](Self::connection).
+    /// A transaction on a connection acquired on the home runtime (the transaction itself is
+    /// the caller's: see [`begin`](TransactionalOffsetStore::begin)).
     async fn transaction(
         &self,
         id: &ProjectionId,
@@ -257,13 +272,94 @@ const FORGET_SEEN: &str = "DELETE FROM projection_seen \
 #[async_trait]
 impl OffsetStore for PostgresOffsetStore {
     async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
+        let id = id.clone();
+        self.at_home(&id.clone(), |tables| async move {
+            tables.read_offset(&id).await
+        })
+        .await
+    }
+
+    async fn read_seen(&self, id: &ProjectionId) -> Result<SeenSeqNrs, OffsetStoreError> {
+        let id = id.clone();
+        self.at_home(
+            &id.clone(),
+            |tables| async move { tables.read_seen(&id).await },
+        )
+        .await
+    }
+
+    async fn read_progress(&self, name: &str) -> Result<Vec<StoredProgress>, OffsetStoreError> {
+        let name = name.to_owned();
+        self.at_home(&ProjectionId::new(&name, "*"), |tables| async move {
+            tables.read_progress(&name).await
+        })
+        .await
+    }
+
+    async fn read_owners(&self, name: &str) -> Result<Vec<ProjectionId>, OffsetStoreError> {
+        let name = name.to_owned();
+        self.at_home(&ProjectionId::new(&name, "*"), |tables| async move {
+            tables.read_owners(&name).await
+        })
+        .await
+    }
+
+    async fn take_ownership(
+        &self,
+        id: &ProjectionId,
+        held: Option<u64>,
+    ) -> Result<u64, OffsetStoreError> {
+        let id = id.clone();
+        self.at_home(&id.clone(), |tables| async move {
+            tables.take_ownership(&id, held).await
+        })
+        .await
+    }
+
+    async fn save_offset(
+        &self,
+        id: &ProjectionId,
+        epoch: u64,
+        offset: &str,
+        covered: &[(String, u64)],
+    ) -> Result<(), OffsetStoreError> {
+        let (id, offset, covered) = (id.clone(), offset.to_owned(), covered.to_vec());
+        self.at_home(&id.clone(), |tables| async move {
+            tables.save_offset(&id, epoch, &offset, &covered).await
+        })
+        .await
+    }
+
+    async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
+        let id = id.clone();
+        self.at_home(&id.clone(), |tables| async move { tables.reset(&id).await })
+            .await
+    }
+
+    async fn hand_over(
+        &self,
+        from: &ProjectionId,
+        to: &ProjectionId,
+        to_offset: Option<&str>,
+    ) -> Result<(), OffsetStoreError> {
+        let (from, to, to_offset) = (from.clone(), to.clone(), to_offset.map(str::to_owned));
+        self.at_home(&to.clone(), |tables| async move {
+            tables.hand_over(&from, &to, to_offset.as_deref()).await
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl OffsetStore for OffsetTables {
+    async fn read_offset(&self, id: &ProjectionId) -> Result<Option<String>, OffsetStoreError> {
         sqlx::query(
             "SELECT current_offset FROM projection_offset \
              WHERE projection_name = $1 AND projection_key = $2",
         )
         .bind(&id.name)
         .bind(&id.key)
-        .fetch_optional(&mut *self.connection(id).await?)
+        .fetch_optional(&self.pool)
         .await
         .map_err(db(id))?
         .map(|row| row.try_get::<String, _>(0))
@@ -278,7 +374,7 @@ impl OffsetStore for PostgresOffsetStore {
         )
         .bind(&id.name)
         .bind(&id.key)
-        .fetch_all(&mut *self.connection(id).await?)
+        .fetch_all(&self.pool)
         .await
         .map_err(db(id))?;
         rows.into_iter()
@@ -299,7 +395,7 @@ impl OffsetStore for PostgresOffsetStore {
              WHERE projection_name = $1",
         )
         .bind(name)
-        .fetch_all(&mut *self.connection(&all).await?)
+        .fetch_all(&self.pool)
         .await
         .map_err(db(&all))?;
         let seen: Vec<(String, String, i64)> = sqlx::query_as(
@@ -307,7 +403,7 @@ impl OffsetStore for PostgresOffsetStore {
              WHERE projection_name = $1",
         )
         .bind(name)
-        .fetch_all(&mut *self.connection(&all).await?)
+        .fetch_all(&self.pool)
         .await
         .map_err(db(&all))?;
         Ok(progress_by_key(name, offsets, seen))
@@ -319,7 +415,7 @@ impl OffsetStore for PostgresOffsetStore {
             "SELECT projection_key FROM projection_owner WHERE projection_name = $1",
         )
         .bind(name)
-        .fetch_all(&mut *self.connection(&all).await?)
+        .fetch_all(&self.pool)
         .await
         .map_err(db(&all))?;
         Ok(keys
@@ -342,8 +438,7 @@ impl OffsetStore for PostgresOffsetStore {
                 .bind(&id.key)
                 .bind(sql_epoch(epoch)),
         };
-        let mut conn = self.connection(id).await?;
-        match query.fetch_optional(&mut *conn).await.map_err(db(id))? {
+        match query.fetch_optional(&self.pool).await.map_err(db(id))? {
             Some(epoch) => Ok(u64::try_from(epoch).unwrap_or(0)),
             None => Err(fenced(id, held.unwrap_or(0))),
         }
@@ -363,8 +458,7 @@ impl OffsetStore for PostgresOffsetStore {
             .bind(now_ms())
             .bind(sql_epoch(epoch));
         if covered.is_empty() {
-            let mut conn = self.connection(id).await?;
-            let saved = upsert.execute(&mut *conn).await.map_err(db(id))?;
+            let saved = upsert.execute(&self.pool).await.map_err(db(id))?;
             if saved.rows_affected() == 0 {
                 return Err(fenced(id, epoch));
             }
@@ -377,7 +471,7 @@ impl OffsetStore for PostgresOffsetStore {
             pids.push(pid.as_str());
         }
         // The offset and the deletes in one transaction: both or neither are stored.
-        let mut tx = self.transaction(id).await?;
+        let mut tx = self.pool.begin().await.map_err(db(id))?;
         let saved = upsert.execute(&mut *tx).await.map_err(db(id))?;
         if saved.rows_affected() == 0 {
             tx.rollback().await.map_err(db(id))?;
@@ -395,7 +489,7 @@ impl OffsetStore for PostgresOffsetStore {
     }
 
     async fn reset(&self, id: &ProjectionId) -> Result<(), OffsetStoreError> {
-        let mut tx = self.transaction(id).await?;
+        let mut tx = self.pool.begin().await.map_err(db(id))?;
         for table in ["projection_offset", "projection_seen"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE projection_name = $1 AND projection_key = $2"
@@ -415,7 +509,7 @@ impl OffsetStore for PostgresOffsetStore {
         to: &ProjectionId,
         to_offset: Option<&str>,
     ) -> Result<(), OffsetStoreError> {
-        let mut tx = self.transaction(to).await?;
+        let mut tx = self.pool.begin().await.map_err(db(to))?;
         // The seen numbers first, while `to`'s offset is still `to_offset` and `from` has one;
         // then the offset.
         for statement in [HAND_OVER_SEEN, HAND_OVER_OFFSET, HAND_OVER_OVER_OFFSET] {
@@ -436,6 +530,11 @@ impl OffsetStore for PostgresOffsetStore {
 impl TransactionalOffsetStore for PostgresOffsetStore {
     type Transaction = Transaction<'static, Postgres>;
 
+    /// Begins the transaction on a connection acquired on the store's home runtime. The
+    /// transaction is then the caller's: hold it in a Tokio task (`tokio::spawn`, as the
+    /// projections do), not in a task local to an Actix arbiter (`actix::spawn`, an actor's
+    /// future), since an arbiter that stops drops its local tasks outside any runtime, where
+    /// sqlx cannot take the connection back (it panics, and two such drops abort the process).
     async fn begin(&self, id: &ProjectionId) -> Result<Self::Transaction, OffsetStoreError> {
         self.transaction(id).await
     }
