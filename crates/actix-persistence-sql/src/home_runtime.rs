@@ -28,8 +28,8 @@ use tokio::task::JoinHandle;
 /// synchronous wait for a store call inside a handler on the system's arbiter) holds up every
 /// store call, from every arbiter, until it returns.
 ///
-/// Each call costs one task spawn: nothing visible next to a database round trip in the
-/// benchmarks (`docs/benchmarks.md`, "Session 23").
+/// Each call from another runtime costs one task spawn; calls on the home runtime itself run
+/// in place.
 ///
 /// # Examples
 /// ```
@@ -68,10 +68,11 @@ impl HomeRuntime {
         HomeRuntime { handle: None }
     }
 
-    /// Runs `work` to its end as a task on the home runtime (for [`caller`](Self::caller):
-    /// in place) and returns its output. Dropping the returned future does not cancel the
-    /// task: the work ends on the home runtime, and the connection it holds goes back to the
-    /// pool there.
+    /// Runs `work` to its end as a task on the home runtime and returns its output. Dropping
+    /// the returned future does not cancel the task: the work ends on the home runtime, and
+    /// the connection it holds goes back to the pool there. Called on the home runtime itself
+    /// (or for [`caller`](Self::caller)), it awaits `work` in place: no task, and dropping the
+    /// future drops the work, as with any future.
     ///
     /// # Errors
     /// [`HomeRuntimeGone`] when the home runtime has shut down (or the task panicked, with
@@ -82,8 +83,10 @@ impl HomeRuntime {
         T: Send + 'static,
     {
         match &self.handle {
-            None => Ok(work.await),
-            Some(home) => home.spawn(work).await.map_err(HomeRuntimeGone::from),
+            Some(home) if !is_current(home) => {
+                home.spawn(work).await.map_err(HomeRuntimeGone::from)
+            }
+            _ => Ok(work.await),
         }
     }
 
@@ -102,6 +105,13 @@ impl HomeRuntime {
             },
         }
     }
+}
+
+/// Whether the caller runs on `home` (its work needs no task of its own there: a task spawn
+/// and a wake-up per call cost an exactly-once projection ~17 % of its groups per second on
+/// PostgreSQL, `docs/benchmarks.md` "Session 23").
+fn is_current(home: &Handle) -> bool {
+    Handle::try_current().is_ok_and(|current| current.id() == home.id())
 }
 
 /// A store's work could not run on its [`HomeRuntime`]: the runtime has shut down, or the
@@ -143,6 +153,37 @@ mod tests {
         drop(home);
         let gone = caller.block_on(store.run(async { 1 }));
         assert!(gone.is_err(), "{gone:?}");
+    }
+
+    #[test]
+    fn work_asked_on_the_home_runtime_runs_in_place() {
+        let home = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let store = home.block_on(async { HomeRuntime::current() });
+        // `block_on`'s own future is no task: in place, the work sees no task id.
+        let in_place = home
+            .block_on(store.run(async { tokio::task::try_id() }))
+            .expect("runs");
+        assert_eq!(in_place, None, "run in place on the home runtime");
+        let caller = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let from_elsewhere =
+            std::thread::spawn(move || caller.block_on(store.run(async { tokio::task::try_id() })));
+        // The home runtime runs the spawned task while this thread drives it.
+        let spawned = home
+            .block_on(async {
+                loop {
+                    if from_elsewhere.is_finished() {
+                        break from_elsewhere.join();
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+            .expect("the caller's thread")
+            .expect("runs");
+        assert!(spawned.is_some(), "a task of its own on the home runtime");
     }
 
     #[test]

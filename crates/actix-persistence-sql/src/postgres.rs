@@ -1224,9 +1224,11 @@ impl JournalStore for PostgresJournal {
     ///
     /// Cancel safety: the writes are queued when the future is first polled. Dropping it
     /// before the writer task took them stores none of them; afterwards they may still be
-    /// stored. Without group commit (`max_batch_size` 1) the call's transactions run as a task
-    /// on the journal's [`HomeRuntime`] once the call's turn came, which dropping the future
-    /// does not stop: every write of the call may still be stored.
+    /// stored. Without group commit (`max_batch_size` 1), called on the journal's
+    /// [`HomeRuntime`] (where the journal actor normally runs), dropping it rolls back the
+    /// atomic write in progress, and the writes after it are not attempted; called from another
+    /// runtime, the call's transactions run as a task on the home runtime once the call's turn
+    /// came, which dropping the future does not stop: every write of the call may be stored.
     async fn write_messages(
         &self,
         writes: Vec<AtomicWrite>,
