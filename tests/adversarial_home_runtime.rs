@@ -49,6 +49,49 @@ impl Handler<Append> for Log {
     }
 }
 
+/// The values each writer had acknowledged, by writer.
+type Acked = Arc<Mutex<HashMap<usize, Vec<u64>>>>;
+
+/// Starts `writers` persistent actors `"{prefix}|n"` on `arbiter`, each persisting 0, 1, 2, ...
+/// one after the other until a write fails and noting every acknowledged value; returns once
+/// each has at least 3 acknowledged (its next write in flight), with the channel of their
+/// progress (it ends when every writer has stopped).
+async fn start_writers(
+    persistence: &Persistence,
+    arbiter: &Arbiter,
+    prefix: &'static str,
+    writers: usize,
+) -> (Acked, mpsc::UnboundedReceiver<usize>) {
+    let acked: Acked = Arc::default();
+    let (progress_tx, mut progress) = mpsc::unbounded_channel::<usize>();
+    for n in 0..writers {
+        let (p, acked, progress_tx) =
+            (persistence.clone(), Arc::clone(&acked), progress_tx.clone());
+        assert!(arbiter.spawn(async move {
+            let local = p.on_this_arbiter();
+            let log = Log {
+                persistence: local.state(format!("{prefix}|{n}")).expect("valid id"),
+                values: Vec::new(),
+            }
+            .start_persistent();
+            for v in 0.. {
+                if log.ask(Append(v)).await.is_err() {
+                    return;
+                }
+                acked.lock().unwrap().entry(n).or_default().push(v);
+                let _ = progress_tx.send(n);
+            }
+        }));
+    }
+    drop(progress_tx);
+    let mut counts = vec![0usize; writers];
+    while counts.iter().any(|c| *c < 3) {
+        let n = progress.recv().await.expect("the writers go on");
+        counts[n] += 1;
+    }
+    (acked, progress)
+}
+
 /// The value a fresh incarnation appends to read what it recovered.
 const PROBE: u64 = u64::MAX;
 
@@ -127,34 +170,8 @@ async fn arbiters_stopped_mid_write_and_mid_recovery(max_batch_size: u32) {
 
     // A: writers, each noting its acknowledged values; A stops once every writer has at
     // least 3 acknowledged (their next writes in flight).
-    let acked: Arc<Mutex<HashMap<usize, Vec<u64>>>> = Arc::default();
-    let (progress_tx, mut progress) = mpsc::unbounded_channel::<usize>();
     let a = Arbiter::new();
-    for n in 0..WRITERS {
-        let (p, acked, progress_tx) =
-            (persistence.clone(), Arc::clone(&acked), progress_tx.clone());
-        assert!(a.spawn(async move {
-            let local = p.on_this_arbiter();
-            let log = Log {
-                persistence: local.state(format!("Wri|{n}")).expect("valid id"),
-                values: Vec::new(),
-            }
-            .start_persistent();
-            for v in 0.. {
-                if log.ask(Append(v)).await.is_err() {
-                    return;
-                }
-                acked.lock().unwrap().entry(n).or_default().push(v);
-                let _ = progress_tx.send(n);
-            }
-        }));
-    }
-    drop(progress_tx);
-    let mut counts = [0usize; WRITERS];
-    while counts.iter().any(|c| *c < 3) {
-        let n = progress.recv().await.expect("the writers go on");
-        counts[n] += 1;
-    }
+    let (acked, _progress) = start_writers(&persistence, &a, "Wri", WRITERS).await;
 
     // B: recoveries of the long histories, stopped once every one has started.
     let b = Arbiter::new();
@@ -761,34 +778,8 @@ async fn shutdown_while_another_arbiter_goes_on_persisting(max_batch_size: u32) 
     };
     let persistence = start_postgres(&db, max_batch_size).await;
     const WRITERS: usize = 4;
-    let acked: Arc<Mutex<HashMap<usize, Vec<u64>>>> = Arc::default();
-    let (progress_tx, mut progress) = mpsc::unbounded_channel::<usize>();
     let a = Arbiter::new();
-    for n in 0..WRITERS {
-        let (p, acked, progress_tx) =
-            (persistence.clone(), Arc::clone(&acked), progress_tx.clone());
-        assert!(a.spawn(async move {
-            let local = p.on_this_arbiter();
-            let log = Log {
-                persistence: local.state(format!("Busy|{n}")).expect("valid id"),
-                values: Vec::new(),
-            }
-            .start_persistent();
-            for v in 0.. {
-                if log.ask(Append(v)).await.is_err() {
-                    break;
-                }
-                acked.lock().unwrap().entry(n).or_default().push(v);
-                let _ = progress_tx.send(n);
-            }
-        }));
-    }
-    drop(progress_tx);
-    let mut counts = [0usize; WRITERS];
-    while counts.iter().any(|c| *c < 3) {
-        let n = progress.recv().await.expect("the writers go on");
-        counts[n] += 1;
-    }
+    let (acked, mut progress) = start_writers(&persistence, &a, "Busy", WRITERS).await;
     tokio::time::timeout(Duration::from_secs(60), persistence.shutdown())
         .await
         .expect("shutdown returned while another arbiter goes on persisting");

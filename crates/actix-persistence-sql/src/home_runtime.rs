@@ -90,6 +90,24 @@ impl HomeRuntime {
         }
     }
 
+    /// As [`run`](Self::run), for work that answers a `Result`: a home runtime that could not
+    /// run it answers `gone(`[`HomeRuntimeGone`]`)`, the store's own error.
+    ///
+    /// # Errors
+    /// The work's error, or `gone`'s.
+    pub async fn try_run<T, E, F>(
+        &self,
+        work: F,
+        gone: impl FnOnce(HomeRuntimeGone) -> E,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.run(work).await.map_err(gone)?
+    }
+
     /// Starts `work` as a task on the home runtime (for [`caller`](Self::caller): on the
     /// caller's runtime); `None` when there is no runtime to start it on (the caller then
     /// polls `work` itself).

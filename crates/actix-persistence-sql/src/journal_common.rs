@@ -642,6 +642,19 @@ enum ReplayColumn {
     Tags = 6,
 }
 
+/// The query of `pid`'s (`$1`) highest sequence number: `journal_highest`'s, or the highest
+/// stored event's when that is above it (see `JournalTables::read_highest_on`). A macro, so
+/// that `read_replay_bounds` can put it in its statement with `concat!`.
+macro_rules! highest_seq_nr_sql {
+    () => {
+        "SELECT max(highest) FROM ( \
+             SELECT highest_seq_nr AS highest FROM journal_highest \
+             WHERE persistence_id = $1 \
+             UNION ALL \
+             SELECT max(seq_nr) FROM journal WHERE persistence_id = $1) AS stored"
+    };
+}
+
 /// The highest sequence number of `pid` from the maximum read (`None`: nothing stored, 0).
 ///
 /// # Errors
@@ -1677,14 +1690,11 @@ where
         }
         let failed = |e| JournalError::storage("read the replay's bounds", e);
         let mut conn = self.readers.acquire().await.map_err(failed)?;
-        let row = sqlx::query_as::<D::Db, (Option<i64>, Option<i64>)>(
-            "SELECT (SELECT max(highest) FROM ( \
-                 SELECT highest_seq_nr AS highest FROM journal_highest \
-                 WHERE persistence_id = $1 \
-                 UNION ALL \
-                 SELECT max(seq_nr) FROM journal WHERE persistence_id = $1) AS stored), \
-             (SELECT deleted_to FROM journal_highest WHERE persistence_id = $1)",
-        )
+        let row = sqlx::query_as::<D::Db, (Option<i64>, Option<i64>)>(concat!(
+            "SELECT (",
+            highest_seq_nr_sql!(),
+            "), (SELECT deleted_to FROM journal_highest WHERE persistence_id = $1)"
+        ))
         .bind(pid)
         .fetch_one(&mut *conn)
         .await;
@@ -1714,17 +1724,9 @@ where
         if !D::stores_text(pid) {
             return Ok(0);
         }
-        let highest = Self::read_column_on(
-            readers,
-            "SELECT max(highest) FROM ( \
-                 SELECT highest_seq_nr AS highest FROM journal_highest \
-                 WHERE persistence_id = $1 \
-                 UNION ALL \
-                 SELECT max(seq_nr) FROM journal WHERE persistence_id = $1) AS stored",
-            pid,
-        )
-        .await
-        .map_err(|e| JournalError::storage("read highest sequence number", e))?;
+        let highest = Self::read_column_on(readers, highest_seq_nr_sql!(), pid)
+            .await
+            .map_err(|e| JournalError::storage("read highest sequence number", e))?;
         highest_from(pid, highest)
     }
 

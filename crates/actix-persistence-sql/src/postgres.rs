@@ -679,9 +679,10 @@ impl PostgresJournal {
         T: Send + 'static,
     {
         self.home
-            .run(work(self.clone()))
+            .try_run(work(self.clone()), |gone| {
+                JournalError::storage(operation, gone)
+            })
             .await
-            .map_err(|gone| JournalError::storage(operation, gone))?
     }
 
     /// Starts `ANALYZE` of the query tables whose planner statistics are stale (the table grew

@@ -82,9 +82,10 @@ impl PostgresSnapshotStore {
         T: Send + 'static,
     {
         self.home
-            .run(work(self.clone()))
+            .try_run(work(self.clone()), |gone| {
+                SnapshotError::storage(operation, gone)
+            })
             .await
-            .map_err(|gone| SnapshotError::storage(operation, gone))?
     }
 
     /// Closes the pool, waiting for the connections in use to be returned. A pool shared with

@@ -82,10 +82,8 @@ impl PostgresOffsetStore {
             pool: self.pool.clone(),
         };
         self.home
-            .run(work(tables))
+            .try_run(work(tables), |gone| db(id)(home_gone(gone)))
             .await
-            .map_err(home_gone)
-            .map_err(db(id))?
     }
 
     /// A transaction on a connection acquired on the home runtime (the transaction itself is
