@@ -23,6 +23,11 @@ use actix_persistence_sql::{
     PostgresJournal, PostgresJournalOptions, SqliteJournal, SqliteJournalOptions,
 };
 
+/// With the `mimalloc` feature this benchmark allocates through mimalloc (see `Cargo.toml`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(mode), Some(url)) = (args.get(1).cloned(), args.get(2).cloned()) else {

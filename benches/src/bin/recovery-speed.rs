@@ -212,6 +212,11 @@ async fn measure(
     );
 }
 
+/// With the `mimalloc` feature this benchmark allocates through mimalloc (see `Cargo.toml`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let events: u64 = std::env::args()
         .nth(1)

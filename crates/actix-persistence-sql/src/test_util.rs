@@ -125,14 +125,22 @@ impl Drop for TestDatabase {
 
 #[cfg(feature = "sqlite")]
 /// The SQL of one page of a query by `filter` as the SQLite journal runs it (see
-/// `EventsRequest` for its parameters), for tests that look at its query plan.
+/// `EventsRequest` for its parameters), for tests that look at its query plan: a page that
+/// starts right after an event when `after_an_event`, at the start of a timestamp otherwise.
 pub fn sqlite_page_query_sql(
     filter: &actix_persistence_core::query::EventFilter,
     with_previous_timestamp: bool,
+    after_an_event: bool,
 ) -> String {
+    use crate::journal_common::PageStart;
     crate::journal_common::page_query_sql::<crate::sqlite::SqliteDialect>(
         filter,
         with_previous_timestamp,
+        if after_an_event {
+            PageStart::AfterEvent
+        } else {
+            PageStart::StartOfTimestamp
+        },
     )
 }
 

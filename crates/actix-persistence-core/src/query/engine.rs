@@ -26,7 +26,7 @@ use futures::stream::{self, StreamExt};
 use tokio::time::Instant;
 
 use super::own_task::in_own_task;
-use super::settled_reads::{PageSummary, SettledReads};
+use super::settled_reads::{resume_after, PageSummary, SettledReads};
 use super::{
     EnvelopeStream, EventFilter, EventKey, EventsRequest, Offset, QueryError, QuerySettings,
     QueryStore, RawEnvelope, SeenEvent, SeenMap, StoredEvent, TimestampOffset, WriteNotifications,
@@ -485,11 +485,13 @@ impl OffsetQuery {
         // The event after a page only tells that the window goes on (see `read_limit`).
         let page_size = self.settings.page_size.max(1) as usize;
         let more = page.len() > page_size;
+        let next_timestamp = page.get(page_size).map(|event| event.timestamp);
         page.truncate(page_size);
         let summary = PageSummary {
             len: page.len(),
             more,
             first_timestamp: page.first().map(|event| event.timestamp),
+            next_timestamp,
         };
         let last_key = page.last().map(StoredEvent::key);
         let pass_over = self
@@ -510,7 +512,16 @@ impl OffsetQuery {
                 self.deliver(event);
             }
         }
-        if !summary.more {
+        if summary.more {
+            // The window goes on where its continuation was planned: at the start of a later
+            // timestamp when the page ended one (`resume_after`), which is then read in full.
+            if let Some(last_key) = &last_key {
+                let resume = resume_after(last_key, summary.next_timestamp);
+                if resume > self.settled {
+                    self.advance_settled(resume);
+                }
+            }
+        } else {
             // Everything below the window's end is read (below `bound` when it was the last).
             let end = EventKey::start_of(read.end);
             if end > self.settled {

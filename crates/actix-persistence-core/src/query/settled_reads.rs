@@ -59,6 +59,26 @@ pub(crate) struct PageSummary {
     pub(crate) more: bool,
     /// Timestamp of its first event (µs), when it has one.
     pub(crate) first_timestamp: Option<i64>,
+    /// Timestamp of the event the read found after the page (µs), when it found one
+    /// ([`more`](Self::more)): where the window goes on.
+    pub(crate) next_timestamp: Option<i64>,
+}
+
+/// Where the rest of a window starts after a page that ended at `last` with more events after
+/// it, the first of them at `next_timestamp`: at the start of that timestamp when it is a later
+/// one (no event of the window lies between the two, so the rest of `last`'s timestamp was
+/// read), right after `last` otherwise.
+///
+/// Timestamps come in clusters (a group commit gives all its events one timestamp), and a page
+/// often ends with its cluster: the continuation then starts at the next cluster's first event,
+/// which the database finds with one index seek, where a start after `last` made SQLite walk
+/// `last`'s whole cluster again to reach the events after it (`POSITION_BY_TIMESTAMP_FIRST` in
+/// `actix-persistence-sql`).
+pub(crate) fn resume_after(last: &EventKey, next_timestamp: Option<i64>) -> EventKey {
+    match next_timestamp {
+        Some(next) if next > last.timestamp => EventKey::start_of(next),
+        _ => last.clone(),
+    }
 }
 
 /// The reads of one settled pass (see the module documentation), in delivery order.
@@ -138,17 +158,18 @@ impl<T> SettledReads<T> {
         self.learn_density(read, page, last);
         match (page.more, last) {
             (true, Some(last)) => {
+                let after = resume_after(last, page.next_timestamp);
                 // Nothing is planned behind this window: its continuation may stop short of
                 // its end, and the rest is planned as windows.
                 let mut end = read.end;
                 if self.depth > 1 && self.reads.is_empty() && self.tail == read.end {
                     if let Some(width) = self.width {
-                        end = end.min(last.timestamp.saturating_add(width));
+                        end = end.min(after.timestamp.saturating_add(width));
                         self.tail = end;
                     }
                 }
                 self.reads.push_front(PageRead {
-                    after: last.clone(),
+                    after,
                     end,
                     task: None,
                 });
@@ -289,6 +310,9 @@ mod tests {
         /// Pages that came back with more in their window: each is followed by a continuation
         /// read, which can only start once that page is in (the reads that do not overlap).
         continuations: usize,
+        /// Reads that started right after an event rather than at the start of a timestamp
+        /// (on SQLite: a walk over that event's timestamp up to it).
+        after_an_event: usize,
     }
 
     /// Events at the given timestamps, one id each, read through the plan by a reader that
@@ -302,9 +326,11 @@ mod tests {
         let mut most = 0;
         let mut queries = 0;
         let mut continuations = 0;
+        let mut after_an_event = 0;
         loop {
             let read = reads.next_read(&settled, bound);
             queries += 1;
+            after_an_event += usize::from(read.after != EventKey::start_of(read.after.timestamp));
             // Every read after the first is one the plan made (and started): none is dropped
             // for a position it did not expect.
             assert!(
@@ -320,11 +346,13 @@ mod tests {
                 .collect();
             let more = rows.len() > page;
             continuations += usize::from(more);
+            let next_timestamp = rows.get(page).map(|e| e.timestamp);
             rows.truncate(page);
             let summary = PageSummary {
                 len: rows.len(),
                 more,
                 first_timestamp: rows.first().map(|e| e.timestamp),
+                next_timestamp,
             };
             let done = reads.page_done(&read, summary, rows.last());
             for r in reads.unstarted() {
@@ -332,7 +360,7 @@ mod tests {
             }
             most = most.max(reads.reads.len());
             if let Some(last) = rows.last() {
-                settled = last.clone();
+                settled = resume_after(last, next_timestamp);
             }
             delivered.extend(rows);
             if done {
@@ -348,6 +376,7 @@ mod tests {
             most,
             queries,
             continuations,
+            after_an_event,
         }
     }
 
@@ -503,6 +532,38 @@ mod tests {
     }
 
     #[test]
+    fn a_page_that_ends_its_timestamp_is_continued_at_the_next_one() {
+        // Twenty group commits of a page each, every commit's events at one timestamp: each
+        // page ends its commit, and the event read after it starts the next commit.
+        let timestamps: Vec<i64> = (0..2_000).map(|i| 1_000 + (i / 100) * 1_000).collect();
+        for depth in [1, 2, 4] {
+            let CatchUp {
+                delivered,
+                continuations,
+                after_an_event,
+                ..
+            } = catch_up(&timestamps, 100, depth);
+            assert_eq!(delivered, expected(&timestamps), "depth {depth}");
+            if depth == 1 {
+                // One window, read on page after page.
+                assert_eq!(continuations, 19);
+            }
+            // None of them walks the commit before it again.
+            assert_eq!(after_an_event, 0, "depth {depth}");
+        }
+        // Commits of two and a half pages: a page that ends inside a commit is continued right
+        // after its last event, as before.
+        let timestamps: Vec<i64> = (0..2_500).map(|i| 1_000 + (i / 250) * 1_000).collect();
+        let CatchUp {
+            delivered,
+            after_an_event,
+            ..
+        } = catch_up(&timestamps, 100, 1);
+        assert_eq!(delivered, expected(&timestamps));
+        assert!(after_an_event >= 10, "{after_an_event}");
+    }
+
+    #[test]
     fn a_new_bound_drops_the_planned_reads() {
         let mut reads = SettledReads::<()>::new(2, 2);
         let start = EventKey::start_of(i64::MIN);
@@ -513,6 +574,7 @@ mod tests {
                 len: 2,
                 more: true,
                 first_timestamp: Some(10),
+                next_timestamp: Some(20),
             },
             Some(&key(20, "a", 1)),
         );
