@@ -174,12 +174,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// key's `tag = ?` and sorts every row of the tag per event otherwise).
     const TAG_BY_EVENT_HINT: &'static str = "";
 
-    /// Whether a page's start is told by its timestamp first, `(db_timestamp > $t OR
-    /// (db_timestamp = $t AND (persistence_id, seq_nr) > ($p, $s)))`, beside the range on the
-    /// timestamp that the index scan starts at, rather than by one row comparison led by the
-    /// filter's index column (see [`page_query_sql`]). SQLite evaluates a row comparison in full
-    /// on every row the scan reads; the timestamp-first form stops at its first comparison for
-    /// every row after the page's first timestamp.
+    /// Whether a page's start is told by its timestamp rather than by one row comparison led by
+    /// the filter's index column (see [`page_query_sql`]): a page from the start of a timestamp
+    /// then compares no row with its position (only the range on the timestamp, which the
+    /// index scan starts at), and a page right after an event seeks to it with
+    /// `(db_timestamp, persistence_id, seq_nr) > ($t, $p, $s)`. SQLite evaluates a row
+    /// comparison in full on every row the scan reads, so the first form spares the pages of
+    /// the settled pass's windows that cost.
     const POSITION_BY_TIMESTAMP_FIRST: bool = false;
 
     /// What follows `FROM journal` in a page of a query by slices: the index it reads
