@@ -204,7 +204,8 @@ pub use actix_persistence_core::persistent::{
     start_recovery, ActorFailure, ActorReplyFuture, Backoff, BackoffSupervisor, CommandError,
     DeleteError, EventSourced, PersistError, PersistReply, PersistResult, PersistenceState,
     PersistentActor, PersistentAddr, Recovery, RecoveryError, RecoveryPermits, ReplyFuture,
-    SnapshotPolicy, Snapshotting, StopReason, MAX_BUFFERED_COMMANDS, REPLAY_EVENTS_PER_POLL,
+    SnapshotFailure, SnapshotPolicy, Snapshotting, StopReason, MAX_BUFFERED_COMMANDS,
+    REPLAY_EVENTS_PER_POLL,
 };
 #[doc(inline)]
 pub use actix_persistence_core::query;

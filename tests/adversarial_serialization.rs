@@ -20,7 +20,7 @@ use actix_persistence::snapshot::{SnapshotError, SnapshotMetadata};
 use actix_persistence::{
     EnvelopeStreamExt, EventSourced, PersistError, PersistReply, PersistResult, Persistence,
     PersistenceState, PersistentActor, PersistentRepr, QueryError, Recovery, RecoveryError,
-    Snapshotting, StopReason, WriteRejection,
+    SnapshotFailure, Snapshotting, StopReason, WriteRejection,
 };
 use adversarial::{within, Backend, Kind};
 use futures::StreamExt;
@@ -749,9 +749,21 @@ async fn a_snapshot_of_a_changed_state_type_fails_recovery_and_skipping_it_repla
         RecoveryError::Snapshot {
             persistence_id,
             reason,
+            source,
         } => {
             assert_eq!(persistence_id, pid);
             assert!(reason.contains("snapshot at sequence number 2"), "{reason}");
+            // Loaded, then not read back: the restore's error, typed.
+            assert!(
+                matches!(
+                    *source,
+                    SnapshotFailure::Restore(SerializationError::SnapshotDeserialize {
+                        seq_nr: 2,
+                        ..
+                    })
+                ),
+                "{source:?}"
+            );
         }
         other => panic!("expected a snapshot error, got {other:?}"),
     }
@@ -819,9 +831,21 @@ async fn a_snapshot_the_actor_cannot_restore_never_leaves_it_partially_recovered
         RecoveryError::Snapshot {
             persistence_id,
             reason,
+            source,
         } => {
             assert_eq!(persistence_id, pid);
             assert!(reason.contains("snapshot at sequence number 2"), "{reason}");
+            // Loaded, then not read back: the restore's error, typed.
+            assert!(
+                matches!(
+                    *source,
+                    SnapshotFailure::Restore(SerializationError::SnapshotDeserialize {
+                        seq_nr: 2,
+                        ..
+                    })
+                ),
+                "{source:?}"
+            );
         }
         other => panic!("expected a snapshot error, got {other:?}"),
     }

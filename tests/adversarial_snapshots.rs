@@ -465,6 +465,7 @@ async fn a_spoiled_snapshot_row_fails_the_next_recovery_and_skipping_it_replays_
             RecoveryError::Snapshot {
                 persistence_id,
                 reason,
+                ..
             } => {
                 assert_eq!(persistence_id, pid, "{how:?}");
                 assert!(reason.contains("snapshot"), "{how:?}: {reason}");

@@ -13,6 +13,7 @@ use actix_persistence::snapshot::{
 };
 use actix_persistence::{
     ActorFailure, CommandError, JournalError, PersistError, PersistentActor, RecoveryError,
+    SnapshotFailure,
 };
 use actix_persistence_testkit::persistence_state_in_group;
 use async_trait::async_trait;
@@ -64,10 +65,18 @@ async fn a_command_to_an_actor_whose_recovery_failed_gets_the_recovery_error() {
     match &error {
         CommandError::ActorStopped {
             persistence_id,
-            cause: Some(ActorFailure::Recovery(RecoveryError::Snapshot { reason, .. })),
+            cause: Some(ActorFailure::Recovery(RecoveryError::Snapshot { reason, source, .. })),
         } => {
             assert_eq!(persistence_id, "broken");
             assert!(reason.contains("disk on fire"), "{reason}");
+            // The store's own error, typed: a failed load, not an unreadable snapshot.
+            match &**source {
+                SnapshotFailure::Load(SnapshotError::Storage { operation, source }) => {
+                    assert_eq!(*operation, "load");
+                    assert_eq!(source.to_string(), "disk on fire");
+                }
+                other => panic!("expected the store's load failure, got {other:?}"),
+            }
         }
         other => panic!("expected the recovery failure, got {other:?}"),
     }

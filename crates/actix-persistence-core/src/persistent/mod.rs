@@ -95,6 +95,19 @@ use reply::Continuation;
 pub use snapshots::DeleteError;
 use state::{EventBuf, Invocation, PendingWrite};
 
+/// Why a recovery failed at its snapshot ([`RecoveryError::Snapshot`]).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SnapshotFailure {
+    /// The snapshot store failed to load it ([`SnapshotStore::load`](crate::snapshot::SnapshotStore::load)),
+    /// or did not answer within `snapshot-store.call-timeout`.
+    #[error(transparent)]
+    Load(#[from] SnapshotError),
+    /// It was loaded, but the actor's [`Snapshotting`] could not restore it (or the actor
+    /// restores no snapshots: [`EventSourced::snapshotting`] returns `None`).
+    #[error(transparent)]
+    Restore(#[from] SerializationError),
+}
+
 /// Why recovery failed. The actor stops after [`EventSourced::on_recovery_failure`] ran.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RecoveryError {
@@ -122,8 +135,13 @@ pub enum RecoveryError {
     Snapshot {
         /// Whose recovery.
         persistence_id: String,
-        /// What went wrong.
+        /// What went wrong (the text of `source`).
         reason: String,
+        /// The typed cause: the snapshot store's error while loading (a storage failure or a
+        /// timeout, which a later attempt may not meet), or the snapshot's restore (bytes
+        /// this actor cannot read back, which every attempt meets).
+        #[source]
+        source: Box<SnapshotFailure>,
     },
     /// Events between the loaded snapshot (or the start) and the first replayed event are not
     /// in the journal: they were deleted while the snapshot that covered them is gone (or was

@@ -224,6 +224,7 @@ async fn start(plan: RecoveryPlan) -> Result<Start, RecoveryError> {
             let snapshot_failed = |source: SnapshotError| RecoveryError::Snapshot {
                 persistence_id: plan.persistence_id.clone(),
                 reason: source.to_string(),
+                source: Box::new(source.into()),
             };
             // Within the snapshot store's call timeout (a load that times out fails recovery,
             // as `snapshot-store.call-timeout` says), and within the recovery's.
@@ -355,6 +356,7 @@ fn poll_recovery_steps<A: PersistentActor>(
             restored.map_err(|e| RecoveryError::Snapshot {
                 persistence_id: act.persistence_id().to_owned(),
                 reason: e.to_string(),
+                source: Box::new(e.into()),
             })?;
         }
         recovery.span.record("highest_seq_nr", found.highest_seq_nr);
