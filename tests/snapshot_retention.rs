@@ -215,3 +215,116 @@ async fn retention_follows_snapshots_asked_for_without_automatic_ones(backend: B
 }
 
 on_every_store!(retention_follows_snapshots_asked_for_without_automatic_ones);
+
+/// A snapshot store that counts the snapshots it loads (each with its payload) and the
+/// metadata listings it answers.
+struct CountingLoads {
+    inner: Arc<dyn SnapshotStore>,
+    loads: std::sync::atomic::AtomicUsize,
+    listings: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl SnapshotStore for CountingLoads {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.load(pid, criteria).await
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        self.inner.save(metadata, snapshot).await
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        self.inner.delete(metadata).await
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        self.inner.delete_matching(pid, criteria).await
+    }
+
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        self.listings
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.read_metadata(pid, criteria, limit).await
+    }
+}
+
+/// Retention finds the snapshots it keeps from their metadata (`SnapshotStore::read_metadata`)
+/// and loads none of them: it used to load the `keep` newest, payloads and all, after every
+/// save.
+async fn retention_reads_the_metadata_and_loads_no_snapshot(backend: Backend) {
+    use std::sync::atomic::Ordering;
+    let mut h = Harness::on(backend, 1).await;
+    let store = Arc::new(CountingLoads {
+        inner: Arc::clone(&h.snapshots),
+        loads: Default::default(),
+        listings: Default::default(),
+    });
+    let policy = SnapshotPolicy::every(2).keep(2).delete_events(true);
+    let configured: Arc<dyn SnapshotStore> = store.clone();
+    let a = h
+        .probe_with("listed", 0, move |s| {
+            s.with_snapshot_store(configured, Duration::from_secs(5))
+                .with_snapshot_policy(policy)
+        })
+        .await;
+    let mut loads_after_recovery = None;
+    for i in 1..=6u64 {
+        let reply = a.send(Persist(vec![named(&format!("e{i}"))]));
+        h.control.next_write_for("listed").await.complete();
+        reply.await.expect("mailbox").expect("stored");
+        // Recovery loaded (at most) the newest snapshot before the first write.
+        loads_after_recovery.get_or_insert(store.loads.load(Ordering::SeqCst));
+        if i % 2 == 0 {
+            match h
+                .seen_until(|s| {
+                    matches!(s, Seen::SnapshotSaved { .. } | Seen::SnapshotFailed { .. })
+                })
+                .await
+                .pop()
+            {
+                Some(Seen::SnapshotSaved { seq_nr, .. }) => assert_eq!(seq_nr, i),
+                other => panic!("expected the snapshot at {i}, saw {other:?}"),
+            }
+        }
+        if i >= 4 && i % 2 == 0 {
+            // The retention after the save at `i` deletes up to the older of the two kept.
+            h.seen_until(
+                |s| matches!(s, Seen::EventsDeleted { to_seq_nr, .. } if *to_seq_nr == i - 2),
+            )
+            .await;
+        }
+    }
+    assert_eq!(
+        store.loads.load(Ordering::SeqCst),
+        loads_after_recovery.unwrap_or_default(),
+        "retention loaded snapshots"
+    );
+    assert!(
+        store.listings.load(Ordering::SeqCst) >= 2,
+        "retention after the saves at 4 and 6 listed the metadata"
+    );
+    let kept: Arc<dyn SnapshotStore> = store.clone();
+    assert_eq!(snapshot_seq_nrs(&kept, "listed").await, vec![6, 4]);
+    assert_eq!(stored_seq_nrs(&h, "listed").await, vec![5, 6]);
+}
+
+on_every_store!(retention_reads_the_metadata_and_loads_no_snapshot);

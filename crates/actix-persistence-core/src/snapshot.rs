@@ -266,6 +266,43 @@ pub trait SnapshotStore: Send + Sync + 'static {
         persistence_id: &str,
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError>;
+
+    /// The metadata of the newest snapshots of `persistence_id` that match `criteria`, at most
+    /// `limit` of them, newest (highest seq_nr) first, without their payloads: what a
+    /// [`SnapshotPolicy`](crate::persistent::SnapshotPolicy) that keeps the newest K snapshots
+    /// reads after each save to find the oldest one it keeps.
+    ///
+    /// The default loads the snapshots one at a time with [`load`](Self::load), each with its
+    /// payload, narrowing `criteria` below the one found; the built-in stores read the
+    /// metadata alone, in one statement. Stores that can should override it (conformance case
+    /// S14 checks that it agrees with `load`).
+    ///
+    /// # Errors
+    /// [`SnapshotError::Storage`] when the store cannot be read.
+    async fn read_metadata(
+        &self,
+        persistence_id: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        let mut found = Vec::new();
+        let mut criteria = criteria;
+        while found.len() < limit as usize {
+            let Some(snapshot) = self.load(persistence_id, criteria).await? else {
+                break;
+            };
+            let seq_nr = snapshot.metadata.seq_nr;
+            found.push(snapshot.metadata);
+            if seq_nr == 0 || seq_nr <= criteria.min_seq_nr {
+                break;
+            }
+            criteria = SnapshotSelectionCriteria {
+                max_seq_nr: seq_nr - 1,
+                ..criteria
+            };
+        }
+        Ok(found)
+    }
 }
 
 #[async_trait]
@@ -296,6 +333,15 @@ impl<S: SnapshotStore + ?Sized> SnapshotStore for Arc<S> {
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError> {
         (**self).delete_matching(pid, criteria).await
+    }
+
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        (**self).read_metadata(pid, criteria, limit).await
     }
 }
 
@@ -390,6 +436,27 @@ impl SnapshotStore for InMemorySnapshotStore {
             snapshots.retain(|_, s| !criteria.matches(&s.metadata));
         }
         Ok(())
+    }
+
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        Ok(self
+            .lock()
+            .get(pid)
+            .map(|snapshots| {
+                snapshots
+                    .values()
+                    .rev()
+                    .filter(|s| criteria.matches(&s.metadata))
+                    .take(limit as usize)
+                    .map(|s| s.metadata.clone())
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 }
 

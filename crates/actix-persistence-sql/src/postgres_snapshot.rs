@@ -153,4 +153,18 @@ impl SnapshotStore for PostgresSnapshotStore {
         })
         .await
     }
+
+    /// One query that reads no payload.
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        let pid = pid.to_owned();
+        self.at_home("read metadata", |store| async move {
+            store.table().read_metadata(&pid, criteria, limit).await
+        })
+        .await
+    }
 }

@@ -61,6 +61,14 @@ pub(crate) mod statements {
     pub(crate) const DELETE_ONE: &str = "DELETE FROM snapshot \
          WHERE persistence_id = $1 AND seq_nr = $2 AND ($3 = 0 OR write_timestamp = $3)";
 
+    /// `$1` persistence id, `$2`..`$5` the bounds, `$6` the limit; newest first, no payload.
+    pub(crate) const METADATA: &str = "SELECT seq_nr, write_timestamp \
+         FROM snapshot \
+         WHERE persistence_id = $1 AND seq_nr <= $2 AND write_timestamp <= $3 \
+           AND seq_nr >= $4 AND write_timestamp >= $5 \
+         ORDER BY seq_nr DESC \
+         LIMIT $6";
+
     /// `$1` persistence id, `$2`..`$5` the bounds.
     pub(crate) const DELETE_MATCHING: &str = "DELETE FROM snapshot \
          WHERE persistence_id = $1 AND seq_nr <= $2 AND write_timestamp <= $3 \
@@ -101,6 +109,48 @@ where
             .await
             .map_err(|e| SnapshotError::storage("load", e))?;
         row.as_ref().map(Self::decode).transpose()
+    }
+
+    /// The metadata of the newest `limit` matching snapshots, newest first: one query that
+    /// reads no payload.
+    pub(crate) async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        let Some(bounds) = Bounds::of(&criteria) else {
+            return Ok(Vec::new());
+        };
+        if !D::stores_text(pid) || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = Self::matching(statements::METADATA, pid, bounds)
+            .bind(i64::from(limit))
+            .fetch_all(self.readers)
+            .await
+            .map_err(|e| SnapshotError::storage("read metadata", e))?;
+        rows.iter()
+            .map(|row| {
+                let column_error = |e| SnapshotError::storage("read metadata", e);
+                let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
+                let seq_nr = u64::try_from(stored_seq_nr).map_err(|_| {
+                    SnapshotError::storage(
+                        "read metadata",
+                        SqlStoreError::CorruptRow {
+                            persistence_id: pid.to_owned(),
+                            seq_nr: stored_seq_nr,
+                            reason: "negative snapshot sequence number".to_owned(),
+                        },
+                    )
+                })?;
+                Ok(SnapshotMetadata {
+                    persistence_id: pid.to_owned(),
+                    seq_nr,
+                    timestamp: row.try_get("write_timestamp").map_err(column_error)?,
+                })
+            })
+            .collect()
     }
 
     /// `sql` (a statement taking the persistence id and the bounds) bound to `pid` and

@@ -115,4 +115,14 @@ impl SnapshotStore for SqliteSnapshotStore {
     ) -> Result<(), SnapshotError> {
         self.table().delete_matching(pid, criteria).await
     }
+
+    /// One query on the reader pool that reads no payload.
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        self.table().read_metadata(pid, criteria, limit).await
+    }
 }

@@ -1,5 +1,5 @@
 //! The shared conformance suites of `actix-persistence-testkit` against the SQL stores: every
-//! journal case (J1-J27, F1-F5 and the model check) and every snapshot case (S1-S13), on SQLite and
+//! journal case (J1-J27, F1-F5 and the model check) and every snapshot case (S1-S14), on SQLite and
 //! on PostgreSQL (a throwaway database per case; skipped with a notice without DATABASE_URL,
 //! failing in CI).
 

@@ -1,4 +1,4 @@
-//! The snapshot stores, on SQLite and on PostgreSQL, beyond the conformance cases S1-S13 (which
+//! The snapshot stores, on SQLite and on PostgreSQL, beyond the conformance cases S1-S14 (which
 //! run in `conformance.rs`): ids that match exactly, lower bounds, deletes by timestamp 0, a
 //! replaced serializer id and manifest, other ids left alone, sequence numbers at the edges of
 //! the columns, and a store that shares a journal's database.

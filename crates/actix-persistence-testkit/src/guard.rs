@@ -136,6 +136,15 @@ impl<S: SnapshotStore, G: Send + Sync + 'static> SnapshotStore for WithGuard<S, 
     ) -> Result<(), SnapshotError> {
         self.store.delete_matching(pid, criteria).await
     }
+
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        self.store.read_metadata(pid, criteria, limit).await
+    }
 }
 
 #[async_trait]

@@ -1,7 +1,7 @@
 //! Test helpers for actix-persistence and its store plugins.
 //!
 //! - [`conformance`]: the suites every journal store (J1-J27 of `conformance/journal.md` and J28-J30 of its own, fencing F1-F5, plus
-//!   a proptest model check) and every snapshot store (S1-S13) must pass. A plugin runs them
+//!   a proptest model check) and every snapshot store (S1-S14) must pass. A plugin runs them
 //!   with one macro call per store, [`journal_conformance_tests!`] and
 //!   [`snapshot_store_conformance_tests!`], which expand into one `#[test]` per case.
 //! - [`FaultyJournal`]: wraps a store and injects faults a test switches at runtime (delays,
@@ -32,7 +32,7 @@
 //! # fn main() {}
 //! ```
 //! `cargo test` then lists `journal::j01_replay_all` .. `journal::journal_agrees_with_model`
-//! and `snapshots::s01_load_unknown_id` .. `snapshots::s13_unstorable_snapshot_is_refused`.
+//! and `snapshots::s01_load_unknown_id` .. `snapshots::s14_read_metadata_lists_the_newest`.
 //! See `docs/conformance.md` for what each case checks.
 #![warn(missing_docs)]
 

@@ -393,6 +393,8 @@ enum SnapshotMutation {
     KeepsFirstSnapshot,
     /// Truncates payloads above 1 MiB.
     TruncatesLargePayloads,
+    /// Lists snapshots' metadata oldest first.
+    ListsOldestFirst,
 }
 
 struct SnapshotMutant {
@@ -435,7 +437,7 @@ impl SnapshotStore for SnapshotMutant {
                 }
             }
             SnapshotMutation::TruncatesLargePayloads => snapshot.payload.truncate(1 << 20),
-            SnapshotMutation::IgnoresMaxTimestamp => {}
+            SnapshotMutation::IgnoresMaxTimestamp | SnapshotMutation::ListsOldestFirst => {}
         }
         self.inner.save(metadata, snapshot).await
     }
@@ -450,6 +452,21 @@ impl SnapshotStore for SnapshotMutant {
         criteria: SnapshotSelectionCriteria,
     ) -> Result<(), SnapshotError> {
         self.inner.delete_matching(pid, criteria).await
+    }
+
+    async fn read_metadata(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+        limit: u32,
+    ) -> Result<Vec<SnapshotMetadata>, SnapshotError> {
+        if self.mutation != SnapshotMutation::ListsOldestFirst {
+            return self.inner.read_metadata(pid, criteria, limit).await;
+        }
+        let mut every = self.inner.read_metadata(pid, criteria, u32::MAX).await?;
+        every.reverse();
+        every.truncate(limit as usize);
+        Ok(every)
     }
 }
 
@@ -491,4 +508,59 @@ async fn snapshot_suite_catches_a_store_that_truncates_large_snapshots() {
     )
     .await;
     assert_mentions(&message, &["S11: length of the 52428800-byte snapshot"]);
+}
+
+#[actix::test]
+async fn snapshot_suite_catches_a_store_that_lists_metadata_oldest_first() {
+    let message = snapshot_failure(
+        "s14_read_metadata_lists_the_newest",
+        SnapshotMutation::ListsOldestFirst,
+    )
+    .await;
+    assert_mentions(
+        &message,
+        &["S14 every snapshot, limit 10", "the metadata listed"],
+    );
+}
+
+/// A store that implements only the required methods: `read_metadata` is the trait's default,
+/// which loads the snapshots one at a time.
+struct LoadsOnly(InMemorySnapshotStore);
+
+#[async_trait]
+impl SnapshotStore for LoadsOnly {
+    async fn load(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<Option<SelectedSnapshot>, SnapshotError> {
+        self.0.load(pid, criteria).await
+    }
+
+    async fn save(
+        &self,
+        metadata: SnapshotMetadata,
+        snapshot: SerializedSnapshot,
+    ) -> Result<(), SnapshotError> {
+        self.0.save(metadata, snapshot).await
+    }
+
+    async fn delete(&self, metadata: &SnapshotMetadata) -> Result<(), SnapshotError> {
+        self.0.delete(metadata).await
+    }
+
+    async fn delete_matching(
+        &self,
+        pid: &str,
+        criteria: SnapshotSelectionCriteria,
+    ) -> Result<(), SnapshotError> {
+        self.0.delete_matching(pid, criteria).await
+    }
+}
+
+#[actix::test]
+async fn the_default_read_metadata_passes_its_case() {
+    let case = snapshot::case("s14_read_metadata_lists_the_newest").expect("case S14");
+    case.run(Arc::new(LoadsOnly(InMemorySnapshotStore::new())))
+        .await;
 }

@@ -311,30 +311,21 @@ fn apply_retention<A: PersistentActor>(
     );
 }
 
-/// The sequence number of the `keep`-th newest snapshot of `pid`, found by loading the newest
-/// ones in turn (the store trait has no listing); `None` while fewer than `keep` exist.
+/// The sequence number of the `keep`-th newest snapshot of `pid` (its metadata read with
+/// [`SnapshotStore::read_metadata`], without the snapshots' payloads); `None` while fewer than
+/// `keep` exist.
 async fn oldest_kept(
     store: &dyn SnapshotStore,
     pid: &str,
     keep: u32,
     timeout: Duration,
 ) -> Result<Option<u64>, SnapshotError> {
-    let mut criteria = SnapshotSelectionCriteria::latest();
-    for found in 1..=keep {
-        let load = || store.load(pid, criteria);
-        let Some(snapshot) = with_timeout("load", timeout, load).await? else {
-            return Ok(None);
-        };
-        let seq_nr = snapshot.metadata.seq_nr;
-        if found == keep {
-            return Ok(Some(seq_nr));
-        }
-        if seq_nr == 0 {
-            return Ok(None);
-        }
-        criteria = SnapshotSelectionCriteria::up_to(seq_nr - 1);
-    }
-    Ok(None)
+    let read = || store.read_metadata(pid, SnapshotSelectionCriteria::latest(), keep);
+    let newest = with_timeout("read metadata", timeout, read).await?;
+    Ok(match newest.get(keep as usize - 1) {
+        Some(oldest_kept) if newest.len() == keep as usize => Some(oldest_kept.seq_nr),
+        _ => None,
+    })
 }
 
 /// After a write stored events `previous + 1 ..= stored`: takes a snapshot when the policy's

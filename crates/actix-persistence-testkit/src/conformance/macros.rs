@@ -51,8 +51,8 @@ macro_rules! journal_conformance_tests {
     };
 }
 
-/// Expands into one `#[test]` per snapshot store conformance case (S1-S13 as
-/// `s01_load_unknown_id` .. `s13_unstorable_snapshot_is_refused`), each against a store
+/// Expands into one `#[test]` per snapshot store conformance case (S1-S14 as
+/// `s01_load_unknown_id` .. `s14_read_metadata_lists_the_newest`), each against a store
 /// fresh from the factory. Same shape as
 /// [`journal_conformance_tests!`](crate::journal_conformance_tests).
 ///
@@ -189,6 +189,7 @@ macro_rules! __snapshot_cases {
             s11_large_snapshots_round_trip: "S11 10,000-byte and 50 MiB snapshots round-trip byte-exact",
             s12_unserializable_snapshot_is_an_error: "S12 an unserializable state is an error; nothing is saved",
             s13_unstorable_snapshot_is_refused: "S13 a NUL in the manifest or a seq_nr above i64::MAX is refused; nothing is saved",
+            s14_read_metadata_lists_the_newest: "S14 read_metadata lists the newest matching snapshots' metadata, newest first, at most the limit, as load sees them",
         }
     };
 }

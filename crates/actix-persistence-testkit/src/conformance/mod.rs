@@ -1,7 +1,7 @@
 //! Conformance suites every journal store and snapshot store must pass.
 //!
 //! The cases are those of `conformance/journal.md` (J1-J27, with J28-J30 of this suite, the fencing cases F1-F5, plus a model check with generated
-//! inputs) and `conformance/snapshot-store.md` (S1-S13), with their exact expected values.
+//! inputs) and `conformance/snapshot-store.md` (S1-S14), with their exact expected values.
 //! A store plugin runs them from its own tests with one macro call per store:
 //!
 //! ```
@@ -20,7 +20,7 @@
 //! ```
 //!
 //! Each macro expands into one `#[test]` per case (`j01_replay_all`, ...,
-//! `s13_unstorable_snapshot_is_refused`), each running in an Actix system of its own with
+//! `s14_read_metadata_lists_the_newest`), each running in an Actix system of its own with
 //! a store fresh from the factory. Cases use fresh persistence ids (`p-<uuid>`), so a factory
 //! may also hand out one shared store (or several handles on one database).
 //!

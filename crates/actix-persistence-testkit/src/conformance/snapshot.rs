@@ -1,4 +1,4 @@
-//! The snapshot store conformance cases S1-S13 of `conformance/snapshot-store.md`.
+//! The snapshot store conformance cases S1-S14 of `conformance/snapshot-store.md`.
 //!
 //! # Setup before every case
 //! A fresh persistence id `p-<uuid>`; snapshots `"s-1"`..`"s-5"` (JSON strings) saved at
@@ -407,6 +407,76 @@ pub async fn s13_unstorable_snapshot_is_refused(store: Arc<dyn SnapshotStore>) {
         Some(5),
     )
     .await;
+}
+
+/// S14: [`SnapshotStore::read_metadata`] lists the newest matching snapshots' metadata, newest
+/// first, at most `limit` of them, and agrees with [`SnapshotStore::load`]: all five with a
+/// large limit; the newest two with a limit of 2; `s-3` and `s-2` under max seq 13; none for a
+/// limit of 0, an unknown id or a timestamp bound before every snapshot; after the snapshot at
+/// seq 14 is deleted, the list skips it.
+pub async fn s14_read_metadata_lists_the_newest(store: Arc<dyn SnapshotStore>) {
+    let f = Fixture::setup(store).await;
+    let read = |pid: String, criteria: SnapshotSelectionCriteria, limit: u32| {
+        let store = Arc::clone(&f.store);
+        async move {
+            let what = format!("S14 read_metadata of {pid:?} with {criteria:?}, limit {limit}");
+            match within(&what, store.read_metadata(&pid, criteria, limit)).await {
+                Ok(found) => found,
+                Err(e) => panic!("{what} failed: {e}"),
+            }
+        }
+    };
+    let metadata = |indexes: &[usize]| -> Vec<SnapshotMetadata> {
+        indexes
+            .iter()
+            .map(|i| f.saved[*i - 1].metadata.clone())
+            .collect()
+    };
+    let latest = SnapshotSelectionCriteria::latest();
+    let cases = [
+        (
+            "every snapshot, limit 10",
+            latest,
+            10,
+            metadata(&[5, 4, 3, 2, 1]),
+        ),
+        ("the newest two", latest, 2, metadata(&[5, 4])),
+        (
+            "max seq 13, limit 2",
+            criteria(13, i64::MAX),
+            2,
+            metadata(&[3, 2]),
+        ),
+        ("limit 0", latest, 0, Vec::new()),
+        ("max timestamp 100", criteria(u64::MAX, 100), 10, Vec::new()),
+    ];
+    for (what, criteria, limit, expected) in cases {
+        let found = read(f.pid.clone(), criteria, limit).await;
+        assert_eq!(found, expected, "S14 {what}: the metadata listed");
+    }
+    // As `load` sees them: the first listed is what `load` returns.
+    let newest = load(&*f.store, &f.pid, latest).await.map(|s| s.metadata);
+    let listed = read(f.pid.clone(), latest, 1).await;
+    assert_eq!(
+        listed.first().cloned(),
+        newest,
+        "S14: the newest listed is the one load returns"
+    );
+    let unknown = read(fresh_pid(), latest, 10).await;
+    assert!(
+        unknown.is_empty(),
+        "S14: an unknown id lists nothing, got {unknown:?}"
+    );
+    let at_14 = f.saved[3].metadata.clone();
+    if let Err(e) = within("S14 delete", f.store.delete(&at_14)).await {
+        panic!("S14 delete of the snapshot at 14 failed: {e}");
+    }
+    let found = read(f.pid.clone(), latest, 3).await;
+    assert_eq!(
+        found,
+        metadata(&[5, 3, 2]),
+        "S14 after deleting the snapshot at 14"
+    );
 }
 
 type RunCase = fn(Arc<dyn SnapshotStore>) -> LocalBoxFuture<'static, ()>;
