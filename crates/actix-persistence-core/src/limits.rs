@@ -17,6 +17,7 @@
 //! | writer id | at most [`MAX_WRITER_UUID_BYTES`] bytes, no NUL |
 //! | tags | at most [`MAX_TAGS`] per event, each at most [`MAX_TAG_BYTES`] bytes, no NUL |
 //! | events per atomic write | at most [`MAX_EVENTS_PER_ATOMIC_WRITE`] |
+//! | snapshot | at most [`MAX_SNAPSHOT_BYTES`] bytes of payload (checked by every snapshot store when it saves) |
 //!
 //! Checked twice per persist, each check with its own job:
 //! - a persistent actor checks its writes before sending them: the authoritative check of the
@@ -53,6 +54,11 @@ pub const MAX_WRITER_UUID_BYTES: usize = 255;
 pub const MAX_TAGS: usize = 64;
 /// Longest tag, in bytes.
 pub const MAX_TAG_BYTES: usize = 255;
+/// Largest payload of one snapshot, in bytes (512 MiB): within what a PostgreSQL `bytea` value
+/// and bind message (1 GiB) and a SQLite value (1,000,000,000 bytes by default) hold, so every
+/// built-in snapshot store refuses the same snapshots, the in-memory one included (a state
+/// that large is better split into entities of its own).
+pub const MAX_SNAPSHOT_BYTES: usize = 512 * 1024 * 1024;
 /// Most events in one atomic write.
 pub const MAX_EVENTS_PER_ATOMIC_WRITE: usize = 10_000;
 /// Highest sequence number a store can hold (`i64::MAX`, the SQL stores' `BIGINT`/`INTEGER`).

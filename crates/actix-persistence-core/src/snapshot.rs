@@ -242,8 +242,9 @@ pub trait SnapshotStore: Send + Sync + 'static {
     /// # Errors
     /// [`SnapshotError::Storage`] when the store cannot be written, or (every built-in store
     /// alike, so the same snapshot gets the same answer in tests and in production) when the
-    /// sequence number is above `i64::MAX` or the persistence id or the manifest holds a NUL
-    /// character; nothing is stored then.
+    /// sequence number is above `i64::MAX`, the persistence id or the manifest holds a NUL
+    /// character, or the payload is over
+    /// [`MAX_SNAPSHOT_BYTES`](crate::limits::MAX_SNAPSHOT_BYTES); nothing is stored then.
     async fn save(
         &self,
         metadata: SnapshotMetadata,
@@ -380,9 +381,10 @@ impl SnapshotStore for InMemorySnapshotStore {
     }
 
     /// As the SQL stores, whose columns hold no more: a sequence number above
-    /// [`MAX_STORABLE_SEQ_NR`](crate::limits::MAX_STORABLE_SEQ_NR) (`i64::MAX`), or a NUL
-    /// character in the persistence id or the manifest (PostgreSQL text cannot hold one), is
-    /// refused and nothing changes.
+    /// [`MAX_STORABLE_SEQ_NR`](crate::limits::MAX_STORABLE_SEQ_NR) (`i64::MAX`), a NUL
+    /// character in the persistence id or the manifest (PostgreSQL text cannot hold one), or a
+    /// payload over [`MAX_SNAPSHOT_BYTES`](crate::limits::MAX_SNAPSHOT_BYTES) is refused and
+    /// nothing changes.
     async fn save(
         &self,
         metadata: SnapshotMetadata,
@@ -405,6 +407,16 @@ impl SnapshotStore for InMemorySnapshotStore {
                 NulInText {
                     persistence_id: metadata.persistence_id,
                     seq_nr: metadata.seq_nr,
+                },
+            ));
+        }
+        if snapshot.payload.len() > crate::limits::MAX_SNAPSHOT_BYTES {
+            return Err(SnapshotError::storage(
+                "save",
+                PayloadAboveLimit {
+                    persistence_id: metadata.persistence_id,
+                    seq_nr: metadata.seq_nr,
+                    bytes: snapshot.payload.len(),
                 },
             ));
         }
@@ -470,6 +482,20 @@ impl SnapshotStore for InMemorySnapshotStore {
 struct SeqNrAboveLimit {
     persistence_id: String,
     seq_nr: u64,
+}
+
+/// A snapshot whose payload is over [`MAX_SNAPSHOT_BYTES`](crate::limits::MAX_SNAPSHOT_BYTES),
+/// which every store refuses alike.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: its \
+     payload is {bytes} bytes, above the limit of {} bytes",
+    crate::limits::MAX_SNAPSHOT_BYTES
+)]
+struct PayloadAboveLimit {
+    persistence_id: String,
+    seq_nr: u64,
+    bytes: usize,
 }
 
 /// A snapshot whose persistence id or manifest holds a NUL character, which no store holds

@@ -209,8 +209,9 @@ where
     ///
     /// # Errors
     /// [`SnapshotError::Storage`] when the database fails, or with [`SqlStoreError::Unstorable`]
-    /// for a sequence number above `i64::MAX` or a NUL in the persistence id or the manifest
-    /// (on SQLite too, which could store it: every store refuses it alike).
+    /// for a sequence number above `i64::MAX`, a NUL in the persistence id or the manifest (on
+    /// SQLite too, which could store it: every store refuses it alike) or a payload over
+    /// [`MAX_SNAPSHOT_BYTES`](limits::MAX_SNAPSHOT_BYTES).
     pub(crate) async fn save(
         &self,
         metadata: SnapshotMetadata,
@@ -241,6 +242,14 @@ where
                  text cannot store (refused by every store alike)"
                     .to_owned(),
             ));
+        }
+        if snapshot.payload.len() > limits::MAX_SNAPSHOT_BYTES {
+            return Err(unstorable(format!(
+                "the payload is {} bytes, above the limit of {} bytes (refused by every store \
+                 alike)",
+                snapshot.payload.len(),
+                limits::MAX_SNAPSHOT_BYTES
+            )));
         }
         sqlx::query::<D::Db>(statements::SAVE)
             .bind(metadata.persistence_id.as_str())

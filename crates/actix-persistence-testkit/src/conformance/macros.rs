@@ -188,7 +188,7 @@ macro_rules! __snapshot_cases {
             s10_save_again_replaces: "S10 saving again at seq 15 replaces s-5",
             s11_large_snapshots_round_trip: "S11 10,000-byte and 50 MiB snapshots round-trip byte-exact",
             s12_unserializable_snapshot_is_an_error: "S12 an unserializable state is an error; nothing is saved",
-            s13_unstorable_snapshot_is_refused: "S13 a NUL in the manifest or a seq_nr above i64::MAX is refused; nothing is saved",
+            s13_unstorable_snapshot_is_refused: "S13 a NUL in the manifest, a seq_nr above i64::MAX or a payload over MAX_SNAPSHOT_BYTES is refused; nothing is saved",
             s14_read_metadata_lists_the_newest: "S14 read_metadata lists the newest matching snapshots' metadata, newest first, at most the limit, as load sees them",
         }
     };

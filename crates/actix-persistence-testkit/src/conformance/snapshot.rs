@@ -374,13 +374,19 @@ pub async fn s12_unserializable_snapshot_is_an_error(store: Arc<dyn SnapshotStor
 
 /// S13: what no built-in store can hold is refused by every store alike, so the same snapshot
 /// gets the same answer in tests (in memory) and in production (PostgreSQL text cannot hold a
-/// NUL; the SQL columns hold sequence numbers up to `i64::MAX`): a manifest holding a NUL, and a
-/// sequence number above `i64::MAX`, fail the save with an error; nothing is saved, and `s-5`
-/// still loads as before.
+/// NUL; the SQL columns hold sequence numbers up to `i64::MAX`; no store holds more than
+/// `MAX_SNAPSHOT_BYTES` of payload alike): a manifest holding a NUL, a sequence number above
+/// `i64::MAX` and a payload one byte over the limit fail the save with an error; nothing is
+/// saved, and `s-5` still loads as before.
 pub async fn s13_unstorable_snapshot_is_refused(store: Arc<dyn SnapshotStore>) {
     let f = Fixture::setup(store).await;
     let mut nul = json_snapshot("s-nul");
     nul.manifest = "state\0v2".to_owned();
+    // Zeroed memory the store refuses without reading: its pages are never touched.
+    let oversized = SerializedSnapshot {
+        payload: vec![0; actix_persistence_core::limits::MAX_SNAPSHOT_BYTES + 1],
+        ..json_snapshot("s-large")
+    };
     let unstorable = [
         ("a manifest holding a NUL", 16, nul),
         (
@@ -388,6 +394,7 @@ pub async fn s13_unstorable_snapshot_is_refused(store: Arc<dyn SnapshotStore>) {
             i64::MAX as u64 + 1,
             json_snapshot("s-high"),
         ),
+        ("a payload over MAX_SNAPSHOT_BYTES", 17, oversized),
     ];
     for (what, seq_nr, snapshot) in unstorable {
         let metadata = SnapshotMetadata {
