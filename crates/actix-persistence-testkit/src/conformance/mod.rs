@@ -1,7 +1,7 @@
 //! Conformance suites every journal store and snapshot store must pass.
 //!
 //! The cases are those of `conformance/journal.md` (J1-J27, with J28-J30 of this suite, the fencing cases F1-F5, plus a model check with generated
-//! inputs) and `conformance/snapshot-store.md` (S1-S14), with their exact expected values.
+//! inputs) and `conformance/snapshot-store.md` (S1-S12; S13-S14 this suite's own), with their exact expected values.
 //! A store plugin runs them from its own tests with one macro call per store:
 //!
 //! ```

@@ -1,4 +1,5 @@
-//! The snapshot store conformance cases S1-S14 of `conformance/snapshot-store.md`.
+//! The snapshot store conformance cases S1-S14 (those of `conformance/snapshot-store.md`, then
+//! this suite's own: S13's unstorable snapshots, S14's metadata listing).
 //!
 //! # Setup before every case
 //! A fresh persistence id `p-<uuid>`; snapshots `"s-1"`..`"s-5"` (JSON strings) saved at
@@ -542,7 +543,7 @@ fn shared<S: SnapshotStore>(store: S) -> Arc<dyn SnapshotStore> {
 }
 
 crate::__snapshot_cases! {
-    __case_table { SnapshotCase, "Every snapshot store conformance case, in order: S1-S13." }
+    __case_table { SnapshotCase, "Every snapshot store conformance case, in order: S1-S14." }
 }
 
 /// The snapshot case called `name` (as listed in [`CASES`]).
@@ -582,7 +583,7 @@ where
     super::run_named_case::<SnapshotCase, _, _>(name, || factory().map(|store| store.map(shared)));
 }
 
-/// Runs every snapshot store conformance case (S1-S13), each against a store fresh from
+/// Runs every snapshot store conformance case (S1-S14), each against a store fresh from
 /// `factory`, and reports all failures at once.
 ///
 /// # Examples
