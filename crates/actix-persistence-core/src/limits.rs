@@ -164,6 +164,36 @@ fn check(write: &AtomicWrite, ids_known_valid: bool) -> Result<(), WriteRejectio
     Ok(())
 }
 
+/// What keeps a snapshot from being stored, if anything: a sequence number above
+/// [`MAX_STORABLE_SEQ_NR`] (`i64::MAX`), a NUL character in the persistence id or the manifest
+/// (PostgreSQL text cannot hold one), or a payload over [`MAX_SNAPSHOT_BYTES`]. Every built-in
+/// snapshot store refuses such a snapshot with this text when it saves, so the same snapshot
+/// gets the same answer in tests (in memory) and in production.
+pub fn snapshot_problem(
+    metadata: &crate::snapshot::SnapshotMetadata,
+    snapshot: &crate::snapshot::SerializedSnapshot,
+) -> Option<String> {
+    if metadata.seq_nr > MAX_STORABLE_SEQ_NR {
+        Some(format!(
+            "sequence numbers above {MAX_STORABLE_SEQ_NR} (i64::MAX) are over the limits"
+        ))
+    } else if holds_nul(&metadata.persistence_id) || holds_nul(&snapshot.manifest) {
+        Some(
+            "the persistence id or the manifest holds a NUL character, which PostgreSQL text \
+             cannot store (refused by every store alike)"
+                .to_owned(),
+        )
+    } else if snapshot.payload.len() > MAX_SNAPSHOT_BYTES {
+        Some(format!(
+            "the payload is {} bytes, above the limit of {MAX_SNAPSHOT_BYTES} bytes (refused by \
+             every store alike)",
+            snapshot.payload.len()
+        ))
+    } else {
+        None
+    }
+}
+
 /// Whether `text` holds a NUL character, which no store can hold (PostgreSQL `TEXT` cannot;
 /// the limits refuse it everywhere). Every byte is looked at, without an early exit: these
 /// fields are short (ids, manifests, tags of tens of bytes) and checked twice per persist, where

@@ -390,33 +390,13 @@ impl SnapshotStore for InMemorySnapshotStore {
         metadata: SnapshotMetadata,
         snapshot: SerializedSnapshot,
     ) -> Result<(), SnapshotError> {
-        if metadata.seq_nr > crate::limits::MAX_STORABLE_SEQ_NR {
+        if let Some(reason) = crate::limits::snapshot_problem(&metadata, &snapshot) {
             return Err(SnapshotError::storage(
                 "save",
-                SeqNrAboveLimit {
+                Unstorable {
                     persistence_id: metadata.persistence_id,
                     seq_nr: metadata.seq_nr,
-                },
-            ));
-        }
-        if crate::limits::holds_nul(&metadata.persistence_id)
-            || crate::limits::holds_nul(&snapshot.manifest)
-        {
-            return Err(SnapshotError::storage(
-                "save",
-                NulInText {
-                    persistence_id: metadata.persistence_id,
-                    seq_nr: metadata.seq_nr,
-                },
-            ));
-        }
-        if snapshot.payload.len() > crate::limits::MAX_SNAPSHOT_BYTES {
-            return Err(SnapshotError::storage(
-                "save",
-                PayloadAboveLimit {
-                    persistence_id: metadata.persistence_id,
-                    seq_nr: metadata.seq_nr,
-                    bytes: snapshot.payload.len(),
+                    reason,
                 },
             ));
         }
@@ -472,40 +452,14 @@ impl SnapshotStore for InMemorySnapshotStore {
     }
 }
 
-/// A snapshot whose sequence number no store holds (above `i64::MAX`).
+/// A snapshot that no store holds ([`limits::snapshot_problem`](crate::limits::snapshot_problem)
+/// tells why), which every store refuses alike.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: sequence \
-     numbers above {} (i64::MAX) are over the limits",
-    crate::limits::MAX_STORABLE_SEQ_NR
+    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: {reason}"
 )]
-struct SeqNrAboveLimit {
+struct Unstorable {
     persistence_id: String,
     seq_nr: u64,
-}
-
-/// A snapshot whose payload is over [`MAX_SNAPSHOT_BYTES`](crate::limits::MAX_SNAPSHOT_BYTES),
-/// which every store refuses alike.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: its \
-     payload is {bytes} bytes, above the limit of {} bytes",
-    crate::limits::MAX_SNAPSHOT_BYTES
-)]
-struct PayloadAboveLimit {
-    persistence_id: String,
-    seq_nr: u64,
-    bytes: usize,
-}
-
-/// A snapshot whose persistence id or manifest holds a NUL character, which no store holds
-/// (PostgreSQL text cannot; every store refuses it alike).
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the snapshot of {persistence_id:?} at sequence number {seq_nr} cannot be stored: its \
-     persistence id or manifest holds a NUL character, which PostgreSQL text cannot store"
-)]
-struct NulInText {
-    persistence_id: String,
-    seq_nr: u64,
+    reason: String,
 }

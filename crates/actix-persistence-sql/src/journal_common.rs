@@ -76,8 +76,6 @@ pub(crate) trait Dialect: Send + Sync + 'static {
 
     /// `i64::MAX` as a rejected write names it, e.g. "the highest PostgreSQL BIGINT".
     const HIGHEST_SEQ_NR: &'static str;
-    /// What a snapshot's sequence number above `i64::MAX` does not fit, e.g. "a BIGINT".
-    const SEQ_NR_COLUMN: &'static str;
     /// Whether a batch of one atomic write also goes through [`insert_batch`](Self::insert_batch)
     /// first (SQLite: its `insert_atomic_write` is the slow path, which looks for taken
     /// sequence numbers before inserting).

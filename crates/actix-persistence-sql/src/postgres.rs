@@ -803,7 +803,6 @@ impl Dialect for PostgresDialect {
     type PageReaders = ();
 
     const HIGHEST_SEQ_NR: &'static str = "the highest PostgreSQL BIGINT";
-    const SEQ_NR_COLUMN: &'static str = "a BIGINT";
 
     /// Converts the write: nothing is left to reject. NUL characters, which PostgreSQL text
     /// cannot store, were refused by [`AtomicWrite::check`] (the limits) just before, in

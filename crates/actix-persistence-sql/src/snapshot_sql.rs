@@ -62,7 +62,7 @@ pub(crate) mod statements {
          WHERE persistence_id = $1 AND seq_nr = $2 AND ($3 = 0 OR write_timestamp = $3)";
 
     /// `$1` persistence id, `$2`..`$5` the bounds, `$6` the limit; newest first, no payload.
-    pub(crate) const METADATA: &str = "SELECT seq_nr, write_timestamp \
+    pub(crate) const METADATA: &str = "SELECT persistence_id, seq_nr, write_timestamp \
          FROM snapshot \
          WHERE persistence_id = $1 AND seq_nr <= $2 AND write_timestamp <= $3 \
            AND seq_nr >= $4 AND write_timestamp >= $5 \
@@ -131,25 +131,7 @@ where
             .await
             .map_err(|e| SnapshotError::storage("read metadata", e))?;
         rows.iter()
-            .map(|row| {
-                let column_error = |e| SnapshotError::storage("read metadata", e);
-                let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
-                let seq_nr = u64::try_from(stored_seq_nr).map_err(|_| {
-                    SnapshotError::storage(
-                        "read metadata",
-                        SqlStoreError::CorruptRow {
-                            persistence_id: pid.to_owned(),
-                            seq_nr: stored_seq_nr,
-                            reason: "negative snapshot sequence number".to_owned(),
-                        },
-                    )
-                })?;
-                Ok(SnapshotMetadata {
-                    persistence_id: pid.to_owned(),
-                    seq_nr,
-                    timestamp: row.try_get("write_timestamp").map_err(column_error)?,
-                })
-            })
+            .map(|row| Self::decode_metadata(row, "read metadata"))
             .collect()
     }
 
@@ -168,35 +150,62 @@ where
             .bind(bounds.min_timestamp)
     }
 
+    /// Reads a snapshot row's metadata back (`operation` names the call in errors).
+    fn decode_metadata(
+        row: &<D::Db as Database>::Row,
+        operation: &'static str,
+    ) -> Result<SnapshotMetadata, SnapshotError> {
+        let column_error = |e| SnapshotError::storage(operation, e);
+        let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
+        let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
+        let Ok(seq_nr) = u64::try_from(stored_seq_nr) else {
+            return Err(Self::corrupt(
+                operation,
+                persistence_id,
+                stored_seq_nr,
+                "negative snapshot sequence number".to_owned(),
+            ));
+        };
+        Ok(SnapshotMetadata {
+            persistence_id,
+            seq_nr,
+            timestamp: row.try_get("write_timestamp").map_err(column_error)?,
+        })
+    }
+
+    /// A row `operation` read that this crate never writes.
+    fn corrupt(
+        operation: &'static str,
+        persistence_id: String,
+        seq_nr: i64,
+        reason: String,
+    ) -> SnapshotError {
+        SnapshotError::storage(
+            operation,
+            SqlStoreError::CorruptRow {
+                persistence_id,
+                seq_nr,
+                reason,
+            },
+        )
+    }
+
     /// Reads a snapshot row back.
     fn decode(row: &<D::Db as Database>::Row) -> Result<SelectedSnapshot, SnapshotError> {
         let column_error = |e| SnapshotError::storage("load", e);
-        let persistence_id: String = row.try_get("persistence_id").map_err(column_error)?;
-        let stored_seq_nr: i64 = row.try_get("seq_nr").map_err(column_error)?;
-        let corrupt = |reason: String| {
-            SnapshotError::storage(
-                "load",
-                SqlStoreError::CorruptRow {
-                    persistence_id: persistence_id.clone(),
-                    seq_nr: stored_seq_nr,
-                    reason,
-                },
-            )
-        };
-        let seq_nr = u64::try_from(stored_seq_nr)
-            .map_err(|_| corrupt("negative snapshot sequence number".to_owned()))?;
+        let metadata = Self::decode_metadata(row, "load")?;
         let serializer_id: D::SerializerId = row.try_get("serializer_id").map_err(column_error)?;
-        let serializer_id = D::serializer_id_from_sql(serializer_id).ok_or_else(|| {
-            corrupt(format!(
-                "snapshot serializer id {serializer_id} is not a u32"
-            ))
-        })?;
+        let Some(serializer_id) = D::serializer_id_from_sql(serializer_id) else {
+            return Err(Self::corrupt(
+                "load",
+                metadata.persistence_id,
+                // Within `i64::MAX`: read from the row.
+                i64::try_from(metadata.seq_nr).unwrap_or(i64::MAX),
+                format!("snapshot serializer id {serializer_id} is not a u32"),
+            ));
+        };
         Ok(SelectedSnapshot {
-            metadata: SnapshotMetadata {
-                seq_nr,
-                timestamp: row.try_get("write_timestamp").map_err(column_error)?,
-                persistence_id: persistence_id.clone(),
-            },
+            metadata,
             snapshot: SerializedSnapshot {
                 payload: row.try_get("payload").map_err(column_error)?,
                 serializer_id,
@@ -227,30 +236,13 @@ where
                 },
             )
         };
-        let seq_nr = i64::try_from(metadata.seq_nr).map_err(|_| {
-            unstorable(format!(
-                "sequence numbers above {} do not fit {}",
-                i64::MAX,
-                D::SEQ_NR_COLUMN
-            ))
-        })?;
-        // Refused on every database alike (SQLite would store it): PostgreSQL text cannot
-        // hold NUL, and a snapshot must get the same answer from every store.
-        if limits::holds_nul(&metadata.persistence_id) || limits::holds_nul(&snapshot.manifest) {
-            return Err(unstorable(
-                "the persistence id or the manifest holds a NUL character, which PostgreSQL \
-                 text cannot store (refused by every store alike)"
-                    .to_owned(),
-            ));
+        // Refused on every database alike (SQLite would store a NUL, for one): a snapshot
+        // gets the same answer from every store.
+        if let Some(reason) = limits::snapshot_problem(&metadata, &snapshot) {
+            return Err(unstorable(reason));
         }
-        if snapshot.payload.len() > limits::MAX_SNAPSHOT_BYTES {
-            return Err(unstorable(format!(
-                "the payload is {} bytes, above the limit of {} bytes (refused by every store \
-                 alike)",
-                snapshot.payload.len(),
-                limits::MAX_SNAPSHOT_BYTES
-            )));
-        }
+        // Within `i64::MAX`: checked above.
+        let seq_nr = i64::try_from(metadata.seq_nr).unwrap_or(i64::MAX);
         sqlx::query::<D::Db>(statements::SAVE)
             .bind(metadata.persistence_id.as_str())
             .bind(seq_nr)

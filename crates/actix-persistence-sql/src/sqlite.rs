@@ -636,7 +636,6 @@ impl Dialect for SqliteDialect {
     const HIGHEST_SEQ_NR: &'static str = "the highest SQLite can store";
     const BATCHES_SINGLE_WRITES: bool = true;
     const DYNAMIC_TYPES: bool = true;
-    const SEQ_NR_COLUMN: &'static str = "SQLite";
     const TAG_BY_EVENT_HINT: &'static str = " INDEXED BY event_tag_by_event";
     const POSITION_BY_TIMESTAMP_FIRST: bool = true;
     const SLICES_INDEX_HINT: &'static str = " INDEXED BY journal_by_entity_type";

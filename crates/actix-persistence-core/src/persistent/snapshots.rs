@@ -322,9 +322,10 @@ async fn oldest_kept(
 ) -> Result<Option<u64>, SnapshotError> {
     let read = || store.read_metadata(pid, SnapshotSelectionCriteria::latest(), keep);
     let newest = with_timeout("read metadata", timeout, read).await?;
-    Ok(match newest.get(keep as usize - 1) {
-        Some(oldest_kept) if newest.len() == keep as usize => Some(oldest_kept.seq_nr),
-        _ => None,
+    Ok(if newest.len() == keep as usize {
+        newest.last().map(|oldest_kept| oldest_kept.seq_nr)
+    } else {
+        None
     })
 }
 
