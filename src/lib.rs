@@ -215,9 +215,9 @@ pub use actix_persistence_core::query::{
 };
 #[doc(inline)]
 pub use actix_persistence_core::{
-    journal, limits, metrics, persistent, serialization, snapshot, store, AtomicWrite,
+    journal, limits, metrics, persistent, serialization, snapshot, store, tags, AtomicWrite,
     AtomicWriteError, AtomicWriteResult, FencingToken, InMemoryJournal, InvalidPersistenceId,
-    JournalError, JournalStore, Ownership, PersistentRepr, ReplayBounds, ReplayStream,
+    JournalError, JournalStore, Ownership, PersistentRepr, ReplayBounds, ReplayStream, Tags,
     WriteRejection, MAX_SEQ_NR,
 };
 // The derives and `main` carry their docs from the derive crate (a doc comment here would be

@@ -301,7 +301,7 @@ async fn a_journal_whose_home_arbiter_stopped_fails_clearly(max_batch_size: u32)
                 manifest: String::new(),
                 writer_uuid: "writer".into(),
                 timestamp: 1_700_000_000_000,
-                tags: Vec::new(),
+                tags: Default::default(),
             }])
             .expect("shape"),
         ]

@@ -456,7 +456,7 @@ fn repr(pid: &str, seq_nr: u64, payload: Vec<u8>) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "seed".into(),
         timestamp: 1,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 

@@ -57,7 +57,7 @@ async fn backend(kind: Kind) -> Backend {
 fn payload(amount: i64) -> Vec<u8> {
     serde_json::to_vec(&adversarial::Added {
         amount,
-        tags: Vec::new(),
+        tags: Default::default(),
     })
     .expect("json")
 }
@@ -71,7 +71,7 @@ fn repr(pid: &str, seq_nr: u64, payload: Vec<u8>, serializer_id: u32) -> Persist
         manifest: String::new(),
         writer_uuid: "seeding-tool".into(),
         timestamp: 1,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 

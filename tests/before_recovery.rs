@@ -110,7 +110,7 @@ fn event(seq_nr: u64) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "earlier-incarnation".into(),
         timestamp: 1,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 

@@ -1018,7 +1018,7 @@ async fn replay_stored(store: &dyn JournalStore, pid: &str) -> Result<Vec<Stored
             StoredEvent {
                 seq_nr: repr.seq_nr,
                 event,
-                tags: repr.tags.clone(),
+                tags: repr.tags.to_vec(),
             }
         })
         .try_collect();

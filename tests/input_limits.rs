@@ -49,7 +49,7 @@ fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 
@@ -75,14 +75,14 @@ fn over_the_limits() -> Vec<(AtomicWrite, &'static str)> {
         ),
         (
             write(PersistentRepr {
-                tags: vec!["t".to_owned(); MAX_TAGS + 1],
+                tags: vec!["t".to_owned(); MAX_TAGS + 1].into(),
                 ..event("tags", 1)
             }),
             "has 65 tags, above the limit of 64",
         ),
         (
             write(PersistentRepr {
-                tags: vec![long_id(256)],
+                tags: vec![long_id(256)].into(),
                 ..event("tag", 1)
             }),
             "tag of the event at sequence number 1 is 256 bytes",

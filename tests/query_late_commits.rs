@@ -21,7 +21,7 @@ fn event(pid: &str) -> AtomicWrite {
         manifest: String::new(),
         writer_uuid: "late".into(),
         timestamp: 0,
-        tags: Vec::new(),
+        tags: Default::default(),
     }])
     .expect("one event")
 }

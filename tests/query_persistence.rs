@@ -79,7 +79,14 @@ async fn events_persisted_by_actors_are_read_by_slice_and_by_tag() {
     let events: Vec<_> = query
         .current_events_by_slices("Account", 0, 1023, Offset::NoOffset)
         .decode_json::<AccountEvent>()
-        .map_ok(|e| (e.persistence_id.to_string(), e.seq_nr, e.event, e.tags))
+        .map_ok(|e| {
+            (
+                e.persistence_id.to_string(),
+                e.seq_nr,
+                e.event,
+                e.tags.to_vec(),
+            )
+        })
         .try_collect()
         .await
         .expect("query");

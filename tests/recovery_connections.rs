@@ -28,7 +28,7 @@ fn repr(pid: &str, seq_nr: u64) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "test-writer".into(),
         timestamp: 1,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 

@@ -71,7 +71,7 @@ pub fn repr_padded(
         manifest: String::new(),
         writer_uuid: writer_uuid.into(),
         timestamp: 0,
-        tags: vec![TAG.to_owned()],
+        tags: vec![TAG.to_owned()].into(),
     }
 }
 

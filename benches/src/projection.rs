@@ -319,7 +319,7 @@ async fn write_events(journal: Arc<dyn JournalStore>, ids: usize, per_id: u64) {
                             manifest: String::new(),
                             writer_uuid: "bench".into(),
                             timestamp: 0,
-                            tags: Vec::new(),
+                            tags: Default::default(),
                         };
                         let write = AtomicWrite::new(vec![event]).expect("one event");
                         let results = journal

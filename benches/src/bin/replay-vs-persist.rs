@@ -190,7 +190,7 @@ async fn fill(store: &dyn JournalStore, pid: &str, events: u64) {
                 manifest: String::new(),
                 writer_uuid: "replay-vs-persist".into(),
                 timestamp: 0,
-                tags: Vec::new(),
+                tags: Default::default(),
             })
             .collect();
         let write = AtomicWrite::new(reprs).expect("consecutive");

@@ -771,7 +771,7 @@ mod tests {
             manifest: String::new(),
             writer_uuid: Arc::clone(writer),
             timestamp: 0,
-            tags: Vec::new(),
+            tags: Default::default(),
         }
     }
 
@@ -961,9 +961,9 @@ mod tests {
                 let events = (from..=to)
                     .map(|n| PersistentRepr {
                         tags: if n % 5 == 0 {
-                            vec!["five".to_owned()]
+                            crate::Tags::from(["five"])
                         } else {
-                            Vec::new()
+                            crate::Tags::new()
                         },
                         ..event(pid, &writer, n)
                     })

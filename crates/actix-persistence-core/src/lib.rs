@@ -19,6 +19,7 @@ pub mod query;
 pub mod serialization;
 pub mod snapshot;
 pub mod store;
+pub mod tags;
 
 #[cfg(feature = "actor")]
 pub mod journal;
@@ -40,3 +41,4 @@ pub use store::{
     PersistentRepr, ReplayBounds, ReplayStream, RunInterner, WriteBatch, WriteNow, WriteResults,
     MAX_SEQ_NR,
 };
+pub use tags::{Tags, TagsInterner};

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::{AtomicWriteError, JournalError, WriteRejection};
+use crate::tags::Tags;
 
 /// The highest possible sequence number, used as "no upper bound" in replays and deletes.
 pub const MAX_SEQ_NR: u64 = u64::MAX;
@@ -38,8 +39,9 @@ pub struct PersistentRepr {
     pub writer_uuid: Arc<str>,
     /// Write time, milliseconds since the Unix epoch.
     pub timestamp: i64,
-    /// Tags for queries by tag.
-    pub tags: Vec<String>,
+    /// Tags for queries by tag, shared: the events of a page read back with the same tags
+    /// hold one allocation ([`Tags`]; build one from a `Vec<String>` with `.into()`).
+    pub tags: Tags,
 }
 
 /// Shares one `Arc<str>` among equal texts that come one after another: a store decoding a
@@ -267,7 +269,7 @@ pub type AtomicWriteResult = Result<(), AtomicWriteError>;
 ///         manifest: String::new(),
 ///         writer_uuid: "w".into(),
 ///         timestamp: 0,
-///         tags: Vec::new(),
+///         tags: Default::default(),
 ///     };
 ///     AtomicWrite::new(vec![event]).unwrap()
 /// };

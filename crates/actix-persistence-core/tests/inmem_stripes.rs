@@ -31,7 +31,7 @@ fn repr(pid: &str, seq_nr: u64, tags: Vec<String>) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags,
+        tags: tags.into(),
     }
 }
 

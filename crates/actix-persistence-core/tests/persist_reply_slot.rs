@@ -349,7 +349,7 @@ fn the_in_memory_store_still_rejects_a_direct_write_over_the_limits() {
         manifest: "with\0nul".to_owned(),
         writer_uuid: Arc::from("writer-1"),
         timestamp: 1,
-        tags: Vec::new(),
+        tags: Default::default(),
     }])
     .expect("a well-shaped write");
     match store.write_messages_now(WriteBatch::from_buf([over])) {

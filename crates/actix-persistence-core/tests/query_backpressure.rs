@@ -121,7 +121,7 @@ fn event(seq_nr: u64) -> AtomicWrite {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: vec!["slow".to_owned()],
+        tags: vec!["slow".to_owned()].into(),
     }])
     .expect("a well-shaped write")
 }
@@ -258,7 +258,7 @@ async fn current_persistence_ids_holds_a_store_to_the_limit() {
             manifest: String::new(),
             writer_uuid: "w".into(),
             timestamp: 0,
-            tags: Vec::new(),
+            tags: Default::default(),
         }])
         .expect("one event");
         let results = store.write_messages(vec![write]).await.expect("write");

@@ -20,7 +20,7 @@ async fn write(journal: &InMemoryJournal, seq_nr: u64) {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: Vec::new(),
+        tags: Default::default(),
     }])
     .expect("a well-shaped write");
     let results = journal.write_messages(vec![write]).await.expect("write");

@@ -132,7 +132,7 @@ fn event(pid: &str, seq_nr: u64) -> AtomicWrite {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: vec!["gated".to_owned()],
+        tags: vec!["gated".to_owned()].into(),
     }])
     .expect("one event")
 }

@@ -48,7 +48,7 @@ impl JournalStore for Counting {
             self.journal
                 .replay_messages(pid, from, to, max)
                 .map_ok(|mut event| {
-                    event.tags.clear();
+                    event.tags = Default::default();
                     event
                 }),
         )

@@ -74,7 +74,7 @@ fn write(pid: &str, seq_nr: u64) -> AtomicWrite {
         manifest: String::new(),
         writer_uuid: Arc::from("writer"),
         timestamp: 0,
-        tags: Vec::new(),
+        tags: Default::default(),
     }])
     .expect("a valid write")
 }

@@ -17,7 +17,7 @@ use actix_persistence_core::query::{
 };
 use actix_persistence_core::{
     AtomicWrite, FailedIds, FencingToken, JournalError, Ownership, PersistentRepr, ReplayBounds,
-    ReplayStream, RunInterner, WriteRejection,
+    ReplayStream, RunInterner, Tags, TagsInterner, WriteRejection,
 };
 use futures::future::BoxFuture;
 use futures::stream;
@@ -64,8 +64,6 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         + Display
         + Copy
         + Send;
-    /// The column type of an event's tags.
-    type Tags: for<'r> Decode<'r, Self::Db> + Type<Self::Db>;
     /// An atomic write that passed every check before storage, converted to the column types:
     /// what is left can only fail in the database.
     type Write: Send + Sync + 'static;
@@ -154,8 +152,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// the store).
     fn serializer_id_from_sql(id: Self::SerializerId) -> Option<u32>;
 
-    /// An event's stored tags back, or why they are corrupt.
-    fn tags_from_sql(tags: Self::Tags) -> Result<Vec<String>, String>;
+    /// An event's tags back from their stored bytes (the `tags` column's value as the
+    /// database sends it), or why they are corrupt.
+    fn tags_from_stored(stored: &[u8]) -> Result<Tags, String>;
 
     /// Whether a text column can hold `text`: PostgreSQL text cannot hold NUL, SQLite stores
     /// any text. Nothing is stored under an id it cannot hold, so reads and deletes of such an
@@ -733,7 +732,15 @@ enum PageRowError {
 #[derive(Default)]
 struct PageDecoder {
     ids: RunInterner,
+    runs: RunColumns,
+}
+
+/// What a run of rows shares as they are decoded: a writer's `Arc` (a run of one writer's
+/// rows) and the tags (a run of rows stored with the same tags: one decoding, one allocation).
+#[derive(Default)]
+pub(crate) struct RunColumns {
     writer_uuids: RunInterner,
+    tags: TagsInterner,
 }
 
 /// Where a replay stands: the next page starts at `next_from`.
@@ -746,7 +753,7 @@ struct ReplayCursor<D: Dialect> {
     sql: &'static str,
     /// The writer uuid of the last event: a run of events of one incarnation shares one
     /// (within a page: pages read ahead have their own).
-    writer_uuids: RunInterner,
+    runs: RunColumns,
     next_from: i64,
     to: i64,
     remaining: u64,
@@ -998,7 +1005,7 @@ where
             page_readers: self.page_readers.clone(),
             persistence_id: Arc::from(pid),
             sql,
-            writer_uuids: RunInterner::new(),
+            runs: RunColumns::default(),
             next_from: from,
             to,
             remaining: max,
@@ -1023,7 +1030,7 @@ where
                         page_readers: page_readers.clone(),
                         persistence_id: Arc::clone(&persistence_id),
                         sql,
-                        writer_uuids: RunInterner::new(),
+                        runs: RunColumns::default(),
                         next_from: window.from,
                         to,
                         remaining: max,
@@ -1185,7 +1192,7 @@ where
         };
         for row in &rows {
             let pid = Arc::clone(&cursor.persistence_id);
-            match Self::decode_event("replay", pid, &mut cursor.writer_uuids, row) {
+            match Self::decode_event("replay", pid, &mut cursor.runs, row) {
                 Ok((seq_nr, event)) => {
                     read.last_seq_nr = Some(seq_nr);
                     read.events.push(Ok(event));
@@ -1207,7 +1214,7 @@ where
         page: &RawPage,
     ) -> Option<Result<ReplayRows, JournalError>> {
         // A run of rows of one writer shares one `Arc`.
-        let mut writer_uuids = RunInterner::new();
+        let mut runs = RunColumns::default();
         let rows = page.rows();
         let mut read = ReplayRows {
             events: Vec::with_capacity(rows.len()),
@@ -1215,7 +1222,7 @@ where
             last_seq_nr: page.last_seq_nr(),
         };
         for row in rows {
-            match Self::event_from_row("replay", pid, &mut writer_uuids, row) {
+            match Self::event_from_row("replay", pid, &mut runs, row) {
                 Ok(event) => read.events.push(Ok(event)),
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => {
@@ -1234,7 +1241,7 @@ where
     fn event_from_row(
         operation: &'static str,
         pid: &Arc<str>,
-        writer_uuids: &mut RunInterner,
+        runs: &mut RunColumns,
         row: PageRow<'_>,
     ) -> Result<PersistentRepr, PageRowError> {
         let stored_seq_nr = row.seq_nr;
@@ -1253,8 +1260,11 @@ where
         let payload = row
             .payload
             .ok_or_else(|| corrupt("payload is NULL".to_owned()))?;
-        // Text that is not JSON: read row by row, which names it.
-        let Ok(tags) = page_row::tags_from_json_text(row.tags) else {
+        // Text that is not JSON: read row by row, which names it. A run of rows with the same
+        // text shares one `Tags` (one parse, no allocation per row).
+        let Ok(tags) = runs.tags.intern_with(row.tags.as_bytes(), |_| {
+            page_row::tags_from_json_text(row.tags).map(Tags::from)
+        }) else {
             return Err(PageRowError::NotAPage);
         };
         Ok(PersistentRepr {
@@ -1263,7 +1273,7 @@ where
             payload: payload.to_vec(),
             serializer_id,
             manifest: row.manifest.to_owned(),
-            writer_uuid: writer_uuids.intern(row.writer_uuid),
+            writer_uuid: runs.writer_uuids.intern(row.writer_uuid),
             timestamp: row.write_timestamp,
             tags,
         })
@@ -1284,7 +1294,7 @@ where
     fn decode_event(
         operation: &'static str,
         persistence_id: Arc<str>,
-        writer_uuids: &mut RunInterner,
+        runs: &mut RunColumns,
         row: &<D::Db as Database>::Row,
     ) -> Result<(i64, PersistentRepr), JournalError> {
         let column_error = |e| JournalError::storage(operation, e);
@@ -1310,10 +1320,15 @@ where
         let serializer_id = D::serializer_id_from_sql(serializer_id)
             .ok_or_else(|| corrupt(format!("serializer id {serializer_id} is not a u32")))?;
         // A row whose tags do not read back is a corrupt row, named (as a page's on SQLite).
-        let tags: D::Tags = row
-            .try_get_unchecked(get(ReplayColumn::Tags))
-            .map_err(|e| corrupt(format!("tags are not readable: {}", decode_cause(&e))))?;
-        let tags = D::tags_from_sql(tags).map_err(corrupt)?;
+        // Read as bytes: a run of rows stored with the same tags shares one `Tags`, decoded once.
+        let stored_tags = row
+            .try_get_unchecked::<Option<&[u8]>, _>(get(ReplayColumn::Tags))
+            .map_err(|e| corrupt(format!("tags are not readable: {}", decode_cause(&e))))?
+            .ok_or_else(|| corrupt("tags are NULL".to_owned()))?;
+        let tags = runs
+            .tags
+            .intern_with(stored_tags, D::tags_from_stored)
+            .map_err(corrupt)?;
         // `Option`: sqlx decodes a NULL blob as empty bytes, which would pass for an event.
         let payload: Option<Vec<u8>> = row
             .try_get_unchecked(get(ReplayColumn::Payload))
@@ -1327,7 +1342,8 @@ where
                 .map_err(|e| corrupt(format!("manifest: {}", decode_cause(&e))))?,
             // Read as bytes: a run of one writer's rows shares its `Arc` without checking the
             // UTF-8 of each row again.
-            writer_uuid: writer_uuids
+            writer_uuid: runs
+                .writer_uuids
                 .intern_utf8(
                     row.try_get_unchecked::<&[u8], _>(get(ReplayColumn::WriterUuid))
                         .map_err(column_error)?,
@@ -1427,8 +1443,7 @@ where
                     .map_err(storage)?,
             )
             .map_err(|e| JournalError::storage("query", sqlx::Error::Decode(Box::new(e))))?;
-        let (_, repr) =
-            Self::decode_event("query", persistence_id, &mut decoder.writer_uuids, row)?;
+        let (_, repr) = Self::decode_event("query", persistence_id, &mut decoder.runs, row)?;
         let (previous_timestamp, previous_seq_nr) = if with_previous {
             (
                 row.try_get_unchecked(DB_TIMESTAMP + 1).map_err(storage)?,
@@ -1454,7 +1469,7 @@ where
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
         // A run of rows of one id (or one writer) shares one `Arc`.
         let mut ids = RunInterner::new();
-        let mut writer_uuids = RunInterner::new();
+        let mut runs = RunColumns::default();
         let mut stored = Vec::with_capacity(rows.len());
         for row in rows {
             let (Some(persistence_id), Some(timestamp)) = (row.persistence_id, row.db_timestamp)
@@ -1464,8 +1479,7 @@ where
             let persistence_id = ids.intern(persistence_id);
             let (previous_timestamp, previous_seq_nr) =
                 (row.previous_timestamp, row.previous_seq_nr);
-            let repr = match Self::event_from_row("query", &persistence_id, &mut writer_uuids, row)
-            {
+            let repr = match Self::event_from_row("query", &persistence_id, &mut runs, row) {
                 Ok(repr) => repr,
                 Err(PageRowError::NotAPage) => return None,
                 Err(PageRowError::Journal(error)) => return Some(Err(error)),
@@ -2010,7 +2024,7 @@ mod tests {
     #[test]
     fn a_page_row_without_its_payload_is_a_corrupt_row_named_by_id_and_seq_nr() {
         let pid: Arc<str> = Arc::from("Acc|1");
-        let mut writers = RunInterner::new();
+        let mut writers = RunColumns::default();
         let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
         match event_from_row("replay", &pid, &mut writers, row(7, None)) {
             Err(PageRowError::Journal(error)) => {
@@ -2082,7 +2096,7 @@ mod tests {
     #[test]
     fn a_page_row_whose_tags_are_not_a_json_array_is_not_read_from_the_page() {
         let pid: Arc<str> = Arc::from("Acc|1");
-        let mut writers = RunInterner::new();
+        let mut writers = RunColumns::default();
         let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
         for tags in ["oops", "[7]", r#"["a","#] {
             let row = PageRow {
@@ -2122,7 +2136,7 @@ mod tests {
             page_readers: tables.page_readers.clone(),
             persistence_id: Arc::from(pid),
             sql: REPLAY_SQL,
-            writer_uuids: RunInterner::new(),
+            runs: RunColumns::default(),
             next_from: from,
             to,
             remaining: u64::MAX,

@@ -49,7 +49,7 @@
 //!     manifest: "Deposited".to_owned(),
 //!     writer_uuid: "6d1f...".into(),
 //!     timestamp: 1_700_000_000_000,
-//!     tags: vec!["account".to_owned()],
+//!     tags: vec!["account".to_owned()].into(),
 //! };
 //! // One result per atomic write; `Ok(())` means committed, hence durable.
 //! let results = journal.write_messages(vec![AtomicWrite::new(vec![event.clone()])?]).await?;

@@ -36,12 +36,6 @@ pub(crate) struct PageRow<'a> {
 
 /// An event's tags stored as a JSON array of strings (SQLite's `tags` column) back, or why
 /// they are corrupt.
-#[cfg(feature = "sqlite")]
-pub(crate) fn tags_from_json(tags: String) -> Result<Vec<String>, String> {
-    tags_from_json_text(&tags)
-}
-
-/// [`tags_from_json`] of borrowed text.
 pub(crate) fn tags_from_json_text(tags: &str) -> Result<Vec<String>, String> {
     // Most events have no tags: no JSON parse for those.
     if tags == "[]" {

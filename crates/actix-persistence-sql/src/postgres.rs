@@ -12,7 +12,7 @@ use actix_persistence_core::query::{
 };
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalError, JournalStore, Ownership,
-    PersistentRepr, ReplayBounds, ReplayStream, WriteRejection,
+    PersistentRepr, ReplayBounds, ReplayStream, Tags, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -798,7 +798,6 @@ impl Dialect for PostgresDialect {
          LIMIT $4";
     type Db = Postgres;
     type SerializerId = i32;
-    type Tags = postgres_tags::Tags;
     type Write = PreparedWrite;
     type PageReaders = ();
 
@@ -853,8 +852,10 @@ impl Dialect for PostgresDialect {
         Some(serializer_id_from_sql(id))
     }
 
-    fn tags_from_sql(tags: postgres_tags::Tags) -> Result<Vec<String>, String> {
-        Ok(tags.0)
+    fn tags_from_stored(stored: &[u8]) -> Result<Tags, String> {
+        postgres_tags::from_binary(stored)
+            .map(Tags::from)
+            .map_err(|e| e.to_string())
     }
 
     fn stores_text(text: &str) -> bool {
@@ -1170,7 +1171,7 @@ async fn insert_atomic_write(
                 .bind(serializer_id_to_sql(event.serializer_id))
                 .bind(&event.manifest)
                 .bind(&event.payload)
-                .bind(&event.tags);
+                .bind(event.tags.as_slice());
         }
         let query = query
             .bind(i32::from(slice_for_persistence_id(persistence_id)))

@@ -5,10 +5,8 @@
 //! with one tag, a tenth of a PostgreSQL replay's client work, and 808 per event of a
 //! catch-up (callgrind, docs/benchmarks.md, issue 8, session 13). The format is a header and
 //! length-prefixed elements; reading it is a few comparisons and the strings' allocations.
-
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgTypeInfo, PgValueFormat, PgValueRef};
-use sqlx::{Decode, Postgres, Type};
+//! The journal reads the column's value as bytes and decodes it here once per run of rows
+//! stored with the same tags (`TagsInterner`).
 
 /// `pg_type.oid` of `text`: the element type of the journal's `tags` column.
 const TEXT_OID: u32 = 25;
@@ -17,31 +15,6 @@ const TEXT_OID: u32 = 25;
 /// reads too: `varchar`, `name`, `bpchar` (`char(n)`, its padding kept) and `unknown`. A column
 /// an operator altered to an array of one of them still reads back.
 const TEXT_LIKE_OIDS: [u32; 5] = [TEXT_OID, 1043, 19, 1042, 705];
-
-/// An event's tags as the journal stores them: `TEXT[]`, one dimension (or none when empty),
-/// no NULL element.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Tags(pub(crate) Vec<String>);
-
-impl Type<Postgres> for Tags {
-    fn type_info() -> PgTypeInfo {
-        <Vec<String> as Type<Postgres>>::type_info()
-    }
-
-    fn compatible(ty: &PgTypeInfo) -> bool {
-        <Vec<String> as Type<Postgres>>::compatible(ty)
-    }
-}
-
-impl<'r> Decode<'r, Postgres> for Tags {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        match value.format() {
-            PgValueFormat::Binary => Ok(Tags(from_binary(value.as_bytes()?)?)),
-            // Text results (a simple query): sqlx's own decoding.
-            PgValueFormat::Text => Ok(Tags(<Vec<String> as Decode<Postgres>>::decode(value)?)),
-        }
-    }
-}
 
 /// Why a binary `TEXT[]` value is not an event's tags.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

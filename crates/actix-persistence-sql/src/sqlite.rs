@@ -12,7 +12,7 @@ use actix_persistence_core::query::{
 };
 use actix_persistence_core::{
     AtomicWrite, AtomicWriteResult, FencingToken, JournalError, JournalStore, Ownership,
-    PersistentRepr, ReplayBounds, ReplayStream, WriteRejection,
+    PersistentRepr, ReplayBounds, ReplayStream, Tags, WriteRejection,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -551,7 +551,7 @@ impl SqliteJournal {
     /// let journal = SqliteJournal::connect(&SqliteJournalOptions::new(url)).await?;
     /// # let event = |pid: &str| PersistentRepr {
     /// #     persistence_id: pid.into(), seq_nr: 1, payload: b"{}".to_vec(), serializer_id: 1,
-    /// #     manifest: String::new(), writer_uuid: "w".into(), timestamp: 0, tags: vec![],
+    /// #     manifest: String::new(), writer_uuid: "w".into(), timestamp: 0, tags: vec![].into(),
     /// # };
     /// // Three actors write at the same time: their writes share transactions.
     /// let (a, b, c) = futures::join!(
@@ -629,7 +629,6 @@ impl Dialect for SqliteDialect {
          LIMIT $4";
     type Db = Sqlite;
     type SerializerId = i64;
-    type Tags = String;
     type Write = PreparedWrite;
     type PageReaders = Option<ReaderThreads>;
 
@@ -723,8 +722,10 @@ impl Dialect for SqliteDialect {
         u32::try_from(id).ok()
     }
 
-    fn tags_from_sql(tags: String) -> Result<Vec<String>, String> {
-        page_row::tags_from_json(tags)
+    fn tags_from_stored(stored: &[u8]) -> Result<Tags, String> {
+        let text = std::str::from_utf8(stored)
+            .map_err(|e| format!("tags are not a JSON array of strings: {e}"))?;
+        page_row::tags_from_json_text(text).map(Tags::from)
     }
 
     fn stores_text(_text: &str) -> bool {

@@ -357,7 +357,7 @@ async fn a_recovery_replay_is_the_replay_without_its_tags<B: TestBackend>(db: B)
         let untagged: Vec<_> = replayed
             .into_iter()
             .map(|mut e| {
-                e.tags.clear();
+                e.tags = Default::default();
                 e
             })
             .collect();

@@ -345,7 +345,8 @@ async fn metadata_survives_write_and_replay<B: TestBackend>(db: B) {
                 "NULL".to_owned(),
                 "日本".to_owned(),
                 String::new(),
-            ],
+            ]
+            .into(),
         },
         PersistentRepr {
             persistence_id: "meta".into(),
@@ -355,7 +356,7 @@ async fn metadata_survives_write_and_replay<B: TestBackend>(db: B) {
             manifest: String::new(),
             writer_uuid: "".into(),
             timestamp: -1,
-            tags: Vec::new(),
+            tags: Default::default(),
         },
         PersistentRepr {
             persistence_id: "meta".into(),
@@ -365,7 +366,7 @@ async fn metadata_survives_write_and_replay<B: TestBackend>(db: B) {
             manifest: "m".to_owned(),
             writer_uuid: "w".into(),
             timestamp: i64::MAX,
-            tags: vec!["only".to_owned()],
+            tags: vec!["only".to_owned()].into(),
         },
     ];
     write_all_ok(&journal, vec![AtomicWrite::new(events.clone()).unwrap()]).await;

@@ -80,7 +80,7 @@ mod on_a_server {
             let mut nul_manifest = event("p-1", 3);
             nul_manifest.manifest = "\0".to_owned();
             let mut nul_tag = event("p-1", 4);
-            nul_tag.tags = vec!["ok".to_owned(), "t\0".to_owned()];
+            nul_tag.tags = vec!["ok".to_owned(), "t\0".to_owned()].into();
             let results = journal
                 .write_messages(vec![
                     atomic("a\0b", 1..=1),
@@ -716,7 +716,7 @@ mod connect_failures_on_a_server {
             manifest: String::new(),
             writer_uuid: "w".into(),
             timestamp: 0,
-            tags: vec!["x".to_owned()],
+            tags: vec!["x".to_owned()].into(),
         };
         let results = journal
             .write_messages(vec![AtomicWrite::new(vec![event]).expect("shape")])

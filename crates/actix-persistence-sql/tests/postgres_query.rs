@@ -64,7 +64,7 @@ fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: vec![],
+        tags: vec![].into(),
     }
 }
 
@@ -496,7 +496,7 @@ async fn by_tag_a_late_commit_is_delivered_once_also_to_a_query_resumed_mid_way(
     };
     let tagged = |pid: &str, seq_nr: u64| {
         let mut e = event(pid, seq_nr);
-        e.tags = vec!["T".to_owned(), "other".to_owned()];
+        e.tags = vec!["T".to_owned(), "other".to_owned()].into();
         AtomicWrite::new(vec![e]).expect("shape")
     };
     let write_tagged = |pid: &'static str, seq_nr: u64| {

@@ -248,9 +248,9 @@ impl Data {
                     writer_uuid: "w".into(),
                     timestamp: 0,
                     tags: if tagged {
-                        vec![self.tag.clone()]
+                        vec![self.tag.clone()].into()
                     } else {
-                        vec![]
+                        Default::default()
                     },
                 }
             })

@@ -88,7 +88,11 @@ fn event(pid: &str, seq_nr: u64, tagged: bool) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: if tagged { vec![TAG.to_owned()] } else { vec![] },
+        tags: if tagged {
+            vec![TAG.to_owned()].into()
+        } else {
+            Default::default()
+        },
     }
 }
 
@@ -729,7 +733,7 @@ mod postgres {
                             .bind(&*e.persistence_id)
                             .bind(e.seq_nr as i64)
                             .bind(&e.payload)
-                            .bind(&e.tags)
+                            .bind(e.tags.as_slice())
                             .bind(i32::from(slice_for_persistence_id(&pid)))
                             .bind(entity_type_of(&pid))
                             .execute(&mut *tx)

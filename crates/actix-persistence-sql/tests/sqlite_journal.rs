@@ -363,7 +363,12 @@ async fn text_stored_as_a_blob_reads_back() {
             .replay_messages(pid, 1, MAX, MAX)
             .map(|e| {
                 let e = e.expect("replayed");
-                (e.seq_nr, e.tags, e.manifest, e.writer_uuid.to_string())
+                (
+                    e.seq_nr,
+                    e.tags.to_vec(),
+                    e.manifest,
+                    e.writer_uuid.to_string(),
+                )
             })
             .collect()
             .await;
@@ -379,7 +384,7 @@ async fn text_stored_as_a_blob_reads_back() {
                 let e = e.expect("queried");
                 (
                     e.seq_nr,
-                    e.tags,
+                    e.tags.to_vec(),
                     e.event.manifest,
                     e.writer_uuid.to_string(),
                 )

@@ -107,7 +107,7 @@ async fn new_events_in_a_release_0_1_0_database_follow_the_old_ones() {
         manifest: String::new(),
         writer_uuid: "new".into(),
         timestamp: 0,
-        tags: vec![],
+        tags: vec![].into(),
     };
     let results = journal
         .write_messages(vec![AtomicWrite::new(vec![event]).expect("shape")])

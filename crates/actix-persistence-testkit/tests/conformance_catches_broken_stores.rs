@@ -78,7 +78,7 @@ impl JournalStore for Mutant {
         for event in writes.iter_mut().flat_map(|w| w.events.iter_mut()) {
             event.persistence_id = self.pid(&event.persistence_id).into();
             if self.mutation == Mutation::DropsTags {
-                event.tags.clear();
+                event.tags = Default::default();
             }
         }
         if self.mutation == Mutation::AcceptsStaleTokens {

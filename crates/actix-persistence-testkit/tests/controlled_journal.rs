@@ -20,7 +20,7 @@ fn write(pid: &str, seq_nrs: RangeInclusive<u64>) -> AtomicWrite {
             manifest: String::new(),
             writer_uuid: "writer".into(),
             timestamp: 1_700_000_000_000,
-            tags: Vec::new(),
+            tags: Default::default(),
         })
         .collect();
     AtomicWrite::new(events).expect("well-formed write")

@@ -16,7 +16,7 @@ fn write(pid: &str, seq_nr: u64) -> AtomicWrite {
         manifest: String::new(),
         writer_uuid: "w".into(),
         timestamp: 0,
-        tags: Vec::new(),
+        tags: Default::default(),
     }])
     .expect("well-formed write")
 }

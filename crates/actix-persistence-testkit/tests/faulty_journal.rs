@@ -26,7 +26,7 @@ fn event(pid: &str, seq_nr: u64) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "writer".into(),
         timestamp: 1_700_000_000_000,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 

@@ -489,7 +489,7 @@ impl<A: EventSourced> PersistenceState<A> {
                     manifest: event.manifest,
                     writer_uuid: Arc::clone(&self.writer_uuid),
                     timestamp,
-                    tags,
+                    tags: tags.into(),
                 }),
                 Err(e) => {
                     let rejection = WriteRejection {

@@ -10,6 +10,7 @@ use super::{entity_type_of, slice_for_persistence_id, Offset, QueryError};
 use crate::error::panic_message;
 use crate::serialization::{from_json, SerializationError, SerializedEvent};
 use crate::store::PersistentRepr;
+use crate::tags::Tags;
 
 /// One event as a query delivers it (as Akka's `EventEnvelope`): where it comes from, the
 /// offset to resume after it, and the event itself: [`SerializedEvent`] in raw queries (for
@@ -29,8 +30,9 @@ pub struct EventEnvelope<E = SerializedEvent> {
     /// When the event was written, milliseconds since the Unix epoch (the writer's clock; the
     /// offset's database timestamp is in microseconds).
     pub timestamp: i64,
-    /// Its tags (see `EventSourced::tags`).
-    pub tags: Vec<String>,
+    /// Its tags (see `EventSourced::tags`), shared among the envelopes of a page that carry
+    /// the same ones (clone is O(1)).
+    pub tags: Tags,
     /// The slice of the persistence id ([`slice_for_persistence_id`]).
     pub slice: u16,
     /// The entity type of the persistence id ([`entity_type_of`]).

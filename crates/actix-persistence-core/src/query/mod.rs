@@ -37,7 +37,7 @@
 //!     manifest: String::new(),
 //!     writer_uuid: "w".into(),
 //!     timestamp: 0,
-//!     tags: vec![],
+//!     tags: vec![].into(),
 //! };
 //! journal.write_messages(vec![AtomicWrite::new(vec![event])?]).await?;
 //!

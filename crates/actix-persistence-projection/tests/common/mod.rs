@@ -52,7 +52,7 @@ pub fn repr(pid: &str, seq_nr: u64, amount: u64) -> PersistentRepr {
         manifest: String::new(),
         writer_uuid: "writer".into(),
         timestamp: 1_700_000_000_000 + seq_nr as i64,
-        tags: vec!["account".to_owned()],
+        tags: vec!["account".to_owned()].into(),
     }
 }
 

@@ -276,7 +276,7 @@ pub fn event_with_payload(pid: &str, seq_nr: u64, payload: &[u8]) -> PersistentR
         manifest: "Event".to_owned(),
         writer_uuid: "writer-1".into(),
         timestamp: 1_700_000_000_000 + (seq_nr % 1_000_000) as i64,
-        tags: Vec::new(),
+        tags: Default::default(),
     }
 }
 

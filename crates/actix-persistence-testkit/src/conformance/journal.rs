@@ -241,7 +241,7 @@ impl Writer {
             manifest: String::new(),
             writer_uuid: self.writer_uuid.as_str().into(),
             timestamp: now_millis(),
-            tags: Vec::new(),
+            tags: Default::default(),
         }
     }
 
@@ -1543,7 +1543,7 @@ pub async fn j27_store_rejects_writes_over_the_limits(store: Arc<dyn JournalStor
         over(6, &|e| e.payload = vec![b'x'; MAX_PAYLOAD_BYTES + 1]),
         over(6, &|e| e.manifest = "m".repeat(MAX_MANIFEST_BYTES + 1)),
         atomic(six.clone()),
-        over(7, &|e| e.tags = vec!["t".to_owned(); MAX_TAGS + 1]),
+        over(7, &|e| e.tags = vec!["t".to_owned(); MAX_TAGS + 1].into()),
         over(7, &|e| e.writer_uuid = "w\0".into()),
     ];
     let reply = f

@@ -347,7 +347,7 @@ async fn run_ops(journal: &JournalUnderTest, ops: &[Op]) -> Result<(), String> {
 
 fn model_event(writer: &Writer, seq_nr: u64) -> PersistentRepr {
     let mut event = writer.event(seq_nr, &format!("{}:{seq_nr}", writer.pid));
-    event.tags = vec![format!("t{}", seq_nr % 3)];
+    event.tags = vec![format!("t{}", seq_nr % 3)].into();
     event.timestamp = 1_700_000_000_000 + seq_nr as i64;
     event
 }

@@ -804,9 +804,9 @@ pub async fn q16_payloads_of_every_size_come_back_byte_for_byte(store: Arc<dyn Q
             assert_eq!(envelope.event.serializer_id, 7, "{at}: serializer id");
             assert_eq!(envelope.writer_uuid, event.writer_uuid, "{at}: writer id");
             assert_eq!(envelope.timestamp, event.timestamp, "{at}: write timestamp");
-            let mut tags = envelope.tags.clone();
+            let mut tags = envelope.tags.to_vec();
             tags.sort();
-            let mut want = event.tags.clone();
+            let mut want = event.tags.to_vec();
             want.sort();
             assert_eq!(tags, want, "{at}: tags");
         }
