@@ -7,13 +7,14 @@
 mod common;
 
 use actix_persistence_core::query::{Offset, QuerySettings, ReadJournal};
-use actix_persistence_core::AtomicWrite;
+use actix_persistence_core::{AtomicWrite, JournalStore, Tags, MAX_SEQ_NR};
 use common::{backend_tests, event, write_all_ok, TestBackend};
 use futures::TryStreamExt;
 
 backend_tests! {
     an_event_retagged_in_place_is_found_under_its_new_tags_only,
     tags_differing_by_case_or_normalization_are_different_tags,
+    a_run_of_equally_tagged_events_shares_one_tags,
 }
 
 /// Events 1 to `n` of `pid`, each tagged `tags`.
@@ -126,4 +127,93 @@ async fn tags_differing_by_case_or_normalization_are_different_tags<B: TestBacke
         let want: Vec<(String, u64)> = ids.iter().map(|id| ((*id).to_owned(), 1)).collect();
         assert_eq!(got, want, "events tagged {tag:?}");
     }
+}
+
+/// Events `from..=to` of `pid`, each tagged `tags`.
+fn tagged_range(pid: &str, from: u64, to: u64, tags: &[&str]) -> AtomicWrite {
+    let events = (from..=to)
+        .map(|seq_nr| {
+            let mut event = event(pid, seq_nr);
+            event.tags = Tags::from(tags);
+            event
+        })
+        .collect();
+    AtomicWrite::new(events).expect("consecutive")
+}
+
+/// Whether each event's tags share the allocation of the event before it exactly where the
+/// two are equal (a page's run of equal tags is decoded once, `TagsInterner`).
+fn shared_with_previous(tags: &[Tags]) -> Vec<bool> {
+    tags.windows(2)
+        .map(|pair| Tags::ptr_eq(&pair[0], &pair[1]))
+        .collect()
+}
+
+/// A page's events read back with the tags of their own rows, runs of equal tags sharing one
+/// `Tags` (no allocation per event), by a query and by a replay; a change of tags between two
+/// rows, and back, starts a new one.
+async fn a_run_of_equally_tagged_events_shares_one_tags<B: TestBackend>(db: B) {
+    let journal = db.journal().await;
+    // One write per line: the rows come back in this order (by timestamp).
+    let writes = vec![
+        tagged_range("Run|a", 1, 3, &["x", "y"]),
+        tagged_range("Run|b", 1, 1, &["z"]),
+        tagged_range("Run|a", 4, 5, &["x", "y"]),
+        tagged_range("Run|c", 1, 2, &[]),
+        tagged_range("Run|a", 6, 6, &["x"]),
+    ];
+    for write in writes {
+        write_all_ok(&journal, vec![write]).await;
+    }
+    let envelopes: Vec<_> = ReadJournal::new(journal.clone(), QuerySettings::default())
+        .current_events_by_slices("Run", 0, 1023, Offset::NoOffset)
+        .try_collect()
+        .await
+        .expect("query by slices");
+    let got: Vec<(String, u64, Vec<String>)> = envelopes
+        .iter()
+        .map(|e| (e.persistence_id.to_string(), e.seq_nr, e.tags.to_vec()))
+        .collect();
+    let want: Vec<(String, u64, Vec<String>)> = [
+        ("Run|a", 1, &["x", "y"][..]),
+        ("Run|a", 2, &["x", "y"]),
+        ("Run|a", 3, &["x", "y"]),
+        ("Run|b", 1, &["z"]),
+        ("Run|a", 4, &["x", "y"]),
+        ("Run|a", 5, &["x", "y"]),
+        ("Run|c", 1, &[]),
+        ("Run|c", 2, &[]),
+        ("Run|a", 6, &["x"]),
+    ]
+    .iter()
+    .map(|(id, n, tags)| {
+        (
+            (*id).to_owned(),
+            *n,
+            tags.iter().map(|t| (*t).to_owned()).collect(),
+        )
+    })
+    .collect();
+    assert_eq!(got, want);
+    let tags: Vec<Tags> = envelopes.iter().map(|e| e.tags.clone()).collect();
+    assert_eq!(
+        shared_with_previous(&tags),
+        [true, true, false, false, true, false, true, false],
+        "runs of equal tags share one allocation"
+    );
+    // A replay of one id: its rows' tags, runs shared.
+    let replayed: Vec<Tags> = journal
+        .replay_messages("Run|a", 1, MAX_SEQ_NR, MAX_SEQ_NR)
+        .map_ok(|event| event.tags)
+        .try_collect()
+        .await
+        .expect("replay");
+    assert_eq!(replayed.len(), 6);
+    assert_eq!(replayed[5], ["x"]);
+    assert_eq!(replayed[0], ["x", "y"]);
+    assert_eq!(
+        shared_with_previous(&replayed),
+        [true, true, true, true, false],
+        "a replay's runs of equal tags share one allocation"
+    );
 }
