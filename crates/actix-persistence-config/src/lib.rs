@@ -142,7 +142,7 @@ pub struct QuerySettings {
     /// Env: `ACTIX_PERSISTENCE__QUERY__PAGE_SIZE`.
     pub page_size: NonZeroU32,
     /// `query.read-ahead-pages`: pages a query by slices or by tag reads while its consumer
-    /// takes the current one, each on a connection of its own, 1..=64. Default: 2.
+    /// takes the current one, each on a connection of its own, 1..=64. Default: 3.
     /// Env: `ACTIX_PERSISTENCE__QUERY__READ_AHEAD_PAGES`.
     pub read_ahead_pages: NonZeroU32,
 }

@@ -166,7 +166,7 @@ fn reference_parses_into_the_documented_defaults() {
             refresh_interval: Duration::from_millis(500),
             late_commit_window: Duration::from_secs(2),
             page_size: NonZeroU32::new(1000).expect("non-zero"),
-            read_ahead_pages: NonZeroU32::new(2).expect("non-zero"),
+            read_ahead_pages: NonZeroU32::new(3).expect("non-zero"),
         },
     };
     assert_eq!(Settings::reference(), expected);

@@ -39,7 +39,8 @@ pub struct QuerySettings {
     /// caught up reads one page per round, whatever this is. Values below 1 count as 1, values
     /// above [`MAX_READ_AHEAD_PAGES`](Self::MAX_READ_AHEAD_PAGES) (64, the configuration's
     /// limit) as that.
-    /// Default: 2.
+    /// Default: 3 (a catch-up over stored events ran 1.04-1.23x the events/s of 2 on SQLite
+    /// and 1.01-1.18x on PostgreSQL, docs/benchmarks.md "Session 25").
     pub read_ahead_pages: u32,
 }
 
@@ -63,7 +64,7 @@ impl Default for QuerySettings {
             refresh_interval: Duration::from_millis(500),
             late_commit_window: Duration::from_secs(2),
             page_size: 1000,
-            read_ahead_pages: 2,
+            read_ahead_pages: 3,
         }
     }
 }
