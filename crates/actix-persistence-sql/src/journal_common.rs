@@ -205,7 +205,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         args: &[PageArg<&str>],
         query_columns: bool,
         limit: usize,
-        build: impl FnOnce(RawPage) -> T + Send + 'static,
+        build: impl FnOnce(&RawPage) -> T + Send + 'static,
     ) -> BoxFuture<'a, Option<T>> {
         let _ = (
             readers,
@@ -1155,7 +1155,7 @@ where
         // The events are built on the thread that read the page (see `RawPage`).
         let events_of_page = {
             let pid = Arc::clone(&cursor.persistence_id);
-            move |page: RawPage| JournalTables::<'static, D>::replay_rows_from_page(&pid, &page)
+            move |page: &RawPage| JournalTables::<'static, D>::replay_rows_from_page(&pid, page)
         };
         let page_limit = usize::try_from(limit).unwrap_or(0);
         let page = D::read_page(
@@ -1398,7 +1398,7 @@ where
             &values,
             true,
             usize::try_from(request.limit).unwrap_or(usize::MAX),
-            |page: RawPage| JournalTables::<'static, D>::stored_events_from_page(page.rows()),
+            |page: &RawPage| JournalTables::<'static, D>::stored_events_from_page(page.rows()),
         );
         if let Some(events) = page.await.flatten() {
             return events;

@@ -107,16 +107,23 @@ impl PageArg<&str> {
 /// replay's actor (which also deserializes and applies each event) did 5,187 instructions per
 /// event against the reader's 3,445, and replayed more slowly; built here, 4,031 against
 /// 4,636 (callgrind, docs/benchmarks.md, issue 8, session 11).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct RawPage {
     pub(crate) text: String,
     pub(crate) payloads: Vec<u8>,
     pub(crate) rows: Vec<RawRow>,
 }
 
+/// The most payload bytes (and text bytes) a reader thread's kept page buffers hold between
+/// pages ([`RawPage::emptied`]): 8 MiB.
+const KEPT_PAYLOAD_BYTES: usize = 8 << 20;
+
+/// The most rows a reader thread's kept page buffers hold room for between pages.
+const KEPT_ROWS: usize = 10_000;
+
 /// One row of a [`RawPage`]; text columns are ranges of the page's text, the payload a range
 /// of its payloads.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RawRow {
     pub(crate) seq_nr: i64,
     pub(crate) writer_uuid: Range<usize>,
@@ -132,6 +139,33 @@ pub(crate) struct RawRow {
 }
 
 impl RawPage {
+    /// Empties the page, keeping its buffers' room.
+    pub(crate) fn clear(&mut self) {
+        self.text.clear();
+        self.payloads.clear();
+        self.rows.clear();
+    }
+
+    /// The page emptied, its buffers kept for the next page a reader thread reads, unless
+    /// they hold more than [`KEPT_PAYLOAD_BYTES`] or [`KEPT_ROWS`] (a page of large events
+    /// does not pin its memory between pages).
+    ///
+    /// A page of 1,000 events of ~100 bytes takes ~250 KB in its three buffers. Allocated anew
+    /// for each page on a reader thread, and freed there after the page's events were built,
+    /// glibc's allocator gave the memory back to the system and had it zeroed again for the
+    /// next page (the catch-up ran 1.03-1.12x faster with glibc's trimming turned off, and as
+    /// fast with the buffers kept; docs/benchmarks.md, "Session 25").
+    pub(crate) fn emptied(mut self) -> RawPage {
+        if self.payloads.capacity() > KEPT_PAYLOAD_BYTES || self.rows.capacity() > KEPT_ROWS {
+            return RawPage::default();
+        }
+        if self.text.capacity() > KEPT_PAYLOAD_BYTES {
+            self.text = String::new();
+        }
+        self.clear();
+        self
+    }
+
     /// The sequence number of the page's last row.
     pub(crate) fn last_seq_nr(&self) -> Option<i64> {
         self.rows.last().map(|row| row.seq_nr)
@@ -159,6 +193,28 @@ impl RawPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_emptied_page_keeps_its_room_unless_it_grew_large() {
+        let mut page = RawPage::default();
+        page.text.push_str("A|1");
+        page.payloads.extend_from_slice(&[1, 2, 3]);
+        page.rows.reserve(1_000);
+        let room = page.rows.capacity();
+        let kept = page.emptied();
+        assert_eq!(
+            (kept.text.len(), kept.payloads.len(), kept.rows.len()),
+            (0, 0, 0)
+        );
+        assert_eq!(kept.rows.capacity(), room);
+        // A page of large events does not pin its memory.
+        let mut large = RawPage::default();
+        large.payloads.reserve(KEPT_PAYLOAD_BYTES + 1);
+        assert_eq!(large.emptied().payloads.capacity(), 0);
+        let mut many = RawPage::default();
+        many.rows.reserve(KEPT_ROWS + 1);
+        assert_eq!(many.emptied().rows.capacity(), 0);
+    }
 
     #[test]
     fn tags_read_back_from_their_json_text() {

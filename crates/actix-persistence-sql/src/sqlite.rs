@@ -649,7 +649,7 @@ impl Dialect for SqliteDialect {
         args: &[PageArg<&str>],
         query_columns: bool,
         limit: usize,
-        build: impl FnOnce(RawPage) -> T + Send + 'static,
+        build: impl FnOnce(&RawPage) -> T + Send + 'static,
     ) -> BoxFuture<'a, Option<T>> {
         sqlite_page::read_page(
             readers,

@@ -58,7 +58,7 @@ pub(crate) fn read_page<'a, T: Send + 'static>(
     args: &[PageArg<&str>],
     query_columns: bool,
     limit: usize,
-    build: impl FnOnce(RawPage) -> T + Send + 'static,
+    build: impl FnOnce(&RawPage) -> T + Send + 'static,
 ) -> BoxFuture<'a, Option<T>> {
     // Owned now: the statement runs on another thread.
     let sql = sql.to_owned();
@@ -83,7 +83,7 @@ async fn read_owned_page<T: Send + 'static>(
     args: Vec<PageArg<String>>,
     query_columns: bool,
     limit: usize,
-    build: impl FnOnce(RawPage) -> T + Send + 'static,
+    build: impl FnOnce(&RawPage) -> T + Send + 'static,
 ) -> Option<T> {
     let mut conn = readers.acquire().await.ok()?;
     let (mut conn, page) = tokio::task::spawn_blocking(move || {
@@ -95,7 +95,7 @@ async fn read_owned_page<T: Send + 'static>(
                 // `step_page` finalizes its statement before returning.
                 unsafe { step_page(handle.as_raw_handle(), &sql, &args, query_columns, limit) }
             });
-        (conn, page.map(build))
+        (conn, page.as_ref().map(build))
     })
     .await
     .ok()?;
@@ -191,7 +191,7 @@ unsafe fn step_page(
     limit: usize,
 ) -> Option<RawPage> {
     let mut stmt = Statement::prepare(db, sql, false)?;
-    read_statement_page(&mut stmt, args, query_columns, limit)
+    read_statement_page(&mut stmt, args, query_columns, limit, RawPage::default())
 }
 
 /// Binds `args` to `stmt`, steps through its rows into a page (see [`read_page`]) and resets
@@ -204,8 +204,9 @@ pub(crate) unsafe fn read_statement_page(
     args: &[PageArg<String>],
     query_columns: bool,
     limit: usize,
+    buffers: RawPage,
 ) -> Option<RawPage> {
-    let page = step_rows(stmt, args, query_columns, limit);
+    let page = step_rows(stmt, args, query_columns, limit, buffers);
     stmt.reset();
     page
 }
@@ -216,13 +217,14 @@ unsafe fn step_rows(
     args: &[PageArg<String>],
     query_columns: bool,
     limit: usize,
+    mut page: RawPage,
 ) -> Option<RawPage> {
     bind_args(stmt, args)?;
     let columns = ffi::sqlite3_column_count(stmt.raw());
     if columns < if query_columns { 9 } else { 7 } {
         return None;
     }
-    let mut page = RawPage::default();
+    page.clear();
     let mut shared = SharedText::default();
     loop {
         match stmt.step() {
@@ -502,7 +504,11 @@ pub(crate) async fn fill_page_table(pool: &Pool<Sqlite>, rows: &[&str]) {
 
 #[cfg(test)]
 mod tests {
-    use std::convert::identity;
+    use crate::page_row::RawPage as Page;
+    /// The page as read (a copy: the reader keeps its buffers).
+    fn identity(page: &Page) -> Page {
+        page.clone()
+    }
 
     use sqlx::sqlite::SqlitePoolOptions;
 

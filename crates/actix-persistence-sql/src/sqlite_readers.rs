@@ -151,7 +151,7 @@ impl ReaderThreads {
         args: Vec<PageArg<String>>,
         query_columns: bool,
         limit: usize,
-        build: impl FnOnce(RawPage) -> T + Send + 'static,
+        build: impl FnOnce(&RawPage) -> T + Send + 'static,
     ) -> impl Future<Output = Option<T>> + Send + 'static {
         let (reply, page) = oneshot::channel();
         self.submit(Box::new(move |connection: &mut ReaderConnection| {
@@ -160,7 +160,12 @@ impl ReaderThreads {
                 return;
             }
             let page = connection.read_page(&sql, &args, query_columns, limit);
-            let _ = reply.send(page.map(build));
+            let built = page.as_ref().map(build);
+            // The page's buffers serve the connection's next page.
+            if let Some(page) = page {
+                connection.keep_buffers(page);
+            }
+            let _ = reply.send(built);
         }));
         // A job dropped unread (closed, or no thread could start) answers nothing: `None`.
         async move { page.await.ok().flatten() }
@@ -281,6 +286,9 @@ pub(crate) struct ReaderConnection {
     db: Option<NonNull<ffi::sqlite3>>,
     /// Prepared statements by SQL text, the most recently used last.
     statements: Vec<(Box<str>, Statement)>,
+    /// The buffers of the last page read, emptied, for the next one (see
+    /// [`RawPage::emptied`]).
+    spare: RawPage,
     /// Statements prepared since the connection opened (for tests).
     #[cfg(test)]
     prepared: usize,
@@ -292,6 +300,7 @@ impl ReaderConnection {
             target,
             db: None,
             statements: Vec::new(),
+            spare: RawPage::default(),
             #[cfg(test)]
             prepared: 0,
         }
@@ -306,9 +315,15 @@ impl ReaderConnection {
         query_columns: bool,
         limit: usize,
     ) -> Option<RawPage> {
+        let buffers = std::mem::take(&mut self.spare);
         let stmt = self.statement(sql)?;
         // SAFETY: the connection is this thread's alone.
-        unsafe { read_statement_page(stmt, args, query_columns, limit) }
+        unsafe { read_statement_page(stmt, args, query_columns, limit, buffers) }
+    }
+
+    /// Keeps `page`'s buffers, emptied, for the next page read here.
+    fn keep_buffers(&mut self, page: RawPage) {
+        self.spare = page.emptied();
     }
 
     /// The prepared statement of `sql`: the one kept, or prepared now (the least recently used
@@ -397,7 +412,11 @@ impl Drop for ReaderConnection {
 
 #[cfg(test)]
 mod tests {
-    use std::convert::identity;
+    use crate::page_row::RawPage as Page;
+    /// The page as read (a copy: the reader keeps its buffers).
+    fn identity(page: &Page) -> Page {
+        page.clone()
+    }
 
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
     use sqlx::{Pool, Sqlite};
@@ -450,7 +469,7 @@ mod tests {
         threads: &ReaderThreads,
         sql: &str,
         args: &[PageArg<&str>],
-        build: impl FnOnce(RawPage) -> T + Send + 'static,
+        build: impl FnOnce(&RawPage) -> T + Send + 'static,
     ) -> impl Future<Output = Option<T>> + Send + 'static {
         let args = args.iter().map(|arg| arg.to_owned_text()).collect();
         threads.read_page(sql.to_owned(), args, true, 10, build)
@@ -492,6 +511,41 @@ mod tests {
         assert_eq!(rows, on_pool.rows().collect::<Vec<_>>());
         assert_eq!(rows[1].payload, Some(&[0x00, 0xff, 0x41][..]));
         assert_eq!(rows[2].manifest, "é");
+    }
+
+    #[tokio::test]
+    async fn a_reader_keeps_its_page_buffers_for_the_next_page() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let (_pool, threads) = database(&dir, &ROWS, 1).await;
+        let first = read(&threads, QUERY, &args("A|1", 0), identity)
+            .await
+            .expect("a page");
+        let first_rows: Vec<i64> = first.rows().map(|row| row.seq_nr).collect();
+        // The buffers of the page read are kept, emptied, with their room (limit 10 rows).
+        let spare = |connection: &mut ReaderConnection| {
+            let spare = &connection.spare;
+            (
+                spare.rows.len(),
+                spare.rows.capacity(),
+                spare.payloads.len(),
+                spare.text.len(),
+            )
+        };
+        let (rows, room, payloads, text) = answer(threads.run(spare)).await.expect("kept");
+        assert_eq!((rows, payloads, text), (0, 0, 0));
+        assert!(room >= 10, "room for the statement's limit kept: {room}");
+        let room_before = room;
+        // The next page reads into them: no row or text of the page before shows through.
+        let next = read(&threads, QUERY, &args("B|1", 0), identity)
+            .await
+            .expect("a page");
+        let rows: Vec<PageRow<'_>> = next.rows().collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].seq_nr, rows[0].payload), (1, Some(&[0x01][..])));
+        assert_eq!(rows[0].persistence_id, Some("B|1"));
+        assert_eq!(first_rows, [1, 2, 3]);
+        let (_, room, _, _) = answer(threads.run(spare)).await.expect("kept");
+        assert_eq!(room, room_before, "the same buffers, not new ones");
     }
 
     #[tokio::test]
@@ -549,7 +603,7 @@ mod tests {
         let (_pool, threads) = database(&dir, &ROWS, 1).await;
         let reader = || threads.run(|_| thread::current().id());
         let before = answer(reader()).await;
-        let panicked = read(&threads, QUERY, &args("A|1", 0), |_: RawPage| -> usize {
+        let panicked = read(&threads, QUERY, &args("A|1", 0), |_: &RawPage| -> usize {
             panic!("a build that fails")
         });
         assert_eq!(answer(panicked).await, None);
