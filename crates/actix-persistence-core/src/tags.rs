@@ -31,8 +31,12 @@ use std::sync::Arc;
 /// assert!(Tags::ptr_eq(&tags, &shared));
 /// assert!(Tags::default().is_empty());
 /// ```
-#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tags(Option<Arc<[String]>>);
+#[derive(Clone, Default)]
+pub struct Tags(
+    /// `None` for no tags: never `Some` of an empty slice (every constructor goes through
+    /// `From<Vec<String>>`). Equality, order and hash compare the slices all the same.
+    Option<Arc<[String]>>,
+);
 
 impl Tags {
     /// No tags (no allocation).
@@ -52,6 +56,32 @@ impl Tags {
     /// The tags as a slice.
     pub fn as_slice(&self) -> &[String] {
         self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl PartialEq for Tags {
+    fn eq(&self, other: &Tags) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Tags {}
+
+impl std::hash::Hash for Tags {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl PartialOrd for Tags {
+    fn partial_cmp(&self, other: &Tags) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Tags {
+    fn cmp(&self, other: &Tags) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
     }
 }
 
@@ -262,6 +292,26 @@ mod tests {
         assert_eq!(Vec::<String>::from(tags.clone()), ["b", "a"]);
         assert_eq!(format!("{tags:?}"), r#"["b", "a"]"#);
         assert_eq!(tags, ["b", "a"].into_iter().collect::<Tags>());
+    }
+
+    #[test]
+    fn equality_order_and_hash_are_the_slices() {
+        use std::collections::hash_map::DefaultHasher;
+        use std::hash::{Hash, Hasher};
+        let hash = |tags: &Tags| {
+            let mut hasher = DefaultHasher::new();
+            tags.hash(&mut hasher);
+            hasher.finish()
+        };
+        // An empty slice, were one ever held, is no tags.
+        let empty_slice = Tags(Some(Arc::from(Vec::<String>::new())));
+        assert_eq!(empty_slice, Tags::new());
+        assert_eq!(hash(&empty_slice), hash(&Tags::new()));
+        assert_eq!(empty_slice.cmp(&Tags::new()), std::cmp::Ordering::Equal);
+        let a = Tags::from(["a"]);
+        let b = Tags::from(["b"]);
+        assert!(Tags::new() < a && a < b);
+        assert_eq!(hash(&a), hash(&Tags::from(["a"])));
     }
 
     #[test]

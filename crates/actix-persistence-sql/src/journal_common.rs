@@ -728,7 +728,7 @@ enum PageRowError {
 
 /// What the rows of one query page share as they are decoded: rows come sorted by timestamp,
 /// then persistence id, so a run of rows of one id (or one writer) shares one `Arc`, the id read
-/// borrowed from the row.
+/// borrowed from the row, and a run of rows stored with the same tags one `Tags`.
 #[derive(Default)]
 struct PageDecoder {
     ids: RunInterner,
@@ -751,8 +751,9 @@ struct ReplayCursor<D: Dialect> {
     persistence_id: Arc<str>,
     /// The page query: [`REPLAY_SQL`], or without the tags ([`Dialect::REPLAY_WITHOUT_TAGS_SQL`]).
     sql: &'static str,
-    /// The writer uuid of the last event: a run of events of one incarnation shares one
-    /// (within a page: pages read ahead have their own).
+    /// The writer uuid and the tags of the last event read row by row: a run of events of one
+    /// incarnation (of the same tags) shares one (pages read in one piece and pages read ahead
+    /// have their own).
     runs: RunColumns,
     next_from: i64,
     to: i64,
@@ -1213,7 +1214,7 @@ where
         pid: &Arc<str>,
         page: &RawPage,
     ) -> Option<Result<ReplayRows, JournalError>> {
-        // A run of rows of one writer shares one `Arc`.
+        // A run of rows of one writer shares one `Arc`, a run of equal tags one `Tags`.
         let mut runs = RunColumns::default();
         let rows = page.rows();
         let mut read = ReplayRows {
@@ -1467,7 +1468,7 @@ where
     fn stored_events_from_page<'a>(
         rows: impl ExactSizeIterator<Item = PageRow<'a>>,
     ) -> Option<Result<Vec<StoredEvent>, JournalError>> {
-        // A run of rows of one id (or one writer) shares one `Arc`.
+        // A run of rows of one id (or one writer) shares one `Arc`, of equal tags one `Tags`.
         let mut ids = RunInterner::new();
         let mut runs = RunColumns::default();
         let mut stored = Vec::with_capacity(rows.len());

@@ -114,12 +114,9 @@ pub(crate) struct RawPage {
     pub(crate) rows: Vec<RawRow>,
 }
 
-/// The most payload bytes (and text bytes) a reader thread's kept page buffers hold between
-/// pages ([`RawPage::emptied`]): 8 MiB.
-const KEPT_PAYLOAD_BYTES: usize = 8 << 20;
-
-/// The most rows a reader thread's kept page buffers hold room for between pages.
-const KEPT_ROWS: usize = 10_000;
+/// The most bytes a reader thread's kept page buffers (rows, payloads and text together) take
+/// between pages ([`RawPage::emptied`]): 4 MiB, room for pages of 1,000 events of up to ~3 KB.
+const KEPT_BYTES: usize = 4 << 20;
 
 /// One row of a [`RawPage`]; text columns are ranges of the page's text, the payload a range
 /// of its payloads.
@@ -147,8 +144,8 @@ impl RawPage {
     }
 
     /// The page emptied, its buffers kept for the next page a reader thread reads, unless
-    /// they hold more than [`KEPT_PAYLOAD_BYTES`] or [`KEPT_ROWS`] (a page of large events
-    /// does not pin its memory between pages).
+    /// together they take more than [`KEPT_BYTES`] (a page of large events does not pin its
+    /// memory between pages: each reader thread keeps its buffers while the journal is open).
     ///
     /// A page of 1,000 events of ~100 bytes takes ~250 KB in its three buffers. Allocated anew
     /// for each page on a reader thread, and freed there after the page's events were built,
@@ -156,11 +153,14 @@ impl RawPage {
     /// next page (the catch-up ran 1.03-1.12x faster with glibc's trimming turned off, and as
     /// fast with the buffers kept; docs/benchmarks.md, "Session 25").
     pub(crate) fn emptied(mut self) -> RawPage {
-        if self.payloads.capacity() > KEPT_PAYLOAD_BYTES || self.rows.capacity() > KEPT_ROWS {
+        let bytes = self
+            .rows
+            .capacity()
+            .saturating_mul(std::mem::size_of::<RawRow>())
+            .saturating_add(self.payloads.capacity())
+            .saturating_add(self.text.capacity());
+        if bytes > KEPT_BYTES {
             return RawPage::default();
-        }
-        if self.text.capacity() > KEPT_PAYLOAD_BYTES {
-            self.text = String::new();
         }
         self.clear();
         self
@@ -207,13 +207,19 @@ mod tests {
             (0, 0, 0)
         );
         assert_eq!(kept.rows.capacity(), room);
-        // A page of large events does not pin its memory.
+        // A page of large events does not pin its memory: the buffers count together.
         let mut large = RawPage::default();
-        large.payloads.reserve(KEPT_PAYLOAD_BYTES + 1);
+        large.payloads.reserve(KEPT_BYTES + 1);
         assert_eq!(large.emptied().payloads.capacity(), 0);
         let mut many = RawPage::default();
-        many.rows.reserve(KEPT_ROWS + 1);
+        many.rows
+            .reserve(KEPT_BYTES / std::mem::size_of::<RawRow>() + 1);
         assert_eq!(many.emptied().rows.capacity(), 0);
+        let mut both = RawPage::default();
+        both.payloads.reserve(KEPT_BYTES / 2 + 1);
+        both.text.reserve(KEPT_BYTES / 2 + 1);
+        let both = both.emptied();
+        assert_eq!((both.payloads.capacity(), both.text.capacity()), (0, 0));
     }
 
     #[test]

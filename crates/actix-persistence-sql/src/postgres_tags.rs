@@ -6,7 +6,9 @@
 //! catch-up (callgrind, docs/benchmarks.md, issue 8, session 13). The format is a header and
 //! length-prefixed elements; reading it is a few comparisons and the strings' allocations.
 //! The journal reads the column's value as bytes and decodes it here once per run of rows
-//! stored with the same tags (`TagsInterner`).
+//! stored with the same tags (`TagsInterner`). Only the binary format is read: every read of
+//! the journal is a prepared statement, whose results sqlx asks for in binary (a text-format
+//! value would be a corrupt row's error, not tags misread).
 
 /// `pg_type.oid` of `text`: the element type of the journal's `tags` column.
 const TEXT_OID: u32 = 25;
