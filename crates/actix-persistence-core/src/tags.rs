@@ -11,8 +11,8 @@ use std::sync::Arc;
 /// Events are read back in pages, and the events of a page mostly carry the same tags: a store
 /// decoding a page shares one `Tags` among a run of rows with equal tags ([`TagsInterner`]), so
 /// an event's tags cost no allocation of their own. A `Vec<String>` per event cost two
-/// allocations and a parse, about a tenth of a SQLite catch-up's reading
-/// (docs/benchmarks.md, "Session 25").
+/// allocations (on the reading thread, freed on the consumer's) and a parse: a catch-up that
+/// read no tags at all ran 1.1-1.3x faster on SQLite (docs/benchmarks.md, "Session 25").
 ///
 /// It reads as a `&[String]` (`Deref`): `tags.iter()`, `tags.len()`, `tags.is_empty()`,
 /// `tags.contains(..)`, `tags[0]`, and compares with a `Vec<String>`, a slice or an array of

@@ -2025,9 +2025,9 @@ mod tests {
     #[test]
     fn a_page_row_without_its_payload_is_a_corrupt_row_named_by_id_and_seq_nr() {
         let pid: Arc<str> = Arc::from("Acc|1");
-        let mut writers = RunColumns::default();
+        let mut runs = RunColumns::default();
         let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
-        match event_from_row("replay", &pid, &mut writers, row(7, None)) {
+        match event_from_row("replay", &pid, &mut runs, row(7, None)) {
             Err(PageRowError::Journal(error)) => {
                 let message = error.to_string();
                 assert!(
@@ -2039,7 +2039,7 @@ mod tests {
             Err(PageRowError::NotAPage) => panic!("a NULL payload must name its row"),
             Ok(event) => panic!("a NULL payload became an event: {event:?}"),
         }
-        let event = event_from_row("replay", &pid, &mut writers, row(8, Some(&[1, 2])))
+        let event = event_from_row("replay", &pid, &mut runs, row(8, Some(&[1, 2])))
             .map_err(|_| "a well-shaped row")
             .expect("an event");
         assert_eq!((event.seq_nr, event.payload), (8, vec![1, 2]));
@@ -2097,7 +2097,7 @@ mod tests {
     #[test]
     fn a_page_row_whose_tags_are_not_a_json_array_is_not_read_from_the_page() {
         let pid: Arc<str> = Arc::from("Acc|1");
-        let mut writers = RunColumns::default();
+        let mut runs = RunColumns::default();
         let event_from_row = JournalTables::<'static, SqliteDialect>::event_from_row;
         for tags in ["oops", "[7]", r#"["a","#] {
             let row = PageRow {
@@ -2106,7 +2106,7 @@ mod tests {
             };
             assert!(
                 matches!(
-                    event_from_row("query", &pid, &mut writers, row),
+                    event_from_row("query", &pid, &mut runs, row),
                     Err(PageRowError::NotAPage)
                 ),
                 "{tags}"
@@ -2117,7 +2117,7 @@ mod tests {
             manifest: "M",
             ..row(4, Some(&[9]))
         };
-        let event = event_from_row("query", &pid, &mut writers, row)
+        let event = event_from_row("query", &pid, &mut runs, row)
             .map_err(|_| "a well-shaped row")
             .expect("an event");
         assert_eq!(event.tags, ["a", "b c"]);
